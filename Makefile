@@ -1,0 +1,41 @@
+# One-command set-up: `make run` and `make test` create .venv when needed and install into it.
+# On machines without an NVIDIA GPU the CPU build of torch is installed first (torch==2.13.0):
+# an unpinned resolve would otherwise pull a multi-GB CUDA build. GPU users: pip install -e ".[vllm]".
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+CPU_TORCH ?= torch==2.13.0
+RECIPE ?= recipes/combine_qwen3_0.6b_lora.yaml
+PYTEST_ARGS ?=
+export HF_HUB_OFFLINE ?= 1
+export HF_HUB_DISABLE_TELEMETRY ?= 1
+export GRADIO_ANALYTICS_ENABLED ?= False
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: install run test lint format test-vllm bench clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	if ! command -v nvidia-smi >/dev/null 2>&1; then $(PIP) install -q "$(CPU_TORCH)"; fi
+	$(PIP) install -q -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	$(PY) app.py --config $(RECIPE)
+
+lint: install
+	$(PY) -m ruff check openclaw_trl tests benchmarks app.py
+	$(PY) -m ruff format --check openclaw_trl tests benchmarks app.py
+
+format: install
+	$(PY) -m ruff format openclaw_trl tests benchmarks app.py
+	$(PY) -m ruff check --fix openclaw_trl tests benchmarks app.py
+
+test: install lint
+	$(PY) -m pytest -m "not vllm" $(PYTEST_ARGS) tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache tests/artifacts

@@ -1,0 +1,178 @@
+"""The judge protocol as pure functions: prompts, verdict parsing, voting, hint selection and injection.
+
+Two judges read one assistant response and the *next state* that followed it (the user's next
+message, or the result of a tool the assistant called):
+
+* the PRM judge votes ``\\boxed{1}`` / ``\\boxed{0}`` / ``\\boxed{-1}``; ``m`` votes are reduced by
+  :func:`majority_vote` into the Binary-RL reward;
+* the hint judge votes ``\\boxed{1}`` plus ``[HINT_START]…[HINT_END]`` when the next state reveals
+  something the response should have taken into account, or ``\\boxed{-1}``; :func:`select_hint`
+  keeps the longest usable hint, which :func:`append_hint` adds to the turn's prompt to build the
+  teacher context for hindsight OPD.
+
+Parsing ignores everything up to the last ``</think>``: a thinking judge's drafts never leak into
+its verdict (the reference parses the reasoning too, notes §7.8). Pure Python: importing this
+module must stay cheap.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+HINT_MARKER = "[user's hint / instruction]"
+MIN_HINT_CHARS = 10  # a kept hint is strictly longer than this once stripped
+
+_BOXED = re.compile(r"\\boxed\{([+-]?\d)\}")
+_HINT_BLOCK = re.compile(r"\[HINT_START\](.*?)\[HINT_END\]", re.DOTALL)
+
+_NEXT_STATE_GUIDE = (
+    "The next state is one of two things. If its role is 'user', it is what the person wrote after "
+    "reading the response. If its role is 'tool', it is the output of a tool that the assistant chose "
+    "to call in its response: it exists only because the assistant acted."
+)
+
+PRM_SYSTEM_PROMPT = (
+    "You grade a single assistant response in a conversation, acting as a process reward model. "
+    "You do not see the whole conversation: you see the response and the next state, and you use the "
+    "next state as evidence of whether the response did what the user wanted.\n\n"
+    + _NEXT_STATE_GUIDE
+    + "\n\nHow to score:\n"
+    "- +1: the next state shows the response worked. The user moves on to something new, accepts the "
+    "answer or says thanks; or the tool ran and returned a normal, error-free result.\n"
+    "- -1: the next state shows the response missed. The user asks for a redo or a retry, corrects it, "
+    "asks for a change, repeats or rephrases the same request, or complains; or the tool returned an "
+    "error caused by how the assistant called it.\n"
+    "- 0: the next state says nothing clear about the response, or is unrelated to it.\n\n"
+    "A request to change or fix the response counts as negative evidence (-1); do not treat it as a "
+    "neutral new instruction.\n\n"
+    "Reason briefly, step by step, then end with the score written exactly as \\boxed{1}, \\boxed{0} "
+    "or \\boxed{-1}."
+)
+
+HINT_SYSTEM_PROMPT = (
+    "You extract hindsight hints. You see an assistant response from turn t and the next state that "
+    "followed it at turn t+1, with its role.\n\n"
+    + _NEXT_STATE_GUIDE
+    + " A tool that simply succeeded teaches nothing the assistant should have known beforehand.\n\n"
+    "Decide whether the next state reveals information that would have made the turn-t response "
+    "better had the assistant known it: a preference, a correction, a missing requirement, a fact.\n\n"
+    "Output format, strictly:\n"
+    "- Exactly one final decision: \\boxed{1} if such hindsight exists, \\boxed{-1} if it does not.\n"
+    "- If and only if the decision is \\boxed{1}, add a hint of one to three sentences between "
+    "[HINT_START] and [HINT_END]. The hint must be concrete and actionable, written as an instruction "
+    "to the assistant.\n"
+    "- With \\boxed{-1}, write no hint block."
+)
+
+
+def flatten_content(content) -> str:
+    """Message content as text: lists of OpenAI content parts keep their text parts, joined by spaces."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+        return " ".join(parts)
+    return str(content)
+
+
+def _evidence_block(response_text: str, next_state_text: str, next_state_role: str) -> str:
+    role = (next_state_role or "user").strip() or "user"
+    return (
+        "## Assistant response (turn t)\n"
+        f"{response_text}\n\n"
+        f"## Next state (turn t+1, role: {role})\n"
+        f"{next_state_text}\n\n"
+    )
+
+
+def build_prm_messages(response_text: str, next_state_text: str, next_state_role: str = "user") -> list[dict]:
+    """The PRM judge conversation (system + user) for one response and its next state."""
+    user = _evidence_block(response_text, next_state_text, next_state_role) + (
+        "First say which case the next state is: progress (the user moves on or the tool succeeded), "
+        "a correction / redo / change request, or ambiguous. Then give the score as \\boxed{1}, "
+        "\\boxed{0} or \\boxed{-1}."
+    )
+    return [{"role": "system", "content": PRM_SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+def build_hint_messages(response_text: str, next_state_text: str, next_state_role: str = "user") -> list[dict]:
+    """The hint judge conversation (system + user) for one response and its next state."""
+    user = _evidence_block(response_text, next_state_text, next_state_role) + (
+        "Give your decision as \\boxed{1} or \\boxed{-1}. Only with \\boxed{1}, follow it with the "
+        "hint between [HINT_START] and [HINT_END]."
+    )
+    return [{"role": "system", "content": HINT_SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+def _verdict_part(text: str | None) -> str:
+    """The part of a judge output that may hold the verdict: what follows the last ``</think>``."""
+    if not text:
+        return ""
+    head, sep, tail = text.rpartition("</think>")
+    return tail if sep else text
+
+
+def _last_boxed(text: str) -> int | None:
+    matches = _BOXED.findall(text)
+    return int(matches[-1]) if matches else None
+
+
+def parse_prm_score(text: str | None) -> int | None:
+    """The last ``\\boxed{d}`` with d in {1, 0, -1} (``+1`` allowed) after any ``</think>``; else None."""
+    value = _last_boxed(_verdict_part(text))
+    return value if value in (-1, 0, 1) else None
+
+
+def majority_vote(votes: Sequence[int | None]) -> int:
+    """The most common non-None vote; 0 when no vote is valid or when another value ties with it."""
+    counts = Counter(v for v in votes if v is not None).most_common()
+    if not counts:
+        return 0
+    if len(counts) > 1 and counts[1][1] == counts[0][1]:
+        return 0
+    return int(counts[0][0])
+
+
+def parse_hint_vote(text: str | None) -> tuple[int | None, str]:
+    """``(decision, hint)``: decision from the last box if it is 1 or -1 (else None); hint = the last
+    complete ``[HINT_START]…[HINT_END]`` block, stripped ("" when there is none)."""
+    verdict = _verdict_part(text)
+    decision = _last_boxed(verdict)
+    blocks = _HINT_BLOCK.findall(verdict)
+    return (decision if decision in (1, -1) else None), (blocks[-1].strip() if blocks else "")
+
+
+def select_hint(votes: Sequence[tuple[int | None, str]]) -> str | None:
+    """Among votes with decision 1 and a stripped hint longer than 10 characters, the longest hint
+    (the first one on ties); None when no vote qualifies. One positive vote is enough (no majority)."""
+    best: str | None = None
+    for decision, hint in votes:
+        hint = (hint or "").strip()
+        if decision == 1 and len(hint) > MIN_HINT_CHARS and (best is None or len(hint) > len(best)):
+            best = hint
+    return best
+
+
+def append_hint(messages: Sequence[dict], hint: str) -> list[dict]:
+    """A copy of ``messages`` whose last ``user`` message (else the last message) ends with the hint.
+
+    The content becomes ``text + "\\n\\n[user's hint / instruction]\\n" + hint.strip()``, list-of-parts
+    content flattened to text first. An empty list gives one user message with the marker and hint.
+    The input is not mutated.
+    """
+    addition = f"{HINT_MARKER}\n{hint.strip()}"
+    out = [dict(m) for m in messages]
+    if not out:
+        return [{"role": "user", "content": addition}]
+    target = next((i for i in range(len(out) - 1, -1, -1) if out[i].get("role") == "user"), len(out) - 1)
+    out[target]["content"] = f"{flatten_content(out[target].get('content'))}\n\n{addition}"
+    return out

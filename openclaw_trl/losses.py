@@ -1,0 +1,86 @@
+"""The learning signal as pure tensor functions: no I/O, no model (DESIGN.md §1).
+
+Shapes: ``B`` samples (one assistant turn each), ``T`` completion positions (right-padded), ``K``
+top-K entries. Every log-prob is ``log_softmax(logits / temperature)`` at the turn's sampling
+temperature, for student and teacher alike (one temperature convention, see engines/base.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+# Log-probs are floored here before they enter a KL: exp(-50) is 2e-22, far below any mass that
+# matters, and the floor keeps -inf inputs (padding, masked vocab) from producing inf/NaN.
+LOGPROB_FLOOR = -50.0
+# The top-K mass can reach 1 (K covers the support, or rounding): keep log(sum p) strictly below 0
+# so that the tail bin log(1 - sum p) stays finite (about log(1e-7) = -16 at the clamp).
+_MAX_LOG_MASS = -1e-7
+
+
+def combined_advantages(
+    rewards: torch.Tensor,
+    teacher_logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    response_mask: torch.Tensor,
+    opd_mask: torch.Tensor,
+    w_rl: float = 1.0,
+    w_opd: float = 1.0,
+) -> torch.Tensor:
+    """Per-token advantage ``A[b,t] = (w_rl * r[b] + w_opd * opd[b] * (lp_T[b,t] - lp_old[b,t])) * mask[b,t]``.
+
+    Args:
+        rewards: ``[B]`` scalar rewards in {-1, 0, +1} (Binary RL), broadcast over tokens.
+        teacher_logprobs: ``[B, T]`` log-probs of the sampled tokens under the hint-conditioned teacher.
+        old_logprobs: ``[B, T]`` log-probs of the same tokens under the policy that generated them.
+        response_mask: ``[B, T]`` 1 on completion tokens that are trained, 0 on padding.
+        opd_mask: ``[B]`` bool, True when the sample has an accepted hint (and so real teacher log-probs).
+
+    Returns ``[B, T]``, detached. Where ``opd_mask`` is False the OPD term is exactly 0, whatever
+    ``teacher_logprobs`` holds (NaN, inf, stale values); padding positions are exactly 0.
+    Binary RL is ``w_opd=0``; OPD is ``w_rl=0``.
+    """
+    rewards = rewards.detach().to(old_logprobs.dtype)
+    use_opd = opd_mask.detach().bool()[:, None] & response_mask.detach().bool()
+    opd_term = torch.where(use_opd, teacher_logprobs.detach() - old_logprobs.detach(), 0.0)
+    advantages = w_rl * rewards[:, None] + w_opd * opd_term
+    return torch.where(response_mask.detach().bool(), advantages, 0.0)
+
+
+def _with_tail_bin(topk_logprobs: torch.Tensor) -> torch.Tensor:
+    """``[..., K]`` log-probs -> ``[..., K+1]`` with the tail bin ``log(1 - sum_k p_k)`` appended."""
+    log_mass = torch.logsumexp(topk_logprobs, dim=-1, keepdim=True).clamp(max=_MAX_LOG_MASS)
+    tail = torch.log(-torch.expm1(log_mass))
+    return torch.cat([topk_logprobs, tail], dim=-1)
+
+
+def topk_distillation_loss(
+    student_logprobs_topk: torch.Tensor,
+    teacher_topk_logprobs: torch.Tensor,
+    response_mask: torch.Tensor,
+    cap: float | None = None,
+) -> torch.Tensor:
+    """Per-token reverse KL over the teacher's top-K ids plus a tail bin: ``D(student_{K+1} || teacher_{K+1})``.
+
+    Args:
+        student_logprobs_topk: ``[B, T, K]`` student log-probs (full-vocabulary log-softmax) gathered on
+            the top-K ids. Gradient flows into these.
+        teacher_topk_logprobs: ``[B, T, K]`` teacher log-probs on the same ids (treated as constants).
+        response_mask: ``[B, T]``.
+        cap: optional upper bound on the per-token KL. The KD term bypasses the PPO clip, so the trainer
+            bounds it; a capped token contributes no gradient.
+
+    Returns ``[B, T]`` (0 where the mask is 0), finite for empty responses, K covering all the mass and
+    -inf inputs.
+    """
+    student = _with_tail_bin(student_logprobs_topk.clamp(min=LOGPROB_FLOOR))
+    teacher = _with_tail_bin(teacher_topk_logprobs.detach().clamp(min=LOGPROB_FLOOR))
+    per_token = (student.exp() * (student - teacher)).sum(dim=-1)
+    if cap is not None:
+        per_token = per_token.clamp(max=cap)
+    return torch.where(response_mask.bool(), per_token, 0.0)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` over positions where ``mask`` is 1 (0 when the mask is empty)."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum() / mask.sum().clamp(min=1.0)
