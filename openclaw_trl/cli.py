@@ -1,0 +1,42 @@
+"""The ``openclaw-trl`` command: ``serve / train / merge / push / export / eval``.
+
+Each subcommand lives in its own module, which exposes ``add_arguments(parser)`` and ``run(args)``;
+the module is imported only when its subcommand runs, so ``openclaw-trl --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("openclaw_trl.commands.serve", "serve the chat UI + OpenAI API and learn from live turns"),
+    "train": ("openclaw_trl.commands.train", "train headless from a recipe (replay / simulated / live sources)"),
+    "merge": ("openclaw_trl.commands.merge", "merge a LoRA adapter into its base model"),
+    "push": ("openclaw_trl.commands.push", "push an adapter or merged model to the Hugging Face Hub"),
+    "export": ("openclaw_trl.commands.export", "export collected conversations and samples as a dataset"),
+    "eval": ("openclaw_trl.commands.eval", "simulated-user evaluation against a running server"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="openclaw-trl", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
+    for name, (_, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        parser.print_help() if not argv or argv[0] in ("-h", "--help") else parser.error(f"unknown command {argv[0]!r}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    module = importlib.import_module(COMMANDS[name][0])
+    command_parser = argparse.ArgumentParser(prog=f"openclaw-trl {name}", description=COMMANDS[name][1])
+    module.add_arguments(command_parser)
+    args = command_parser.parse_args(rest)
+    return int(module.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

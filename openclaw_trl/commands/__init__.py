@@ -1,0 +1,1 @@
+"""One module per ``openclaw-trl`` subcommand: ``add_arguments(parser)`` and ``run(args)``."""
