@@ -13,7 +13,10 @@ import sys
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("openclaw_trl.commands.serve", "serve the chat UI + OpenAI API and learn from live turns"),
-    "train": ("openclaw_trl.commands.train", "train headless from a recipe (replay / simulated / live sources)"),
+    "train": (
+        "openclaw_trl.commands.train",
+        "train headless from a recipe (replay / simulated / live sources)",
+    ),
     "merge": ("openclaw_trl.commands.merge", "merge a LoRA adapter into its base model"),
     "push": ("openclaw_trl.commands.push", "push an adapter or merged model to the Hugging Face Hub"),
     "export": ("openclaw_trl.commands.export", "export collected conversations and samples as a dataset"),
@@ -28,7 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, (_, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        parser.print_help() if not argv or argv[0] in ("-h", "--help") else parser.error(f"unknown command {argv[0]!r}")
+        parser.print_help() if not argv or argv[0] in ("-h", "--help") else parser.error(
+            f"unknown command {argv[0]!r}"
+        )
         return 0
     name, rest = argv[0], argv[1:]
     module = importlib.import_module(COMMANDS[name][0])

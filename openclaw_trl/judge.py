@@ -104,7 +104,9 @@ def build_prm_messages(response_text: str, next_state_text: str, next_state_role
     return [{"role": "system", "content": PRM_SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
-def build_hint_messages(response_text: str, next_state_text: str, next_state_role: str = "user") -> list[dict]:
+def build_hint_messages(
+    response_text: str, next_state_text: str, next_state_role: str = "user"
+) -> list[dict]:
     """The hint judge conversation (system + user) for one response and its next state."""
     user = _evidence_block(response_text, next_state_text, next_state_role) + (
         "Give your decision as \\boxed{1} or \\boxed{-1}. Only with \\boxed{1}, follow it with the "

@@ -142,14 +142,19 @@ def qwen3_0_6b_config_kwargs() -> dict:
     )
 
 
-def build_model_dir(path: str | Path, tokenizer, config_kwargs: dict, seed: int = 0, vocab_size: int | None = None):
+def build_model_dir(
+    path: str | Path, tokenizer, config_kwargs: dict, seed: int = 0, vocab_size: int | None = None
+):
     """Save a random-init float32 Qwen3 model with ``tokenizer`` to ``path``; returns the path."""
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    eos_ids = [tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.convert_tokens_to_ids("<|endoftext|>")]
+    eos_ids = [
+        tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+    ]
     cfg = Qwen3Config(
         vocab_size=vocab_size or len(tokenizer),
         eos_token_id=eos_ids[0],
@@ -179,4 +184,6 @@ def build_qwen3_0_6b_shaped(path: str | Path, seed: int = 0) -> Path:
     The embedding has the real vocabulary size so that the LM head and log-softmax cost what they cost in
     the real model; token ids beyond the tiny tokenizer are simply never produced by the tokenizer.
     """
-    return build_model_dir(path, build_tiny_tokenizer(), qwen3_0_6b_config_kwargs(), seed=seed, vocab_size=151936)
+    return build_model_dir(
+        path, build_tiny_tokenizer(), qwen3_0_6b_config_kwargs(), seed=seed, vocab_size=151936
+    )

@@ -8,7 +8,9 @@ def test_tiny_model_loads_and_runs(tiny_model_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     assert model.config.model_type == "qwen3"
-    assert model.config.hidden_size == 64 and model.config.head_dim == 64 and model.config.num_hidden_layers == 2
+    assert (
+        model.config.hidden_size == 64 and model.config.head_dim == 64 and model.config.num_hidden_layers == 2
+    )
     assert model.dtype == torch.float32
     assert 1900 <= len(tok) <= 2100
     ids = tok("hello world", return_tensors="pt").input_ids
