@@ -1,0 +1,47 @@
+"""Child process of the store crash test: writes turns, next states and samples until it is killed.
+
+Prints ``turn <id>`` after each committed turn and ``sample <id>`` after each committed judgement, so
+the parent knows what was durably committed before it sends SIGKILL.
+"""
+
+import sys
+
+from openclaw_trl.samples import TrainingSample
+from openclaw_trl.store import Store, Vote
+
+
+def main(path: str) -> None:
+    store = Store(path)
+    session = store.open_session("crash")
+    previous = None
+    i = 0
+    while True:
+        turn_id = store.add_turn(
+            session,
+            "main",
+            [{"role": "user", "content": f"message {i}"}],
+            None,
+            [1, 2, 3],
+            [4, 5],
+            [-0.5, -0.25],
+            "hi",
+            1.0,
+            0,
+            "stop",
+            trainable=True,
+        )
+        print(f"turn {turn_id}", flush=True)
+        if previous is not None:
+            store.attach_next_state(previous, {"role": "user", "content": f"message {i}"}, "request")
+            turn = store.get_turn(previous)
+            sample = TrainingSample(previous, [1, 2, 3], [4, 5], [-0.5, -0.25], 1.0, 0, reward=1.0)
+            sample_id = store.save_judgement(
+                previous, turn["judge_round"], [Vote("prm", "test", "\\boxed{1}", 1)], 1.0, None, sample
+            )
+            print(f"sample {sample_id}", flush=True)
+        previous = turn_id
+        i += 1
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

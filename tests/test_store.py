@@ -1,0 +1,250 @@
+"""The SQLite store: durability, the trainer's queue semantics, resume, schema versioning, crash safety."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from openclaw_trl.samples import TrainingSample
+from openclaw_trl.store import SCHEMA_VERSION, Store, StoreError, Vote
+
+
+def _sample(turn_id: int = 0, reward: float = 1.0, **kw) -> TrainingSample:
+    return TrainingSample(
+        turn_id=turn_id,
+        prompt_ids=[1, 2, 3],
+        completion_ids=[4, 5],
+        sampling_logprobs=[-0.5, -1.25],
+        temperature=0.7,
+        policy_version=3,
+        reward=reward,
+        **kw,
+    )
+
+
+def _turn(
+    store: Store, session: int, turn_type: str = "main", text: str = "hi", trainable: bool = True
+) -> int:
+    return store.add_turn(
+        session,
+        turn_type,
+        [{"role": "user", "content": text}],
+        [{"type": "function", "function": {"name": "calc"}}],
+        [1, 2, 3],
+        [4, 5],
+        [-0.5, -0.25],
+        "hello",
+        0.7,
+        2,
+        "stop",
+        trainable=trainable,
+    )
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "store.db") as s:
+        yield s
+
+
+def test_sample_round_trip_exact(store):
+    s = _sample(
+        turn_id=7,
+        has_hint=True,
+        hint="be brief",
+        teacher_logprobs=[-0.1, -0.123456789012345],
+        topk_ids=[[4, 9], [5, 1]],
+        topk_logprobs=[[-0.5, -1.5], [-0.25, -2.0]],
+        meta={"why": "test"},
+    )
+    sid = store.add_sample(s)
+    assert s.sample_id == sid
+    (back,) = store.take_samples(5)
+    assert back == s  # dataclass equality: every field, float values exact
+    assert store.take_samples(5) == []  # handed out, not handed twice
+
+
+def test_queue_never_drops_surplus_and_serves_oldest_first(store):
+    ids = [store.add_sample(_sample(turn_id=i)) for i in range(5)]
+    assert store.count_waiting() == 5
+    batch = store.wait_for_samples(3, timeout=1)
+    assert [s.sample_id for s in batch] == ids[:3]
+    assert store.count_waiting() == 2
+    store.mark_consumed([s.sample_id for s in batch], step=1)
+    store.mark_consumed([s.sample_id for s in batch], step=1)  # idempotent for the same step
+    with pytest.raises(ValueError, match="other steps"):
+        store.mark_consumed([batch[0].sample_id], step=2)
+    with pytest.raises(TimeoutError):
+        store.wait_for_samples(3, timeout=0.3, poll=0.05)
+    assert store.count_waiting() == 2  # a timeout hands nothing out
+    more = store.take_samples(10)
+    assert [s.sample_id for s in more] == ids[3:]
+    store.release([more[1].sample_id])
+    assert [s.sample_id for s in store.take_samples(10)] == [ids[4]]
+    pos = store.resume_position()
+    assert (pos.last_consumed_step, pos.consumed, pos.waiting) == (1, 3, 2)
+
+
+def test_wait_for_samples_wakes_on_new_samples(store):
+    store.add_sample(_sample())
+
+    def later():
+        time.sleep(0.2)
+        store.add_sample(_sample())
+
+    threading.Thread(target=later).start()
+    t0 = time.monotonic()
+    got = store.wait_for_samples(2, timeout=10, poll=5.0)
+    assert len(got) == 2 and time.monotonic() - t0 < 3
+
+
+def test_reopen_serves_unconsumed_first_and_requeue_after(tmp_path):
+    path = tmp_path / "s.db"
+    with Store(path) as s:
+        ids = [s.add_sample(_sample(turn_id=i)) for i in range(4)]
+        s.mark_consumed([s.take_samples(1)[0].sample_id], step=1)
+        s.mark_consumed([s.take_samples(1)[0].sample_id], step=2)
+        s.take_samples(1)  # handed out but never consumed: the process "crashes"
+    with Store(path) as s:
+        assert s.resume_position().last_consumed_step == 2
+        assert [x.sample_id for x in s.take_samples(10)] == ids[2:]
+        s.release(ids[2:])
+        assert s.requeue_after(1) == 1  # the checkpoint is at step 1: step 2's samples are trained again
+        assert [x.sample_id for x in s.take_samples(10)] == [ids[1], ids[2], ids[3]]
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "s.db"
+    Store(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="upgrade openclaw-trl"):
+        Store(path)
+
+
+def test_session_generations_and_turn_life_cycle(store):
+    a = store.open_session("alice")
+    t1 = _turn(store, a)
+    side = _turn(store, a, "side")
+    assert store.get_turn(side)["status"] == "closed"
+    assert not store.attach_next_state(side, {"role": "user", "content": "x"}, "request")
+    assert store.attach_next_state(t1, {"role": "user", "content": "thanks"}, "request")
+    assert not store.attach_next_state(t1, {"role": "user", "content": "again"}, "request")  # only once
+    t2 = _turn(store, a)
+    store.end_session(a, "done")
+    assert store.get_turn(t2)["status"] == "closed"
+    b = store.open_session("alice")
+    assert store.get_session(b)["generation"] == 1 and store.find_open_session("alice")["id"] == b
+    t3 = _turn(store, b)
+    assert store.get_turn(t3)["idx"] == 0 and store.get_turn(t1)["session_id"] == a  # nothing overwritten
+    ready = store.ready_turns(10)
+    assert [t["id"] for t in ready] == [t1]
+    assert ready[0]["next_state"] == {"role": "user", "content": "thanks"}
+    assert ready[0]["tools"][0]["function"]["name"] == "calc"
+    store.set_private(a)
+    assert store.ready_turns(10) == []  # private sessions are never judged
+    assert [t["id"] for t in store.iter_turns()] == [t3]
+    assert len(list(store.iter_turns(include_private=True))) == 4
+
+
+def test_save_judgement_is_atomic_and_one_sample_per_turn(store):
+    a = store.open_session("s")
+    t = _turn(store, a)
+    store.attach_next_state(t, {"role": "user", "content": "no, redo"}, "request")
+    rnd = store.get_turn(t)["judge_round"]
+    votes = [Vote("prm", "callable", "\\boxed{-1}", -1), Vote("prm", "callable", "garbage", None, error="x")]
+    sid = store.save_judgement(t, rnd, votes, -1.0, None, _sample(turn_id=t, reward=-1.0))
+    assert sid is not None
+    assert store.save_judgement(t, rnd, votes, -1.0, None, _sample(turn_id=t)) is None  # no duplicate
+    turn = store.get_turn(t)
+    assert (turn["status"], turn["reward"]) == ("judged", -1.0)
+    assert [(v["raw_text"], v["value"]) for v in store.votes_for(t)][:2] == [
+        ("\\boxed{-1}", -1),
+        ("garbage", None),
+    ]
+    # a failing sample insert rolls the whole judgement back
+    t2 = _turn(store, a)
+    store.attach_next_state(t2, {"role": "user", "content": "ok"}, "request")
+    bad = _sample(turn_id=t2, teacher_logprobs=[0.0])  # wrong length
+    with pytest.raises(ValueError):
+        store.save_judgement(t2, 1, votes, 1.0, None, bad)
+    assert store.get_turn(t2)["status"] == "ready" and store.votes_for(t2) == []
+    # a private session's queued samples are withheld, not deleted
+    assert store.count_waiting() == 1
+    store.set_private(a)
+    assert store.count_waiting() == 0 and store.take_samples(5) == []
+    assert len(list(store.iter_samples(include_private=True))) == 1
+
+
+def test_concurrent_writers(store):
+    errors = []
+
+    def writer(k):
+        try:
+            sess = store.open_session(f"w{k}")
+            for _ in range(20):
+                _turn(store, sess)
+            store.add_sample(_sample(turn_id=k))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    got = store.wait_for_samples(6, timeout=30)
+    for t in threads:
+        t.join()
+    assert not errors
+    assert store.counts()["turns"] == 120 and len(got) == 6
+
+
+def test_store_survives_sigkill(tmp_path):
+    """SIGKILL a process writing turns and samples: every committed turn is found, no sample is duplicated."""
+    path = tmp_path / "crash.db"
+    writer = Path(__file__).with_name("_store_crash_writer.py")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1]))
+    proc = subprocess.Popen(
+        [sys.executable, str(writer), str(path)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    committed_turns: list[int] = []
+    committed_samples: list[int] = []
+    deadline = time.monotonic() + 30
+    while len(committed_turns) < 150 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        kind, _, value = line.partition(" ")
+        if kind == "turn":
+            committed_turns.append(int(value))
+        elif kind == "sample" and value.strip() != "None":
+            committed_samples.append(int(value))
+    proc.send_signal(signal.SIGKILL)  # mid-stream: the child is still writing
+    proc.wait()
+    with Store(path) as s:
+        turns = list(s.iter_turns())
+        samples = list(s.iter_samples())
+        found = {t["id"] for t in turns}
+        print(
+            f"\ncrash test: {len(committed_turns)} turns reported committed, {len(found)} turns found after "
+            f"restart; {len(committed_samples)} samples reported, {len(samples)} found"
+        )
+        assert set(committed_turns) <= found
+        assert set(committed_samples) <= {x["sample_id"] for x in samples}
+        per_turn = [x["turn_id"] for x in samples]
+        assert len(per_turn) == len(set(per_turn))  # no duplicated sample
+        # resume: a turn whose next state arrived but was not judged is judged again, exactly once
+        for turn in s.ready_turns(100):
+            smp = _sample(turn_id=turn["id"])
+            assert s.save_judgement(turn["id"], turn["judge_round"], [], 1.0, None, smp) is not None
+        assert s.count_ready() == 0
+        per_turn = [x["turn_id"] for x in s.iter_samples()]
+        assert len(per_turn) == len(set(per_turn))
+        assert s.count_waiting() == len(per_turn)
