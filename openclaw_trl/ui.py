@@ -1,0 +1,240 @@
+"""The Gradio chat app: talk to the model, rate and correct its answers, watch it learn.
+
+Every conversation is one session (a fresh id per "New conversation"). Each message you send is the
+next state of the previous answer; 👍/👎 and a correction are explicit next states too, so the last
+answer of a conversation is not lost (DESIGN.md §2). The UI calls the server's ``ChatService``
+in-process: the same template, engine, collector and store as the OpenAI API.
+
+Built lazily (``build_ui``) so that importing the server does not import gradio. No ``from __future__
+import annotations`` here: Gradio reads the ``gr.LikeData`` annotation at runtime to inject the event data.
+"""
+
+import html
+import uuid
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from openclaw_trl.server import ChatService
+
+REASONING_TITLE = "💭 Reasoning"
+STATUS_EVERY_S = 2.0
+
+
+def new_conversation() -> dict:
+    """Per-browser-tab state: the API messages, and which displayed message belongs to which turn."""
+    return {
+        "session_id": f"ui-{uuid.uuid4().hex[:16]}",
+        "messages": [],  # the conversation as the API sees it (reasoning + tool calls kept)
+        "turn_of": {},  # displayed message index (str, JSON state) -> turn id
+        "ratings": {},  # turn id (str) -> ±1
+        "target": None,  # turn id the next correction applies to (last rated, else last answer)
+        "last_turn": None,
+        "started": False,
+    }
+
+
+def _display_assistant(message: dict) -> list[dict]:
+    """One assistant turn -> chatbot messages: a collapsible reasoning block, then the answer."""
+    out = []
+    if message.get("reasoning_content"):
+        out.append(
+            {
+                "role": "assistant",
+                "content": message["reasoning_content"],
+                "metadata": {"title": REASONING_TITLE, "status": "done"},
+            }
+        )
+    text = message.get("content") or ""
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function", {})
+        text += f"\n\n🔧 `{fn.get('name')}({fn.get('arguments', '')})`"
+    out.append({"role": "assistant", "content": text.strip() or "…"})
+    return out
+
+
+def _status_views(status: dict):
+    """The learning panel: a summary line, the last hints, and the per-update curves."""
+    import pandas as pd
+
+    version = status.get("policy_version", 0)
+    waiting, batch = status.get("samples_waiting"), status.get("batch_size")
+    lines = [f"**Policy version:** v{version}"]
+    if waiting is not None:
+        lines.append(f"**Samples waiting:** {waiting}" + (f" / {batch} per update" if batch else ""))
+    metrics = status.get("last_metrics") or {}
+    if metrics:
+        shown = ", ".join(
+            f"{k} = {v:.4g}" if isinstance(v, int | float) else f"{k} = {v}"
+            for k, v in list(metrics.items())[:8]
+        )
+        lines.append(f"**Last update:** {shown}")
+    hints = status.get("last_hints") or []
+    hints_md = (
+        "\n".join(f"- {html.escape(str(h))[:300]}" for h in hints[-5:])
+        if hints
+        else "_No hints extracted yet: correct an answer or keep chatting._"
+    )
+    history = status.get("history") or []
+    frame = pd.DataFrame(
+        [
+            {
+                "step": h.get("step", i + 1),
+                "reward_mean": h.get("reward_mean"),
+                "hint_accept_rate": h.get("hint_accept_rate"),
+            }
+            for i, h in enumerate(history)
+        ],
+        columns=["step", "reward_mean", "hint_accept_rate"],
+    )
+    return "  \n".join(lines), hints_md, frame, frame
+
+
+def build_ui(service: "ChatService", title: str = "openclaw-trl"):
+    """The ``gr.Blocks`` app (mounted at ``/`` by ``server.create_app``)."""
+    import gradio as gr
+
+    from openclaw_trl.server import ApiError, SessionInfo
+
+    model = service.settings.model_names[0]
+
+    def respond(text: str, history: list, conv: dict, private: bool):
+        text = (text or "").strip()
+        if not text:
+            yield gr.skip(), history, conv, gr.skip()
+            return
+        messages = conv["messages"] + [{"role": "user", "content": text}]
+        session = SessionInfo(conv["session_id"], "main", False, bool(private))
+        try:
+            prep = service.prepare({"model": model, "messages": messages}, session=session)
+        except ApiError as err:
+            gr.Warning(err.message)
+            yield gr.skip(), history, conv, gr.skip()
+            return
+        history = history + [{"role": "user", "content": text}]
+        base = len(history)
+        partial: dict[str, Any] = {"role": "assistant", "content": "", "reasoning_content": ""}
+        yield "", history + _display_assistant(partial), conv, gr.skip()
+        result = None
+        for kind, item in service.iter_stream(prep):
+            if kind == "done":
+                result = item
+                break
+            for key in ("content", "reasoning_content"):
+                if item.get(key):
+                    partial[key] += item[key]
+            yield gr.skip(), history + _display_assistant(partial), conv, gr.skip()
+        message = result.message
+        shown = _display_assistant(message)
+        conv = dict(conv, messages=messages + [message], started=True, last_turn=result.turn_id, target=None)
+        conv["turn_of"] = dict(conv["turn_of"], **{str(base + i): result.turn_id for i in range(len(shown))})
+        note = f"Answer recorded as turn {result.turn_id} (policy v{result.policy_version})."
+        yield gr.skip(), history + shown, conv, note
+
+    def on_like(conv: dict, data: gr.LikeData):
+        index = data.index[0] if isinstance(data.index, list | tuple) else data.index
+        turn = conv["turn_of"].get(str(index))
+        if turn is None:
+            return conv, "That message has no recorded turn."
+        liked = data.liked if isinstance(data.liked, bool) else str(data.liked).lower() in ("like", "true")
+        rating = 1 if liked else -1
+        service.feedback(turn, rating, None)
+        conv = dict(conv, target=turn, ratings=dict(conv["ratings"], **{str(turn): rating}))
+        if rating > 0:
+            return conv, f"👍 recorded for turn {turn}."
+        return (
+            conv,
+            f"👎 recorded for turn {turn}. Write what the answer should have been below to teach the model.",
+        )
+
+    def on_correct(text: str, conv: dict):
+        text = (text or "").strip()
+        turn = conv.get("target") or conv.get("last_turn")
+        if not text:
+            return gr.skip(), conv, "Write a correction first."
+        if turn is None:
+            return gr.skip(), conv, "There is no answer to correct yet."
+        rating = conv["ratings"].get(str(turn), -1)
+        service.feedback(turn, rating, text)
+        return "", conv, f"✍️ Correction recorded for turn {turn}: the model will learn from it."
+
+    def on_new(conv: dict):
+        if conv.get("started"):
+            try:
+                service.end_session(conv["session_id"])
+            except Exception as exc:  # ending is bookkeeping; a new conversation must still start
+                gr.Warning(f"could not close the previous session: {exc}")
+        return [], new_conversation(), "New conversation."
+
+    def on_private(private: bool, conv: dict):
+        if conv.get("started"):
+            service.set_private(conv["session_id"], bool(private))
+        return (
+            "🔒 This conversation will not be learned from."
+            if private
+            else "This conversation is learned from."
+        )
+
+    def refresh():
+        return _status_views(service.status())
+
+    with gr.Blocks(title=title) as demo:
+        conv = gr.State(new_conversation())
+        gr.Markdown(
+            f"## {html.escape(title)}\nTalk to the model; every reply, 👍/👎 and correction teaches it."
+        )
+        with gr.Row():
+            with gr.Column(scale=3):
+                chatbot = gr.Chatbot(
+                    label="Chat",
+                    height=460,
+                    elem_id="chat",
+                    feedback_options=("Like", "Dislike"),
+                    autoscroll=True,
+                )
+                with gr.Row():
+                    box = gr.Textbox(
+                        placeholder="Message the model…",
+                        show_label=False,
+                        scale=5,
+                        elem_id="msg",
+                        autofocus=True,
+                    )
+                    send = gr.Button("Send", variant="primary", scale=1, elem_id="send")
+                with gr.Row():
+                    new = gr.Button("New conversation", elem_id="new-conversation")
+                    private = gr.Checkbox(
+                        label="Don't learn from this conversation", value=False, elem_id="private"
+                    )
+                with gr.Row():
+                    correction = gr.Textbox(
+                        placeholder="Correct this answer: what should it have said? (applies to the answer you "
+                        "rated last, else the latest answer)",
+                        show_label=False,
+                        scale=5,
+                        elem_id="correction",
+                    )
+                    correct = gr.Button("Send correction", scale=1, elem_id="send-correction")
+                notice = gr.Markdown("", elem_id="notice")
+            with gr.Column(scale=2):
+                gr.Markdown("### Learning")
+                summary = gr.Markdown("", elem_id="learning-status")
+                gr.Markdown("**Last hints extracted**")
+                hints = gr.Markdown("", elem_id="hints")
+                reward_plot = gr.LinePlot(x="step", y="reward_mean", title="Reward per update", height=200)
+                hint_plot = gr.LinePlot(
+                    x="step", y="hint_accept_rate", title="Accepted-hint rate per update", height=200
+                )
+
+        chat_io = dict(inputs=[box, chatbot, conv, private], outputs=[box, chatbot, conv, notice])
+        box.submit(respond, **chat_io)
+        send.click(respond, **chat_io)
+        chatbot.like(on_like, inputs=[conv], outputs=[conv, notice])
+        correct.click(on_correct, inputs=[correction, conv], outputs=[correction, conv, notice])
+        correction.submit(on_correct, inputs=[correction, conv], outputs=[correction, conv, notice])
+        new.click(on_new, inputs=[conv], outputs=[chatbot, conv, notice])
+        private.change(on_private, inputs=[private, conv], outputs=[notice])
+        panel = [summary, hints, reward_plot, hint_plot]
+        gr.Timer(STATUS_EVERY_S).tick(refresh, outputs=panel, show_progress="hidden", queue=False)
+        demo.load(refresh, outputs=panel)
+    demo.queue(default_concurrency_limit=16)
+    return demo
