@@ -1,0 +1,273 @@
+"""``OpenClawConfig``: the TRL-style configuration of a run, parsed from a recipe YAML by ``TrlParser``.
+
+It subclasses TRL's ``GRPOConfig`` so that everything the PPO loss, the optimizer, logging,
+checkpointing and ``accelerate`` need keeps its TRL name and meaning. One thing differs: a live chat
+turn has exactly one completion, so there is no group of ``num_generations`` completions to
+normalise rewards over. ``GRPOConfig.__post_init__`` rejects ``num_generations < 2`` and requires the
+generation batch to hold whole groups; we therefore run ``TrainingArguments``' validation (via TRL's
+``_BaseConfig``) and do the batch geometry ourselves (``_derive_batch_geometry``): one update consumes
+``batch_size`` judged samples, split in micro-batches of ``per_device_train_batch_size``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+METHODS = ("rl", "opd", "combine")
+JUDGE_BACKENDS = ("engine", "openai", "callable", "feedback")
+SOURCES = ("live", "replay", "simulated")
+
+
+@dataclass
+class OpenClawConfig(GRPOConfig):
+    r"""
+    Configuration of an openclaw-trl run: the learning method, the judges, the engine and the server.
+    Every field of TRL's ``GRPOConfig`` / ``TrainingArguments`` is available too (``learning_rate``,
+    ``num_iterations``, ``epsilon``, ``loss_type``, ``output_dir``, ``save_steps``, ``report_to``, …).
+
+    > Parameters that control the learning method
+
+    method (`str`, defaults to `"combine"`):
+        `"rl"` (Binary RL: judge reward broadcast over the tokens), `"opd"` (hindsight on-policy
+        distillation: per-token advantage = teacher log-prob − student log-prob) or `"combine"` (both,
+        weighted by `w_rl` and `w_opd`). [OpenClaw-RL](https://github.com/Gen-Verse/OpenClaw-RL)
+    w_rl (`float`, defaults to `1.0`), w_opd (`float`, defaults to `1.0`):
+        Weights of the reward and the OPD terms in `A = w_rl * r + w_opd * (lp_T - lp_old)`. `rl` forces
+        `w_opd = 0` and `opd` forces `w_rl = 0`.
+    batch_size (`int`, defaults to `16`):
+        Judged samples consumed by one update. Surplus samples stay queued for the next update.
+    teacher (`str`, defaults to `"base"`):
+        Weights that score the hint-conditioned prompt: `"base"` (adapter disabled, as in the reference)
+        or `"policy"` (the current adapter, the SDPO "live" teacher).
+    epsilon (`float`, defaults to `0.2`), epsilon_high (`float`, defaults to `0.28`):
+        PPO clip range `[1 - epsilon, 1 + epsilon_high]` (DAPO's clip-higher).
+    loss_type (`str`, defaults to `"grpo"`):
+        TRL's aggregation; `"grpo"` = token mean per sample, then mean over samples (the reference's).
+    vllm_importance_sampling_correction (`bool`, defaults to `True`):
+        Truncated importance sampling against the engine's sampling log-probs when a batch is stale or
+        several optimisation passes are made (`vllm_importance_sampling_clip_max` caps the ratio).
+        Applies to both engines here, not only vLLM.
+
+    > Parameters that control top-K distillation (optional, added to the PPO loss)
+
+    w_kd (`float`, defaults to `0.0`):
+        Weight of the top-K reverse-KL distillation loss; 0 disables it.
+    kd_topk (`int`, defaults to `20`):
+        K, the number of teacher (or student) top tokens per position.
+    kd_topk_source (`str`, defaults to `"teacher"`):
+        Whose top-K ids form the support: `"teacher"` (the reference) or `"student"` (SDFT/SDPO).
+    kd_cap (`float`, defaults to `10.0`):
+        Per-token cap of the KD term: it bypasses the PPO clip, so it is bounded.
+
+    > Parameters that control the judges
+
+    judge_backend (`str`, defaults to `"engine"`):
+        `"engine"` (the colocated engine with base weights), `"openai"` (any OpenAI-compatible endpoint),
+        `"callable"` (`package.module:function`) or `"feedback"` (👍/👎 ratings and correction text only).
+    judge_m (`int`, defaults to `1`):
+        Votes per judged turn (the reference uses 3 for RL, 1 for OPD/Combine).
+    judge_temperature (`float`, defaults to `0.6`), judge_max_tokens (`int`, defaults to `2048`),
+    judge_top_p (`float`, defaults to `1.0`):
+        Sampling of the judge votes.
+    judge_openai_base_url, judge_openai_model (`str`), judge_openai_api_key_env (`str`, defaults to `"OPENAI_API_KEY"`):
+        The `openai` backend: endpoint, model and the name of the environment variable holding the key.
+    judge_callable (`str`):
+        The `callable` backend: `package.module:function`.
+    judge_max_concurrency (`int`, defaults to `4`), judge_timeout_s (`float`, defaults to `120`):
+        Bounded concurrency and per-vote timeout; a failed or late vote counts as no vote.
+
+    > Parameters that control the engine
+
+    engine (`str`, defaults to `"hf"`):
+        `"hf"` (Transformers + PEFT, CPU or GPU) or `"vllm"` (colocated vLLM with LoRA adapters). The
+        `vllm_gpu_memory_utilization`, `vllm_enable_sleep_mode` and `vllm_max_model_length` fields of
+        `GRPOConfig` configure the vLLM engine.
+    engine_max_batch_size (`int`, defaults to `16`):
+        Concurrent requests batched into one generation pass.
+
+    > Parameters that control serving and the sample source
+
+    source (`str`, defaults to `"live"`):
+        Where turns come from: `"live"` (people through the UI/API), `"replay"` (recorded conversations
+        in `replay_path`) or `"simulated"` (a simulated user class `simulated_user`).
+    replay_path (`str`), simulated_user (`str`, `package.module:Class`), simulated_sessions (`int`):
+        Options of the replay and simulated sources.
+    host (`str`, defaults to `"127.0.0.1"`), port (`int`, defaults to `7860`):
+        Where the UI and the OpenAI-compatible API listen.
+    api_key_env (`str`):
+        Name of an environment variable holding a bearer token the API then requires.
+    served_model_name (`str`, defaults to `"openclaw"`):
+        The model name the API reports and accepts.
+    session_idle_timeout (`float`, defaults to `900`):
+        Seconds of inactivity after which a session ends (its last turn then has no next state).
+    train_anonymous (`bool`, defaults to `False`):
+        Train on requests that carry no session id.
+    store_path (`str`):
+        SQLite store of sessions, turns and samples; defaults to `<output_dir>/openclaw.sqlite`.
+
+    The serving temperature of trainable turns is `temperature` (a `GRPOConfig` field): the PPO ratio
+    and the OPD advantage need the log-probs of the distribution that was actually sampled (notes §7.26).
+    """
+
+    # Learning method
+    method: str = field(default="combine", metadata={"help": "rl, opd or combine.", "choices": METHODS})
+    w_rl: float = field(default=1.0, metadata={"help": "Weight of the Binary-RL reward term."})
+    w_opd: float = field(default=1.0, metadata={"help": "Weight of the OPD term."})
+    batch_size: int = field(default=16, metadata={"help": "Judged samples consumed per update."})
+    teacher: str = field(default="base", metadata={"help": "Teacher weights: base or policy."})
+    # Top-K distillation
+    w_kd: float = field(default=0.0, metadata={"help": "Weight of the top-K distillation loss (0 = off)."})
+    kd_topk: int = field(default=20, metadata={"help": "K of the top-K distillation."})
+    kd_topk_source: str = field(default="teacher", metadata={"help": "teacher or student top-K support."})
+    kd_cap: float = field(default=10.0, metadata={"help": "Per-token cap of the KD term."})
+    # Judges
+    judge_backend: str = field(default="engine", metadata={"help": "engine, openai, callable or feedback."})
+    judge_m: int = field(default=1, metadata={"help": "Votes per judged turn."})
+    judge_temperature: float = field(default=0.6, metadata={"help": "Judge sampling temperature."})
+    judge_top_p: float = field(default=1.0, metadata={"help": "Judge top-p."})
+    judge_max_tokens: int = field(default=2048, metadata={"help": "Judge max new tokens."})
+    judge_openai_base_url: str | None = field(default=None, metadata={"help": "openai backend base URL."})
+    judge_openai_model: str | None = field(default=None, metadata={"help": "openai backend model."})
+    judge_openai_api_key_env: str = field(
+        default="OPENAI_API_KEY", metadata={"help": "Env var with the key."}
+    )
+    judge_callable: str | None = field(default=None, metadata={"help": "callable backend: module:function."})
+    judge_max_concurrency: int = field(default=4, metadata={"help": "Concurrent judge calls."})
+    judge_timeout_s: float = field(default=120.0, metadata={"help": "Per-vote timeout in seconds."})
+    # Engine
+    engine: str = field(default="hf", metadata={"help": "hf or vllm."})
+    engine_max_batch_size: int = field(default=16, metadata={"help": "Requests per generation pass."})
+    # Serving and sources
+    source: str = field(default="live", metadata={"help": "live, replay or simulated."})
+    replay_path: str | None = field(default=None, metadata={"help": "JSONL / datasets file for replay."})
+    simulated_user: str = field(
+        default="openclaw_trl.simulation:PreferenceUser",
+        metadata={"help": "module:Class of the simulated user."},
+    )
+    simulated_sessions: int = field(
+        default=0, metadata={"help": "Conversations to simulate (0 = until max_steps)."}
+    )
+    host: str = field(default="127.0.0.1", metadata={"help": "Bind address of the UI/API."})
+    port: int = field(default=7860, metadata={"help": "Port of the UI/API."})
+    api_key_env: str | None = field(default=None, metadata={"help": "Env var holding the API bearer token."})
+    served_model_name: str = field(default="openclaw", metadata={"help": "Model name reported by the API."})
+    session_idle_timeout: float = field(
+        default=900.0, metadata={"help": "Seconds before an idle session ends."}
+    )
+    train_anonymous: bool = field(default=False, metadata={"help": "Train on requests without a session id."})
+    store_path: str | None = field(default=None, metadata={"help": "SQLite store path."})
+
+    # TRL defaults we change (documented above).
+    epsilon_high: float | None = field(default=0.28, metadata={"help": "Upper clip range (clip-higher)."})
+    loss_type: str = field(default="grpo", metadata={"help": "TRL loss aggregation."})
+    num_generations: int | None = field(default=1, metadata={"help": "Always 1: one completion per turn."})
+    learning_rate: float = field(default=1e-5, metadata={"help": "AdamW learning rate."})
+    lr_scheduler_type: str = field(default="constant", metadata={"help": "Online learning: constant rate."})
+    logging_steps: float = field(default=1, metadata={"help": "Log every update."})
+    gradient_checkpointing: bool | None = field(
+        default=None, metadata={"help": "Deprecated alias (transformers 5)."}
+    )
+    activation_checkpointing: bool | None = field(
+        default=False, metadata={"help": "Trade compute for memory."}
+    )
+    max_completion_length: int | None = field(default=1024, metadata={"help": "Max new tokens when serving."})
+    per_device_train_batch_size: int = field(default=4, metadata={"help": "Micro-batch size of an update."})
+    save_steps: float = field(default=25, metadata={"help": "Checkpoint every N updates."})
+
+    def __post_init__(self):
+        self._validate_openclaw_fields()
+        if self.method == "rl":
+            self.w_opd = 0.0
+        elif self.method == "opd":
+            self.w_rl = 0.0
+        if self.bf16 is None and not self.fp16 and not _cuda_available():
+            self.bf16 = False  # CPU: float32 (bf16 is ~160x slower on this kind of CPU)
+        if not _cuda_available():
+            self.dataloader_pin_memory = False  # the placeholder loader carries no tensors worth pinning
+        if self.max_steps is None or self.max_steps <= 0:
+            self.max_steps = 10**9  # live learning has no dataset length: it runs until stopped
+        # TRL's _BaseConfig / TrainingArguments validation, skipping GRPOConfig's group checks (see module doc).
+        super(GRPOConfig, self).__post_init__()
+        self._derive_batch_geometry()
+        if self.vllm_importance_sampling_correction and self.vllm_importance_sampling_clip_max is None:
+            raise ValueError("vllm_importance_sampling_clip_max must be set when the correction is on.")
+        if self.store_path is None:
+            self.store_path = f"{self.output_dir}/openclaw.sqlite"
+
+    def _validate_openclaw_fields(self) -> None:
+        checks = [
+            (self.method in METHODS, f"method must be one of {METHODS}, got {self.method!r}"),
+            (self.judge_backend in JUDGE_BACKENDS, f"judge_backend must be one of {JUDGE_BACKENDS}"),
+            (self.source in SOURCES, f"source must be one of {SOURCES}, got {self.source!r}"),
+            (self.engine in ("hf", "vllm"), f"engine must be 'hf' or 'vllm', got {self.engine!r}"),
+            (self.teacher in ("base", "policy"), f"teacher must be 'base' or 'policy', got {self.teacher!r}"),
+            (self.kd_topk_source in ("teacher", "student"), "kd_topk_source must be 'teacher' or 'student'"),
+            (self.batch_size >= 1, "batch_size must be >= 1"),
+            (self.judge_m >= 1, "judge_m must be >= 1"),
+            (self.w_kd >= 0 and self.kd_cap > 0, "w_kd must be >= 0 and kd_cap > 0"),
+            (self.w_kd == 0 or self.kd_topk >= 1, "kd_topk must be >= 1 when w_kd > 0"),
+            (self.num_generations in (None, 1), "num_generations must be 1: a live turn has one completion"),
+            (self.temperature > 0, "temperature must be > 0 (it is also the training temperature)"),
+            (
+                self.judge_backend != "callable" or bool(self.judge_callable),
+                "judge_backend=callable needs judge_callable",
+            ),
+            (
+                self.judge_backend != "openai"
+                or bool(self.judge_openai_base_url and self.judge_openai_model),
+                "judge_backend=openai needs judge_openai_base_url and judge_openai_model",
+            ),
+            (self.source != "replay" or bool(self.replay_path), "source=replay needs replay_path"),
+            (
+                self.method != "rl" or self.w_kd == 0,
+                "top-K distillation needs hints: use method opd or combine",
+            ),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+    def _derive_batch_geometry(self) -> None:
+        """One update = ``batch_size`` samples = ``steps_per_generation`` micro-batches, one optimizer step.
+
+        ``num_iterations`` > 1 reuses the batch for more optimizer steps (PPO clipping then matters).
+        """
+        self.num_generations = 1
+        world = self.world_size
+        micro = min(self.per_device_train_batch_size, max(1, self.batch_size // world))
+        if self.batch_size % (micro * world) != 0:
+            raise ValueError(
+                f"batch_size ({self.batch_size}) must be divisible by per_device_train_batch_size ({micro}) x "
+                f"processes ({world}); pick e.g. batch_size={micro * world * max(1, self.batch_size // (micro * world))}."
+            )
+        self.per_device_train_batch_size = micro
+        self.steps_per_generation = self.batch_size // (micro * world)
+        self.gradient_accumulation_steps = self.steps_per_generation
+        self.generation_batch_size = self.batch_size
+
+    def judge_settings(self) -> dict:
+        """The judge fields as plain keyword arguments (for the scorer's ``JudgeConfig``)."""
+        return {
+            "method": self.method,
+            "backend": self.judge_backend,
+            "m": self.judge_m,
+            "temperature": self.judge_temperature,
+            "top_p": self.judge_top_p,
+            "max_tokens": self.judge_max_tokens,
+            "openai_base_url": self.judge_openai_base_url,
+            "openai_model": self.judge_openai_model,
+            "openai_api_key_env": self.judge_openai_api_key_env,
+            "callable": self.judge_callable,
+            "teacher": self.teacher,
+            "kd_topk": self.kd_topk if self.w_kd > 0 else 0,
+            "max_concurrency": self.judge_max_concurrency,
+            "timeout_s": self.judge_timeout_s,
+        }
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

@@ -1,0 +1,396 @@
+"""``OpenClawTrainer``: TRL's ``GRPOTrainer`` fed with judged live turns instead of generated rollouts.
+
+What it overrides, and nothing else:
+
+* where a batch comes from: ``_generate_and_score_completions`` takes the next ``batch_size`` judged
+  samples from the store (blocking until they exist; surplus samples stay queued) and builds the
+  prompt/completion tensors from the stored token ids;
+* how advantages are built: ``losses.combined_advantages`` gives the per-token
+  ``A = w_rl * r + w_opd * opd_mask * (lp_T - lp_old)``; TRL's ``_compute_loss`` then applies the PPO
+  clip (``epsilon`` / ``epsilon_high``) and aggregates as ``loss_type`` says;
+* what happens after an optimizer step: the adapter is published to the serving engine (policy
+  version + 1) and, once a batch's last step is done, its samples are marked consumed with the step.
+
+``lp_old`` in the OPD term is the sampling log-prob returned by the engine: the teacher was scored by
+the same engine, so engine numerics cancel in ``lp_T - lp_old``. When a batch is stale (sampled by an
+older adapter), sampled at another temperature, or reused for several passes (``num_iterations``),
+the old log-probs of the PPO ratio are recomputed with the weights at the start of the update and a
+truncated importance weight ``min(pi_old / pi_sampling, C)`` is folded into the advantage; since the
+weight is positive, ``-min(r*A*w, clip(r)*A*w) = w * -min(r*A, clip(r)*A)``: the same correction TRL
+applies for vLLM. On-policy single-pass batches skip the recomputation (ratio = 1).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import torch
+from datasets import Dataset
+from transformers import TrainerCallback
+from trl import GRPOTrainer
+
+from openclaw_trl.config import OpenClawConfig
+from openclaw_trl.losses import combined_advantages, masked_mean, topk_distillation_loss
+from openclaw_trl.samples import TrainingSample
+
+logger = logging.getLogger(__name__)
+
+RUN_INFO_FILE = "openclaw_run.json"
+
+
+class OpenClawTrainer(GRPOTrainer):
+    _tag_names = ["trl", "openclaw-trl", "online-rl", "on-policy-distillation"]
+    _name = "OpenClaw"
+
+    def __init__(
+        self,
+        model,
+        args: OpenClawConfig,
+        store,
+        engine=None,
+        processing_class=None,
+        peft_config=None,
+        callbacks=None,
+        sample_timeout: float | None = None,
+        recipe_yaml: str | None = None,
+    ):
+        # The data come from the store; the dataset only drives TRL's loop (one row per sample slot).
+        placeholder = Dataset.from_dict({"prompt": [""] * args.generation_batch_size})
+        super().__init__(
+            model=model,
+            reward_funcs=judged_reward,
+            args=args,
+            train_dataset=placeholder,
+            processing_class=processing_class,
+            peft_config=peft_config,
+            callbacks=callbacks,
+        )
+        self.store = store
+        self.engine = engine
+        self.sample_timeout = sample_timeout
+        self.recipe_yaml = recipe_yaml
+        self._batch_sample_ids: list[int] = []
+        self._batch_turn_ids: list[int] = []
+        self._updates_left_in_batch = 0
+        self._last_logps: torch.Tensor | None = None
+        self.samples_used = 0
+        self.turns_used: set[int] = set()
+        self.add_callback(_PublishAndConsume(self))
+
+    # ------------------------------------------------------------------ batches
+    def _take_batch(self) -> list[TrainingSample]:
+        """The next ``generation_batch_size`` samples, taken by the main process and shared with the others."""
+        from accelerate.utils import broadcast_object_list
+
+        holder = [None]
+        if self.accelerator.is_main_process:
+            samples = self.store.wait_for_samples(
+                self.args.generation_batch_size, timeout=self.sample_timeout
+            )
+            if len(samples) < self.args.generation_batch_size:
+                raise TimeoutError(
+                    f"only {len(samples)} of {self.args.generation_batch_size} judged samples arrived within "
+                    f"{self.sample_timeout}s; they stay queued for the next run"
+                )
+            holder = [samples]
+        if self.accelerator.num_processes > 1:
+            broadcast_object_list(holder)
+        return holder[0]
+
+    def _generate_and_score_completions(self, inputs):
+        samples = self._take_batch()
+        device = self.accelerator.device
+        self._batch_sample_ids = [s.sample_id for s in samples]
+        self._batch_turn_ids = [s.turn_id for s in samples]
+        updates_per_batch = self.num_iterations * self.args.steps_per_generation
+        self._updates_left_in_batch = max(1, updates_per_batch // self.args.gradient_accumulation_steps)
+
+        batch = collate_samples(samples, pad_token_id=self.processing_class.pad_token_id, device=device)
+        mask = batch["completion_mask"]
+        advantages = combined_advantages(
+            batch["rewards"],
+            batch["teacher_logprobs"],
+            batch["sampling_logprobs"],
+            mask,
+            batch["opd_mask"],
+            w_rl=self.args.w_rl,
+            w_opd=self.args.w_opd,
+        )
+
+        out = {
+            "prompt_ids": batch["prompt_ids"],
+            "prompt_mask": batch["prompt_mask"],
+            "completion_ids": batch["completion_ids"],
+            "completion_mask": mask,
+            "num_items_in_batch": mask.sum(),
+        }
+        current_version = self.state.global_step
+        off_policy = any(
+            s.policy_version != current_version or abs(s.temperature - self.temperature) > 1e-6
+            for s in samples
+        )
+        if self.num_iterations > 1 or (off_policy and self.args.vllm_importance_sampling_correction):
+            with torch.no_grad():
+                old, _, _ = self._get_per_token_logps_and_entropies(
+                    self.model,
+                    torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1),
+                    torch.cat([batch["prompt_mask"], mask], dim=1),
+                    batch["completion_ids"].size(1),
+                    batch_size=self.args.per_device_train_batch_size,
+                )
+            out["old_per_token_logps"] = old
+            if self.args.vllm_importance_sampling_correction:
+                weight = truncated_is_weight(
+                    old,
+                    batch["sampling_logprobs"],
+                    mask,
+                    self.args.vllm_importance_sampling_mode,
+                    self.args.vllm_importance_sampling_clip_min,
+                    self.args.vllm_importance_sampling_clip_max,
+                )
+                advantages = advantages * weight
+                self._log(
+                    "sampling/importance_sampling_ratio/mean", masked_mean(weight.expand_as(mask), mask)
+                )
+                diff = (old - batch["sampling_logprobs"]).abs()
+                self._log("sampling/sampling_logp_difference/mean", masked_mean(diff, mask))
+        out["advantages"] = advantages
+        if self.args.w_kd > 0:
+            out["kd_topk_ids"] = batch["topk_ids"]
+            out["kd_topk_logprobs"] = batch["topk_logprobs"]
+            out["kd_mask"] = mask * batch["opd_mask"][:, None].to(mask.dtype) * batch["has_topk"][:, None]
+
+        self._log_batch_metrics(samples, batch, advantages, mask)
+        return out
+
+    def _log(self, name: str, value) -> None:
+        self._metrics["train"][name].append(float(value))
+
+    def _log_batch_metrics(self, samples, batch, advantages, mask) -> None:
+        opd = batch["opd_mask"]
+        opd_adv = (batch["teacher_logprobs"] - batch["sampling_logprobs"]) * mask
+        self._log("reward", batch["rewards"].mean())
+        self._log("rl/reward_mean", batch["rewards"].mean())
+        self._log("rl/nonzero_reward_rate", (batch["rewards"] != 0).float().mean())
+        self._log("opd/hint_accept_rate", opd.float().mean())
+        if opd.any():
+            opd_rows = opd_adv[opd]
+            self._log("opd/mean_advantage", masked_mean(opd_rows, mask[opd]))
+            self._log("opd/mean_abs_advantage", masked_mean(opd_rows.abs(), mask[opd]))
+        self._log("advantages/mean", masked_mean(advantages, mask))
+        lengths = mask.sum(1).float()
+        self._log("completions/mean_length", lengths.mean())
+        self._log(
+            "samples/staleness",
+            sum(self.state.global_step - s.policy_version for s in samples) / len(samples),
+        )
+        self._log("samples/waiting", self.store.count_waiting())
+        self._log("policy_version", self.state.global_step)
+
+    # ------------------------------------------------------------------- loss
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        self._last_logps = logps.detach()
+        return logps, entropies, aux
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        mask = inputs["completion_mask"]
+        if inputs.get("old_per_token_logps") is not None and self._last_logps is not None:
+            # KL(old || new), k3 estimator; exactly 0 on the first pass of an on-policy batch.
+            delta = self._last_logps - inputs["old_per_token_logps"]
+            self._log("kl_old", masked_mean(torch.exp(delta) - delta - 1, mask))
+        else:
+            self._log("kl_old", 0.0)
+        if self.args.w_kd > 0 and inputs["kd_mask"].any():
+            kd = self._topk_distillation(model, inputs)
+            self._log("kd/loss", kd.detach())
+            loss = loss + self.args.w_kd * kd / self.current_gradient_accumulation_steps
+        return loss
+
+    def _topk_distillation(self, model, inputs) -> torch.Tensor:
+        """Reverse KL over the teacher's top-K ids (+ tail) from one extra student forward with logits."""
+        prompt_len = inputs["prompt_ids"].size(1)
+        input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        logits = model(input_ids=input_ids, attention_mask=attention).logits
+        logits = logits[:, prompt_len - 1 : -1] / self.temperature  # positions predicting completion tokens
+        student = torch.log_softmax(logits.float(), dim=-1).gather(-1, inputs["kd_topk_ids"])
+        per_token = topk_distillation_loss(
+            student, inputs["kd_topk_logprobs"], inputs["kd_mask"], cap=self.args.kd_cap
+        )
+        kd_mask = inputs["kd_mask"].float()
+        return ((per_token * kd_mask).sum(-1) / kd_mask.sum(-1).clamp(min=1.0)).mean()
+
+    # -------------------------------------------------------- publish / resume
+    def publish(self) -> None:
+        """Hand the current adapter to the serving engine (atomic swap there), version = global step."""
+        if self.engine is None or not self.accelerator.is_main_process:
+            return
+        from peft import get_peft_model_state_dict
+
+        model = self.accelerator.unwrap_model(self.model)
+        state = {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
+        started = time.perf_counter()
+        self.engine.publish_adapter(state, version=self.state.global_step)
+        self._log("publish_time", time.perf_counter() - started)
+
+    def train(self, resume_from_checkpoint=None, **kwargs):
+        if resume_from_checkpoint:
+            step = _checkpoint_step(resume_from_checkpoint, self.args.output_dir)
+            if step is not None:
+                requeued = self.store.requeue_after(step)
+                logger.info(
+                    "resuming at step %s: %s samples consumed after it are queued again", step, requeued
+                )
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
+    def write_run_info(self, output_dir: str | None = None) -> Path:
+        """``openclaw_run.json``: what ``openclaw-trl push`` puts in the model card."""
+        import importlib.metadata as md
+
+        output_dir = Path(output_dir or self.args.output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        model = self.accelerator.unwrap_model(self.model)
+        base = getattr(
+            getattr(model, "peft_config", {}).get("default", None), "base_model_name_or_path", None
+        )
+        last = {k: v for k, v in (self.state.log_history[-1] if self.state.log_history else {}).items()}
+        versions = {}
+        for name in ("torch", "transformers", "peft", "trl", "accelerate", "openclaw-trl"):
+            try:
+                versions[name] = md.version(name)
+            except md.PackageNotFoundError:
+                pass
+        info = {
+            "base_model": base or getattr(model.config, "_name_or_path", None),
+            "method": self.args.method,
+            "recipe_yaml": self.recipe_yaml,
+            "num_updates": self.state.global_step,
+            "turns_used": len(self.turns_used),
+            "samples_used": self.samples_used,
+            "final_metrics": last,
+            "load_in_4bit": bool(getattr(model, "is_loaded_in_4bit", False)),
+            "library_versions": versions,
+        }
+        path = output_dir / RUN_INFO_FILE
+        path.write_text(json.dumps(info, indent=2, default=str))
+        return path
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.accelerator.is_main_process:
+            self.write_run_info()
+
+
+class _PublishAndConsume(TrainerCallback):
+    """After each optimizer step: publish the adapter; after a batch's last step: mark its samples consumed."""
+
+    def __init__(self, trainer: OpenClawTrainer):
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.trainer.publish()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        trainer = self.trainer
+        trainer.publish()
+        trainer._updates_left_in_batch -= 1
+        if trainer._updates_left_in_batch <= 0 and trainer._batch_sample_ids:
+            if trainer.accelerator.is_main_process:
+                trainer.store.mark_consumed(trainer._batch_sample_ids, state.global_step)
+            trainer.samples_used += len(trainer._batch_sample_ids)
+            trainer.turns_used.update(trainer._batch_turn_ids)
+            trainer._batch_sample_ids = []
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.trainer.accelerator.is_main_process:
+            self.trainer.write_run_info()
+
+
+def judged_reward(prompts=None, completions=None, **kwargs):
+    """Rewards come from the judges through the store, not from reward functions.
+
+    ``GRPOTrainer`` requires a reward source at construction; this one is never called because
+    ``OpenClawTrainer`` builds its batches (and advantages) itself.
+    """
+    raise RuntimeError("OpenClawTrainer reads judged rewards from the store; judged_reward is never called")
+
+
+def collate_samples(
+    samples: list[TrainingSample], pad_token_id: int, device="cpu"
+) -> dict[str, torch.Tensor]:
+    """Pad stored token ids into TRL's layout: prompts left-padded, completions right-padded.
+
+    Rows without teacher log-probs get zeros there (their ``opd_mask`` is False, so the OPD term is 0).
+    """
+    n = len(samples)
+    p_len = max(len(s.prompt_ids) for s in samples)
+    c_len = max(len(s.completion_ids) for s in samples)
+    k = max((len(s.topk_ids[0]) for s in samples if s.topk_ids), default=1)
+    prompt_ids = torch.full((n, p_len), pad_token_id, dtype=torch.long)
+    prompt_mask = torch.zeros((n, p_len), dtype=torch.long)
+    completion_ids = torch.full((n, c_len), pad_token_id, dtype=torch.long)
+    completion_mask = torch.zeros((n, c_len), dtype=torch.long)
+    sampling = torch.zeros((n, c_len))
+    teacher = torch.zeros((n, c_len))
+    topk_ids = torch.zeros((n, c_len, k), dtype=torch.long)
+    topk_logprobs = torch.zeros((n, c_len, k))
+    has_topk = torch.zeros(n, dtype=torch.long)
+    for i, s in enumerate(samples):
+        p, c = len(s.prompt_ids), len(s.completion_ids)
+        prompt_ids[i, p_len - p :] = torch.tensor(s.prompt_ids)
+        prompt_mask[i, p_len - p :] = 1
+        completion_ids[i, :c] = torch.tensor(s.completion_ids)
+        completion_mask[i, :c] = 1
+        sampling[i, :c] = torch.tensor(s.sampling_logprobs[:c])
+        if s.has_hint and s.teacher_logprobs is not None:
+            teacher[i, :c] = torch.tensor(s.teacher_logprobs[:c])
+        if s.has_hint and s.topk_ids:
+            topk_ids[i, :c] = torch.tensor(s.topk_ids[:c])
+            topk_logprobs[i, :c] = torch.tensor(s.topk_logprobs[:c])
+            has_topk[i] = 1
+    tensors = {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": prompt_mask,
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "sampling_logprobs": sampling,
+        "teacher_logprobs": teacher,
+        "rewards": torch.tensor([float(s.reward) for s in samples]),
+        "opd_mask": torch.tensor([bool(s.has_hint and s.teacher_logprobs is not None) for s in samples]),
+        "topk_ids": topk_ids,
+        "topk_logprobs": topk_logprobs,
+        "has_topk": has_topk,
+    }
+    return {name: t.to(device) for name, t in tensors.items()}
+
+
+def truncated_is_weight(old, sampling, mask, mode: str, clip_min: float | None, clip_max: float | None):
+    """Importance weight pi_old / pi_sampling per token (``token_*``) or per sequence (``sequence_*``),
+    truncated (``*_truncate``: clamped) or masked (``*_mask``: set to 0 outside [clip_min, clip_max])."""
+    log_ratio = (old - sampling) * mask
+    if mode.startswith("sequence"):
+        log_ratio = log_ratio.sum(-1, keepdim=True)
+    ratio = torch.exp(log_ratio.clamp(max=20.0))
+    low = clip_min if clip_min is not None else 0.0
+    high = clip_max if clip_max is not None else float("inf")
+    if mode.endswith("truncate"):
+        return ratio.clamp(min=low, max=high)
+    return torch.where((ratio < low) | (ratio > high), torch.zeros_like(ratio), ratio)
+
+
+def _checkpoint_step(checkpoint, output_dir: str) -> int | None:
+    """The global step of ``checkpoint`` (a path, or True for the latest one in ``output_dir``)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    path = get_last_checkpoint(output_dir) if checkpoint is True else checkpoint
+    if not path:
+        return None
+    state_file = Path(path) / "trainer_state.json"
+    if state_file.exists():
+        return int(json.loads(state_file.read_text())["global_step"])
+    return None

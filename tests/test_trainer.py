@@ -1,0 +1,217 @@
+"""OpenClawTrainer on the tiny model (CPU): updates from stored samples, the RL/OPD math, clipping, resume."""
+
+from __future__ import annotations
+
+import torch
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+from openclaw_trl.config import OpenClawConfig
+from openclaw_trl.samples import TrainingSample
+from openclaw_trl.store import Store
+from openclaw_trl.trainer import OpenClawTrainer, collate_samples, truncated_is_weight
+
+LORA = dict(r=8, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+
+
+def _sampled(
+    model_dir, n, seed=0, prompt_len=12, completion_len=6, policy_version=0, rewards=None, hint=False
+):
+    """Samples whose completions were drawn from the base model, with their exact sampling log-probs."""
+    gen = torch.Generator().manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    out = []
+    for i in range(n):
+        prompt = torch.randint(10, 1500, (prompt_len + i % 3,), generator=gen).tolist()
+        ids = torch.tensor([prompt])
+        completion, logprobs = [], []
+        with torch.no_grad():
+            for _ in range(completion_len):
+                lp = torch.log_softmax(model(ids).logits[0, -1], -1)
+                tok = int(torch.multinomial(lp.exp(), 1, generator=gen))
+                completion.append(tok)
+                logprobs.append(float(lp[tok]))
+                ids = torch.cat([ids, torch.tensor([[tok]])], 1)
+        reward = rewards[i] if rewards is not None else (1.0 if i % 2 == 0 else -1.0)
+        out.append(
+            TrainingSample(
+                turn_id=1000 + i,
+                prompt_ids=prompt,
+                completion_ids=completion,
+                sampling_logprobs=logprobs,
+                temperature=1.0,
+                policy_version=policy_version,
+                reward=reward,
+                has_hint=hint,
+                teacher_logprobs=list(logprobs) if hint else None,
+            )
+        )
+    return out
+
+
+def _trainer(model_dir, tmp_path, store, **overrides):
+    args = dict(
+        output_dir=str(tmp_path / "run"),
+        batch_size=4,
+        per_device_train_batch_size=2,
+        learning_rate=1e-3,
+        max_steps=1,
+        save_strategy="no",
+        report_to="none",
+        max_grad_norm=1e9,
+        seed=0,
+        store_path=str(tmp_path / "store.sqlite"),
+    )
+    args.update(overrides)
+    config = OpenClawConfig(**args)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    return OpenClawTrainer(
+        model=model,
+        args=config,
+        store=store,
+        processing_class=tok,
+        peft_config=LoraConfig(**LORA),
+        sample_timeout=5,
+    )
+
+
+class _GradCapture(TrainerCallback):
+    def __init__(self, model):
+        self.model, self.grads = model, []
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self.grads.append(
+            {n: p.grad.detach().clone() for n, p in self.model.named_parameters() if p.grad is not None}
+        )
+
+
+def _params(model, lora: bool):
+    return {n: p.detach().clone() for n, p in model.named_parameters() if ("lora_" in n) == lora}
+
+
+def test_update_changes_adapter_not_base_and_marks_consumed(tiny_model_dir, tmp_path):
+    store = Store(tmp_path / "store.sqlite")
+    ids = [store.add_sample(s) for s in _sampled(tiny_model_dir, 6)]
+    trainer = _trainer(tiny_model_dir, tmp_path, store)
+    lora_before, base_before = _params(trainer.model, True), _params(trainer.model, False)
+    trainer.train()
+    lora_after, base_after = _params(trainer.model, True), _params(trainer.model, False)
+    assert any(not torch.equal(lora_before[n], lora_after[n]) for n in lora_before)
+    assert all(torch.equal(base_before[n], base_after[n]) for n in base_before)
+    # The first 4 samples were consumed by step 1; the surplus stays queued.
+    consumed = {s["sample_id"]: s["consumed_step"] for s in store.iter_samples(include_private=True)}
+    assert [consumed[i] for i in ids] == [1, 1, 1, 1, None, None]
+    assert store.count_waiting() == 2
+    logs = trainer.state.log_history[0]
+    for key in (
+        "reward",
+        "opd/hint_accept_rate",
+        "clip_ratio/region_mean",
+        "kl_old",
+        "policy_version",
+        "samples/waiting",
+    ):
+        assert key in logs, key
+    assert logs["samples/waiting"] == 2
+
+
+def test_rl_gradient_equals_direct_policy_gradient(tiny_model_dir, tmp_path):
+    store = Store(tmp_path / "store.sqlite")
+    samples = _sampled(tiny_model_dir, 4, rewards=[1.0, -1.0, -1.0, 1.0])
+    for s in samples:
+        store.add_sample(s)
+    trainer = _trainer(tiny_model_dir, tmp_path, store, method="rl")
+    init_lora = _params(trainer.model, True)
+    capture = _GradCapture(trainer.model)
+    trainer.add_callback(capture)
+    trainer.train()
+    got = capture.grads[0]
+
+    # Direct computation: same initial adapter, loss = mean_b mean_t(-r_b * logp) (ratio 1 on the first pass).
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    model = get_peft_model(base, LoraConfig(**LORA))
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_" in n:
+                p.copy_(init_lora[n])
+    batch = collate_samples(samples, pad_token_id=0)
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    att = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    logits = model(input_ids=ids, attention_mask=att).logits[:, batch["prompt_ids"].size(1) - 1 : -1]
+    logp = torch.log_softmax(logits, -1).gather(-1, batch["completion_ids"][..., None]).squeeze(-1)
+    mask = batch["completion_mask"].float()
+    ratio = torch.exp(logp - logp.detach())
+    adv = batch["rewards"][:, None]
+    per_token = -torch.min(ratio * adv, ratio.clamp(0.8, 1.28) * adv)
+    loss = ((per_token * mask).sum(1) / mask.sum(1)).mean()
+    loss.backward()
+    want = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    assert set(want) == set(got)
+    for n in want:
+        torch.testing.assert_close(got[n], want[n], atol=1e-5, rtol=1e-4)
+    assert sum(g.abs().sum() for g in want.values()) > 0
+
+
+def test_opd_with_teacher_equal_to_student_is_a_no_op(tiny_model_dir, tmp_path):
+    store = Store(tmp_path / "store.sqlite")
+    for s in _sampled(tiny_model_dir, 4, hint=True, rewards=[0.0] * 4):
+        store.add_sample(s)
+    trainer = _trainer(tiny_model_dir, tmp_path, store, method="opd")
+    before = _params(trainer.model, True)
+    capture = _GradCapture(trainer.model)
+    trainer.add_callback(capture)
+    trainer.train()
+    assert all(g.abs().max() == 0 for g in capture.grads[0].values())
+    after = _params(trainer.model, True)
+    assert all(torch.equal(before[n], after[n]) for n in before)
+    assert trainer.state.log_history[0]["opd/hint_accept_rate"] == 1.0
+    assert trainer.state.log_history[0]["opd/mean_advantage"] == 0.0
+
+
+def test_several_iterations_clip(tiny_model_dir, tmp_path):
+    store = Store(tmp_path / "store.sqlite")
+    for s in _sampled(tiny_model_dir, 4):
+        store.add_sample(s)
+    trainer = _trainer(
+        tiny_model_dir, tmp_path, store, method="rl", num_iterations=4, max_steps=4, learning_rate=3e-2
+    )
+    trainer.train()
+    clip = [h["clip_ratio/region_mean"] for h in trainer.state.log_history if "clip_ratio/region_mean" in h]
+    kl = [h["kl_old"] for h in trainer.state.log_history if "kl_old" in h]
+    assert len(clip) == 4 and clip[0] == 0.0 and max(clip) > 0.0
+    assert kl[0] == 0.0 and max(kl) > 0.0
+    # One batch reused for 4 optimizer steps: consumed once, by the last step.
+    assert {s["consumed_step"] for s in store.iter_samples(include_private=True)} == {4}
+
+
+def test_resume_continues_with_next_unconsumed(tiny_model_dir, tmp_path):
+    store = Store(tmp_path / "store.sqlite")
+    ids = [store.add_sample(s) for s in _sampled(tiny_model_dir, 12)]
+    trainer = _trainer(tiny_model_dir, tmp_path, store, max_steps=2, save_strategy="steps", save_steps=1)
+    trainer.train()
+    steps = {s["sample_id"]: s["consumed_step"] for s in store.iter_samples(include_private=True)}
+    assert [steps[i] for i in ids[:8]] == [1] * 4 + [2] * 4
+    # Resume from checkpoint-1: the samples step 2 used are queued again and trained by the new step 2.
+    checkpoint = tmp_path / "run" / "checkpoint-1"
+    assert (checkpoint / "adapter_model.safetensors").exists()
+    store2 = Store(tmp_path / "store.sqlite")
+    resumed = _trainer(tiny_model_dir, tmp_path, store2, max_steps=3, save_strategy="no")
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    steps = {s["sample_id"]: s["consumed_step"] for s in store2.iter_samples(include_private=True)}
+    assert [steps[i] for i in ids] == [1] * 4 + [2] * 4 + [3] * 4
+    assert resumed.state.global_step == 3
+    info = (tmp_path / "run" / "openclaw_run.json").read_text()
+    assert '"num_updates": 3' in info and '"samples_used": 8' in info
+
+
+def test_truncated_is_weight_modes():
+    old = torch.tensor([[0.0, -1.0, -2.0]])
+    sampling = torch.tensor([[-2.0, -1.0, 0.0]])
+    mask = torch.ones(1, 3)
+    w = truncated_is_weight(old, sampling, mask, "token_truncate", None, 2.0)
+    torch.testing.assert_close(w, torch.tensor([[2.0, 1.0, torch.exp(torch.tensor(-2.0)).item()]]))
+    w = truncated_is_weight(old, sampling, mask, "token_mask", 0.5, 2.0)
+    torch.testing.assert_close(w, torch.tensor([[0.0, 1.0, 0.0]]))
+    w = truncated_is_weight(old, sampling, mask, "sequence_truncate", None, 3.0)
+    assert w.shape == (1, 1) and w.item() == 1.0
