@@ -4,9 +4,8 @@ The server calls a :class:`TurnCollector` for every chat request, in this order:
 
     ctx = collector.begin(messages, tools=tools, headers=request.headers, body=body)   # before generating
     ...render ctx.messages, generate...
-    turn_id = collector.record_turn(ctx, prompt_ids=..., completion_ids=..., sampling_logprobs=...,
-                                    completion_text=..., temperature=..., policy_version=...,
-                                    finish_reason=...)                                  # before replying
+    turn_id = collector.record_turn(ctx, prompt_ids, completion, temperature,
+                                    completion_text=None, response_message=message)   # before replying
     # if generation failed instead: collector.abort(ctx)
 
 and, for the 👍/👎/correction route, ``collector.feedback(turn_id, rating, text)``; it calls
@@ -55,6 +54,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from openclaw_trl.engines.base import Completion
 from openclaw_trl.judge import flatten_content
 from openclaw_trl.store import Store
 
@@ -184,7 +184,8 @@ class TurnCollector:
     """Maps chat requests to sessions and turns in the :class:`~openclaw_trl.store.Store` (module docstring).
 
     Thread-safe: one lock serialises the bookkeeping (a few SQLite statements per request), never the
-    generation itself. ``clock`` is injectable for tests.
+    generation itself. ``tokenizer`` (optional) decodes completion text when the server passes none;
+    ``clock`` is injectable for tests.
     """
 
     def __init__(
@@ -202,21 +203,37 @@ class TurnCollector:
         tools: Sequence[Mapping] | None = None,
         headers: Mapping | None = None,
         body: Mapping | None = None,
+        *,
+        session_key: str | None = None,
+        turn_type: str | None = None,
+        session_done: bool | None = None,
+        private: bool | None = None,
     ) -> RequestContext:
-        """Resolve the session of a request and attach its next state to the previous main turn."""
+        """Resolve the session of a request and attach its next state to the previous main turn.
+
+        The session fields come from ``headers`` / ``body`` (module docstring); the keyword arguments, when
+        not None, override them (for a server that parsed them already).
+        """
         if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)) or not messages:
             raise SessionRequestError("messages must be a non-empty list")
         if not all(isinstance(m, Mapping) for m in messages):
             raise SessionRequestError("every message must be an object")
         h, b = _lower_keys(headers), dict(body or {})
-        key = h.get("x-session-id") or b.get("session_id") or b.get("user")
+        key = (
+            session_key
+            if session_key is not None
+            else h.get("x-session-id") or b.get("session_id") or b.get("user")
+        )
         key = str(key).strip() if key is not None else None
         key = key or None
-        turn_type = str(h.get("x-turn-type") or b.get("turn_type") or "main").strip().lower()
+        turn_type = str(turn_type or h.get("x-turn-type") or b.get("turn_type") or "main").strip().lower()
         if turn_type not in ("main", "side"):
             raise SessionRequestError(f"turn type must be 'main' or 'side', got {turn_type!r}")
-        done = _flag(h.get("x-session-done", b.get("session_done")), "session_done") or False
-        private = _flag(h.get("x-session-private", b.get("session_private")), "session_private")
+        if session_done is None:
+            session_done = _flag(h.get("x-session-done", b.get("session_done")), "session_done")
+        done = bool(session_done)
+        if private is None:
+            private = _flag(h.get("x-session-private", b.get("session_private")), "session_private")
         messages = [dict(m) for m in messages]
         tools = [dict(t) for t in tools] if tools else None
         now = self.clock()
@@ -285,17 +302,24 @@ class TurnCollector:
         self,
         ctx: RequestContext,
         prompt_ids: Sequence[int],
-        completion_ids: Sequence[int],
-        sampling_logprobs: Sequence[float],
-        completion_text: str,
+        completion: Completion,
         temperature: float,
-        policy_version: int,
-        finish_reason: str | None = None,
+        completion_text: str | None = None,
+        response_message: dict | None = None,
     ) -> int:
         """Commit the served turn (call before replying); ends the session if the request said so.
 
-        An empty completion is stored but not trainable.
+        ``completion`` is the engine's result (ids, sampling log-probs, finish reason, policy version);
+        ``temperature`` the request's sampling temperature; ``completion_text`` defaults to the ids decoded
+        with special tokens kept (needs ``tokenizer``); ``response_message`` is the parsed assistant message
+        as the client received it (kept for export). An empty completion is stored but not trainable.
         """
+        if completion_text is None:
+            completion_text = (
+                self.tokenizer.decode(list(completion.token_ids), skip_special_tokens=False)
+                if self.tokenizer is not None
+                else ""
+            )
         now = self.clock()
         with self._lock:
             turn_id = self.store.add_turn(
@@ -304,14 +328,15 @@ class TurnCollector:
                 ctx.messages,
                 ctx.tools,
                 prompt_ids,
-                completion_ids,
-                sampling_logprobs,
+                completion.token_ids,
+                completion.logprobs,
                 completion_text,
                 temperature,
-                policy_version,
-                finish_reason,
-                trainable=ctx.trainable and len(completion_ids) > 0,
+                completion.policy_version,
+                completion.finish_reason,
+                trainable=ctx.trainable and len(completion.token_ids) > 0,
                 history_hash=ctx.history_hash,
+                response_message=response_message,
                 now=now,
             )
             if ctx.session_done:

@@ -72,7 +72,8 @@ CREATE TABLE IF NOT EXISTS turns (
     prompt_ids TEXT NOT NULL,          -- JSON list of ints, exactly what the engine saw
     completion_ids TEXT NOT NULL,      -- JSON list of ints, exactly as sampled
     sampling_logprobs TEXT NOT NULL,   -- JSON list of floats, at the logprob temperature
-    completion_text TEXT NOT NULL,
+    completion_text TEXT NOT NULL,     -- the decoded completion (special tokens kept)
+    response_message TEXT,             -- JSON: the assistant message as the client received it
     temperature REAL NOT NULL,
     policy_version INTEGER NOT NULL,
     finish_reason TEXT,
@@ -140,6 +141,17 @@ CREATE TABLE IF NOT EXISTS samples (
 CREATE UNIQUE INDEX IF NOT EXISTS samples_one_per_turn ON samples(turn_id) WHERE origin = 'scorer';
 CREATE INDEX IF NOT EXISTS samples_queue ON samples(consumed_step, id);
 """
+
+
+_TURN_JSON = (
+    "prompt_messages",
+    "tools",
+    "prompt_ids",
+    "completion_ids",
+    "sampling_logprobs",
+    "response_message",
+    "next_state",
+)
 
 
 class StoreError(RuntimeError):
@@ -366,6 +378,7 @@ class Store:
         finish_reason: str | None,
         trainable: bool,
         history_hash: str | None = None,
+        response_message: dict | None = None,
         now: float | None = None,
     ) -> int:
         """Commit one served turn (before the reply goes out); returns the turn id."""
@@ -384,9 +397,9 @@ class Store:
             idx = row.fetchone()[0]
             cur = tx.execute(
                 "INSERT INTO turns (session_id, idx, turn_type, created, prompt_messages, tools, history_hash,"
-                " prompt_ids, completion_ids, sampling_logprobs, completion_text, temperature, policy_version,"
-                " finish_reason, trainable, status, close_reason)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " prompt_ids, completion_ids, sampling_logprobs, completion_text, response_message, temperature,"
+                " policy_version, finish_reason, trainable, status, close_reason)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     session_id,
                     idx,
@@ -399,6 +412,7 @@ class Store:
                     _dumps([int(t) for t in completion_ids]),
                     _dumps([float(x) for x in sampling_logprobs]),
                     completion_text,
+                    _dumps(response_message),
                     float(temperature),
                     int(policy_version),
                     finish_reason,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from openclaw_trl.engines.base import Completion
 from openclaw_trl.samples import TrainingSample
 from openclaw_trl.sessions import (
     FeedbackError,
@@ -34,8 +35,9 @@ def env(tmp_path):
 def serve(collector, messages, reply="ok", headers=None, body=None, tools=None, completion=(7, 8)):
     """What the server does for one request; returns (ctx, turn_id, assistant message to echo back)."""
     ctx = collector.begin(messages, tools=tools, headers=headers, body=body)
+    done = Completion(list(completion), [-0.1] * len(completion), "stop", 0)
     turn_id = collector.record_turn(
-        ctx, [1, 2], list(completion), [-0.1] * len(completion), reply, 1.0, 0, "stop"
+        ctx, [1, 2], done, 1.0, completion_text=reply, response_message={"content": reply}
     )
     return ctx, turn_id, {"role": "assistant", "content": reply}
 
@@ -51,6 +53,10 @@ def test_session_id_sources_and_turn_type(env):
         == "b"
     )
     assert col.begin([{"role": "user", "content": "a"}], body={"user": "u"}).session_key == "u"
+    over = col.begin(
+        [{"role": "user", "content": "x"}], headers={"X-Session-Id": "a"}, session_key="b", turn_type="side"
+    )
+    assert (over.session_key, over.turn_type) == ("b", "side")
     side = col.begin([{"role": "user", "content": "a"}], headers={"x-turn-type": "Side"}, body={"user": "u"})
     assert side.turn_type == "side" and not side.trainable
     with pytest.raises(SessionRequestError, match="turn type"):
