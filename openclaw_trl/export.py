@@ -1,0 +1,284 @@
+"""Export what the store collected as a ``datasets.DatasetDict``: sessions, turns and training samples.
+
+The export is for people who want to keep, inspect, share or retrain on their conversations: each turn
+keeps the messages the model saw, what it answered, what the user said next (the next state), the
+judge's reward and hint and the policy version that answered; each sample keeps the exact token ids and
+log-probs the trainer used. Conversations marked "don't learn" (private sessions) stay out unless the
+caller asks for them, and a Hub push is private unless asked otherwise.
+
+The store is read only through its public export API (``Store.iter_sessions / iter_turns / iter_samples``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SPLITS = ("sessions", "turns", "samples")
+
+
+class ExportError(Exception):
+    """A problem the user can fix; the message says how."""
+
+
+def _json_feature():
+    """A feature for free-form JSON (chat messages with tool calls, multimodal parts, metadata).
+
+    ``datasets.Json`` keeps the structure; older ``datasets`` releases without it get a JSON string.
+    """
+    import datasets
+
+    if hasattr(datasets, "Json"):
+        return datasets.Json(), lambda value: value
+    import json
+
+    return datasets.Value(
+        "string"
+    ), lambda value: None if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def dataset_features() -> dict[str, Any]:
+    """The schema of each split, fixed so that empty splits and all-null columns still have proper types."""
+    from datasets import Features, List, Value
+
+    json_feature, _ = _json_feature()
+    int64, int32, float64, string, boolean = (
+        Value(t) for t in ("int64", "int32", "float64", "string", "bool")
+    )
+    return {
+        "sessions": Features(
+            session_id=int64,
+            session_key=string,
+            generation=int64,
+            created=float64,
+            last_active=float64,
+            ended=float64,
+            end_reason=string,
+            private=boolean,
+            anonymous=boolean,
+        ),
+        "turns": Features(
+            turn_id=int64,
+            session_id=int64,
+            session_key=string,
+            turn_index=int64,
+            turn_type=string,
+            created=float64,
+            messages=List(json_feature),
+            tools=json_feature,
+            completion=string,
+            finish_reason=string,
+            next_state=json_feature,
+            next_state_source=string,
+            reward=float64,
+            hint=string,
+            policy_version=int64,
+            temperature=float64,
+            status=string,
+            close_reason=string,
+            private=boolean,
+            prompt_ids=List(int32),
+            completion_ids=List(int32),
+            sampling_logprobs=List(float64),
+        ),
+        "samples": Features(
+            sample_id=int64,
+            turn_id=int64,
+            origin=string,
+            created=float64,
+            prompt_ids=List(int32),
+            completion_ids=List(int32),
+            sampling_logprobs=List(float64),
+            temperature=float64,
+            policy_version=int64,
+            reward=float64,
+            has_hint=boolean,
+            hint=string,
+            teacher_logprobs=List(float64),
+            topk_ids=List(List(int32)),
+            topk_logprobs=List(List(Value("float32"))),  # stored as float32: exported exactly
+            meta=json_feature,
+            consumed_step=int64,
+        ),
+    }
+
+
+def collect_rows(store, include_private: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """Rows of each split from an open :class:`openclaw_trl.store.Store`, in store order (oldest first)."""
+    _, encode = _json_feature()
+    sessions = [
+        {
+            "session_id": s["id"],
+            "session_key": s["key"],
+            "generation": s["generation"],
+            "created": s["created"],
+            "last_active": s["last_active"],
+            "ended": s["ended"],
+            "end_reason": s["end_reason"],
+            "private": s["private"],
+            "anonymous": s["anonymous"],
+        }
+        for s in store.iter_sessions()
+        if include_private or not s["private"]
+    ]
+    turns = [
+        {
+            "turn_id": t["id"],
+            "session_id": t["session_id"],
+            "session_key": t["session_key"],
+            "turn_index": t["idx"],
+            "turn_type": t["turn_type"],
+            "created": t["created"],
+            "messages": [encode(m) for m in t["prompt_messages"]],
+            "tools": encode(t["tools"]),
+            "completion": t["completion_text"],
+            "finish_reason": t["finish_reason"],
+            "next_state": encode(t["next_state"]),
+            "next_state_source": t["next_state_source"],
+            "reward": t["reward"],
+            "hint": t["hint"],
+            "policy_version": t["policy_version"],
+            "temperature": t["temperature"],
+            "status": t["status"],
+            "close_reason": t["close_reason"],
+            "private": t["private"],
+            "prompt_ids": t["prompt_ids"],
+            "completion_ids": t["completion_ids"],
+            "sampling_logprobs": t["sampling_logprobs"],
+        }
+        for t in store.iter_turns(include_private=include_private)
+    ]
+    samples = [
+        {
+            "sample_id": s["sample_id"],
+            "turn_id": s["turn_id"],
+            "origin": s["origin"],
+            "created": s["created"],
+            "prompt_ids": s["prompt_ids"],
+            "completion_ids": s["completion_ids"],
+            "sampling_logprobs": s["sampling_logprobs"],
+            "temperature": s["temperature"],
+            "policy_version": s["policy_version"],
+            "reward": s["reward"],
+            "has_hint": s["has_hint"],
+            "hint": s["hint"],
+            "teacher_logprobs": s["teacher_logprobs"],
+            "topk_ids": s["topk_ids"],
+            "topk_logprobs": s["topk_logprobs"],
+            "meta": encode(s["meta"]),
+            "consumed_step": s["consumed_step"],
+        }
+        for s in store.iter_samples(include_private=include_private)
+    ]
+    return {"sessions": sessions, "turns": turns, "samples": samples}
+
+
+def open_store(path: str | os.PathLike):
+    """Open an existing store; ``Store(path)`` alone would silently create an empty one at a mistyped path."""
+    import sqlite3
+
+    from openclaw_trl.store import Store, StoreError
+
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ExportError(f"store not found: {path} does not exist (pass the store path of your recipe)")
+    try:
+        return Store(path)
+    except (sqlite3.DatabaseError, StoreError) as err:
+        raise ExportError(f"cannot read the store {path}: {err}") from err
+
+
+def build_dataset(store_path: str | os.PathLike, include_private: bool = False):
+    """The store at ``store_path`` as a ``DatasetDict`` with splits ``sessions``, ``turns`` and ``samples``."""
+    from datasets import Dataset, DatasetDict
+
+    store = open_store(store_path)
+    try:
+        rows = collect_rows(store, include_private=include_private)
+    finally:
+        store.close()
+    features = dataset_features()
+    # Column-wise, so that an empty split still gets its columns (``from_list([])`` would have none).
+    return DatasetDict(
+        {
+            name: Dataset.from_dict(
+                {col: [row[col] for row in rows[name]] for col in features[name]}, features[name]
+            )
+            for name in SPLITS
+        }
+    )
+
+
+@dataclass
+class ExportResult:
+    """What :func:`export_store` wrote (printed by the CLI)."""
+
+    counts: dict[str, int]
+    out: Path | None = None
+    repo_id: str | None = None
+    include_private: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def export_store(
+    store_path: str | os.PathLike,
+    out: str | os.PathLike | None = None,
+    *,
+    push_to_hub: str | None = None,
+    include_private: bool = False,
+    public: bool = False,
+    force: bool = False,
+    commit_message: str | None = None,
+) -> ExportResult:
+    """Write the store as a ``DatasetDict`` to ``out`` (``save_to_disk``) and/or push it to a Hub dataset repo.
+
+    A pushed dataset repo is created private unless ``public``: these are someone's conversations. A
+    non-empty ``out`` is only replaced with ``force``, and only once the new export is complete.
+    """
+    if out is None and push_to_hub is None:
+        raise ExportError("nothing to do: pass --out <dir> and/or --push-to-hub <user/name>")
+    if out is not None:
+        from openclaw_trl.hub import HubError, check_output_dir
+
+        try:
+            out = check_output_dir(out, force)
+        except HubError as err:
+            raise ExportError(str(err)) from err
+    dataset = build_dataset(store_path, include_private=include_private)
+    result = ExportResult(
+        counts={name: len(dataset[name]) for name in SPLITS}, include_private=include_private
+    )
+
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.exporting-", dir=out.parent))
+        try:
+            dataset.save_to_disk(str(staging))
+            if out.exists():
+                shutil.rmtree(out)
+            staging.rename(out)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+        result.out = out
+
+    if push_to_hub is not None:
+        from huggingface_hub.errors import HfHubHTTPError, LocalTokenNotFoundError, OfflineModeIsEnabled
+
+        try:
+            dataset.push_to_hub(
+                push_to_hub,
+                private=not public,
+                commit_message=commit_message or "Export conversations with openclaw-trl",
+            )
+        except (HfHubHTTPError, LocalTokenNotFoundError, OfflineModeIsEnabled) as err:
+            raise ExportError(
+                f"pushing to {push_to_hub!r} failed: {err}. Log in with `hf auth login` (or set HF_TOKEN) "
+                "and unset HF_HUB_OFFLINE."
+            ) from err
+        result.repo_id = push_to_hub
+    return result
