@@ -71,6 +71,7 @@ def dataset_features() -> dict[str, Any]:
             messages=List(json_feature),
             tools=json_feature,
             completion=string,
+            response_message=json_feature,
             finish_reason=string,
             next_state=json_feature,
             next_state_source=string,
@@ -136,6 +137,7 @@ def collect_rows(store, include_private: bool = False) -> dict[str, list[dict[st
             "messages": [encode(m) for m in t["prompt_messages"]],
             "tools": encode(t["tools"]),
             "completion": t["completion_text"],
+            "response_message": encode(t.get("response_message")),  # the reply as the client got it
             "finish_reason": t["finish_reason"],
             "next_state": encode(t["next_state"]),
             "next_state_source": t["next_state_source"],

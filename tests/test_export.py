@@ -46,6 +46,7 @@ def _add_turn(
         policy_version=version,
         finish_reason="stop",
         trainable=True,
+        response_message={"role": "assistant", "content": text},
     )
 
 
@@ -123,6 +124,7 @@ def test_cli_export_round_trips_a_scripted_conversation(store_path, tmp_path, ca
     assert turns["turn_index"] == [0, 1, 2, 3] and turns["turn_type"] == ["main", "main", "side", "main"]
     first = turns[0]
     assert first["messages"] == [SYSTEM, ASK] and first["completion"] == "It is 6."
+    assert first["response_message"] == {"role": "assistant", "content": "It is 6."}
     assert first["next_state"] == CORRECTION and first["next_state_source"] == "request"
     assert (first["reward"], first["hint"], first["policy_version"], first["status"]) == (
         -1.0,
