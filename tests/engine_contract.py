@@ -1,0 +1,213 @@
+"""Engine contract checks shared by the HF tests and the vLLM tests (``tests/vllm``).
+
+Each ``check_*`` function takes a live engine (anything implementing ``openclaw_trl.engines.Engine``) plus
+the tiny model's tokenizer and asserts one promise of ``engines/base.py``. Tolerances are arguments because
+vLLM's CPU kernels do not reproduce Transformers' float32 arithmetic bit for bit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+from openclaw_trl.engines import GenerationRequest, SamplingParams
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
+_versions = itertools.count(1)
+
+
+def next_version() -> int:
+    """A fresh, increasing policy version (engines may be shared by several tests)."""
+    return next(_versions)
+
+
+def lora_config(r: int = 8):
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=r, lora_alpha=2 * r, lora_dropout=0.0, target_modules=list(LORA_TARGETS), task_type="CAUSAL_LM"
+    )
+
+
+def random_adapter(model_dir, config, seed: int, std: float = 0.1) -> dict:
+    """A non-zero LoRA state dict (PEFT layout, as ``get_peft_model_state_dict`` returns) for ``model_dir``."""
+    import torch
+    from peft import get_peft_model, get_peft_model_state_dict
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), config)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_" in name:
+                param.copy_(torch.randn(param.shape, generator=gen) * std)
+    return {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
+
+
+def prompts(tokenizer, n: int = 3) -> list[list[int]]:
+    """Chat prompts of different lengths (so batches are padded)."""
+    from openclaw_trl.chat import render_prompt_ids
+
+    texts = ["hello", "please help me write code for the sum of two numbers", "what is the weather today?"]
+    return [
+        render_prompt_ids(tokenizer, [{"role": "user", "content": texts[i % 3] + " again" * (i // 3)}])
+        for i in range(n)
+    ]
+
+
+def _max_diff(a: list[float], b: list[float]) -> float:
+    assert len(a) == len(b), (len(a), len(b))
+    return max((abs(x - y) for x, y in zip(a, b)), default=0.0)
+
+
+def check_generate_shapes(engine, tokenizer) -> None:
+    ps = prompts(tokenizer)
+    reqs = [
+        GenerationRequest(p, SamplingParams(temperature=1.0, max_new_tokens=6, seed=i))
+        for i, p in enumerate(ps)
+    ]
+    outs = engine.generate(reqs)
+    assert len(outs) == len(ps)
+    for out in outs:
+        assert 1 <= len(out.token_ids) <= 6
+        assert len(out.logprobs) == len(out.token_ids)
+        assert all(isinstance(t, int) for t in out.token_ids)
+        assert all(lp <= 1e-6 for lp in out.logprobs)
+        assert out.finish_reason in ("stop", "length")
+        assert out.policy_version == engine.policy_version
+
+
+def check_score_matches_generate(
+    engine, tokenizer, temperature: float, weights: str = "policy", tol: float = 1e-4
+):
+    """``score`` on the sampled ids reproduces the sampling log-probs (same temperature convention)."""
+    ps = prompts(tokenizer)
+    sp = [SamplingParams(temperature=temperature, max_new_tokens=8, seed=10 + i) for i in range(len(ps))]
+    outs = engine.generate([GenerationRequest(p, s, weights) for p, s in zip(ps, sp)])
+    scores = engine.score(
+        ps, [o.token_ids for o in outs], weights=weights, temperature=sp[0].logprob_temperature
+    )
+    diffs = [_max_diff(o.logprobs, lp) for o, lp in zip(outs, scores.logprobs)]
+    assert max(diffs) < tol, diffs
+    return max(diffs)
+
+
+def check_topk_contains_sampled(engine, tokenizer, k: int) -> None:
+    ps = prompts(tokenizer, 2)
+    outs = engine.generate([GenerationRequest(p, SamplingParams(max_new_tokens=4, seed=3)) for p in ps])
+    comp = [o.token_ids for o in outs]
+    scores = engine.score(ps, comp, weights="policy", top_k=k)
+    for c, lp, ids, tlp in zip(comp, scores.logprobs, scores.topk_ids, scores.topk_logprobs):
+        assert len(ids) == len(c) == len(tlp) == len(lp)
+        for j, token in enumerate(c):
+            assert len(ids[j]) == k
+            assert token in ids[j]
+            assert abs(tlp[j][ids[j].index(token)] - lp[j]) < 1e-4
+            assert all(a >= b - 1e-6 for a, b in zip(tlp[j], tlp[j][1:]))  # sorted, most likely first
+
+
+def check_base_vs_policy(engine, tokenizer, adapter: dict) -> None:
+    """Publishing a non-zero adapter changes ``policy`` and leaves ``base`` untouched."""
+    ps = prompts(tokenizer, 2)
+    comp = [
+        o.token_ids
+        for o in engine.generate([GenerationRequest(p, SamplingParams(max_new_tokens=5, seed=7)) for p in ps])
+    ]
+    base_before = engine.score(ps, comp, weights="base").logprobs
+    version = next_version()
+    engine.publish_adapter(adapter, version)
+    assert engine.policy_version == version
+    base_after = engine.score(ps, comp, weights="base").logprobs
+    policy = engine.score(ps, comp, weights="policy").logprobs
+    assert max(_max_diff(a, b) for a, b in zip(base_before, base_after)) < 1e-5
+    assert max(_max_diff(a, b) for a, b in zip(base_after, policy)) > 1e-3
+    out = engine.generate([GenerationRequest(ps[0], SamplingParams(max_new_tokens=2), "policy")])[0]
+    assert out.policy_version == version
+
+
+def check_seed_reproducible(engine, tokenizer) -> None:
+    p = prompts(tokenizer, 1)[0]
+    req = GenerationRequest(p, SamplingParams(temperature=1.0, max_new_tokens=8, seed=1234))
+    a, b = (
+        engine.generate([req])[0],
+        engine.generate([req, GenerationRequest(p, SamplingParams(seed=99, max_new_tokens=3))])[0],
+    )
+    assert a.token_ids == b.token_ids
+    other = engine.generate(
+        [GenerationRequest(p, SamplingParams(temperature=1.0, max_new_tokens=8, seed=4321))]
+    )[0]
+    assert (
+        other.token_ids != a.token_ids
+    )  # 8 near-uniform draws over ~2k tokens: a collision is impossible in practice
+
+
+def check_finish_length(engine, tokenizer) -> None:
+    p = prompts(tokenizer, 1)[0]
+    out = engine.generate([GenerationRequest(p, SamplingParams(temperature=0.0, max_new_tokens=3))])[0]
+    if out.finish_reason == "length":
+        assert len(out.token_ids) == 3
+    else:  # greedy hit an end token first: then it is the last token
+        assert len(out.token_ids) <= 3
+
+
+def check_stop_strings(engine, tokenizer) -> None:
+    """A stop string ends the completion right at the token that completes it; the stop text stays in the ids."""
+    p = prompts(tokenizer, 1)[0]
+    sp = dict(temperature=1.0, max_new_tokens=12, seed=5)
+    full = engine.generate([GenerationRequest(p, SamplingParams(**sp))])[0]
+    texts = [tokenizer.decode(full.token_ids[: j + 1]) for j in range(len(full.token_ids))]
+    stop = next((t[-2:] for t in texts[2:] if len(t.strip()) >= 2), None)
+    assert stop is not None, texts
+    expected = next(j for j, t in enumerate(texts) if stop in t) + 1
+    out = engine.generate([GenerationRequest(p, SamplingParams(**sp, stop=[stop]))])[0]
+    assert out.finish_reason == "stop"
+    assert out.token_ids == full.token_ids[:expected]
+    assert stop in tokenizer.decode(out.token_ids)
+
+
+def check_concurrent_publish(
+    engine,
+    tokenizer,
+    adapter_a: dict,
+    adapter_b: dict,
+    threads: int = 4,
+    rounds: int = 3,
+    pause_s: float = 0.01,
+):
+    """Greedy generations racing with publishes return exactly the old or the new adapter's output, tagged with
+    the version that produced them."""
+    p = prompts(tokenizer, 1)[0]
+    req = GenerationRequest(p, SamplingParams(temperature=0.0, max_new_tokens=6))
+    refs, owner = {}, {}
+    for name, adapter in (("a", adapter_a), ("b", adapter_b)):
+        version = next_version()
+        engine.publish_adapter(adapter, version)
+        refs[name] = engine.generate([req])[0].token_ids
+        owner[version] = name
+    assert refs["a"] != refs["b"], "adapters too weak to change the greedy output"
+    results, errors = [], []
+
+    def worker():
+        try:
+            for _ in range(rounds):
+                out = engine.generate([req, req])
+                results.extend((o.policy_version, o.token_ids) for o in out)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    pool = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for i in range(2 * rounds):
+        name = "a" if i % 2 == 0 else "b"
+        version = next_version()
+        owner[version] = name
+        engine.publish_adapter(adapter_a if name == "a" else adapter_b, version)
+        time.sleep(pause_s)  # let some generations run on this version
+    for t in pool:
+        t.join(timeout=300)
+    assert not errors, errors
+    assert len(results) == threads * rounds * 2
+    for version, ids in results:
+        assert ids == refs[owner[version]], (version, ids, refs)

@@ -1,0 +1,175 @@
+"""HFEngine on the tiny model: the shared engine contract plus HF-specific behaviour (batching, streaming,
+padding, adapter directories, chunked scoring)."""
+
+from __future__ import annotations
+
+import threading
+
+import engine_contract as contract
+import pytest
+
+from openclaw_trl.engines import GenerationRequest, SamplingParams, create_engine
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir):
+    eng = create_engine("hf", tiny_model_dir, lora_config=contract.lora_config(), max_batch_size=8)
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def adapters(tiny_model_dir):
+    cfg = contract.lora_config()
+    return contract.random_adapter(tiny_model_dir, cfg, seed=1), contract.random_adapter(
+        tiny_model_dir, cfg, seed=2
+    )
+
+
+def test_generate_shapes(engine, tiny_tokenizer):
+    contract.check_generate_shapes(engine, tiny_tokenizer)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
+def test_score_reproduces_sampling_logprobs(engine, tiny_tokenizer, adapters, temperature):
+    engine.publish_adapter(adapters[0], contract.next_version())
+    for weights in ("policy", "base"):
+        contract.check_score_matches_generate(engine, tiny_tokenizer, temperature, weights=weights, tol=1e-4)
+
+
+def test_topk_full_vocab_contains_sampled(engine, tiny_tokenizer):
+    contract.check_topk_contains_sampled(engine, tiny_tokenizer, k=len(tiny_tokenizer))
+
+
+def test_base_vs_policy(engine, tiny_tokenizer, adapters):
+    contract.check_base_vs_policy(engine, tiny_tokenizer, adapters[1])
+
+
+def test_seed_reproducible(engine, tiny_tokenizer):
+    contract.check_seed_reproducible(engine, tiny_tokenizer)
+
+
+def test_finish_length(engine, tiny_tokenizer):
+    contract.check_finish_length(engine, tiny_tokenizer)
+
+
+def test_stop_strings(engine, tiny_tokenizer):
+    contract.check_stop_strings(engine, tiny_tokenizer)
+
+
+def test_concurrent_generate_while_publishing(engine, tiny_tokenizer, adapters):
+    contract.check_concurrent_publish(engine, tiny_tokenizer, *adapters)
+
+
+def test_padded_batch_equals_single_requests(engine, tiny_tokenizer):
+    """Left padding + position ids: a row decodes the same alone and inside a batch of other lengths."""
+    ps = contract.prompts(tiny_tokenizer, 3)
+    reqs = [
+        GenerationRequest(p, SamplingParams(temperature=0.9, max_new_tokens=6, seed=i))
+        for i, p in enumerate(ps)
+    ]
+    batched = engine.generate(reqs)
+    for req, out in zip(reqs, batched):
+        alone = engine.generate([req])[0]
+        assert alone.token_ids == out.token_ids
+        assert max(abs(a - b) for a, b in zip(alone.logprobs, out.logprobs)) < 1e-4
+
+
+def test_concurrent_callers_share_batches(tiny_model_dir, tiny_tokenizer):
+    eng = create_engine("hf", tiny_model_dir, batch_wait_s=0.2, max_batch_size=8)
+    try:
+        p = contract.prompts(tiny_tokenizer, 1)[0]
+        barrier, outs = threading.Barrier(4), []
+
+        def call(seed):
+            barrier.wait()
+            outs.append(eng.generate([GenerationRequest(p, SamplingParams(max_new_tokens=4, seed=seed))])[0])
+
+        threads = [threading.Thread(target=call, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert len(outs) == 4
+        assert eng.stats["batches"] <= 2, eng.stats
+        assert eng.stats["requests"] == 4
+    finally:
+        eng.close()
+
+
+def test_streaming_callback(engine, tiny_tokenizer):
+    ps = contract.prompts(tiny_tokenizer, 2)
+    seen = {0: [], 1: []}
+    outs = engine.generate(
+        [GenerationRequest(p, SamplingParams(max_new_tokens=5, seed=i)) for i, p in enumerate(ps)],
+        on_token=lambda i, t: seen[i].append(t),
+    )
+    assert [seen[0], seen[1]] == [o.token_ids for o in outs]
+
+
+def test_publish_directory_without_config(tiny_model_dir, tiny_tokenizer, adapters, tmp_path):
+    """With no LoraConfig the engine serves base, then takes the config from the first adapter directory."""
+    from openclaw_trl.engines.hf import adapter_state_dict_to_dir
+
+    eng = create_engine("hf", tiny_model_dir)
+    try:
+        ps = contract.prompts(tiny_tokenizer, 1)
+        comp = [[5, 6, 7]]
+        before = eng.score(ps, comp, weights="policy").logprobs
+        assert before == eng.score(ps, comp, weights="base").logprobs
+        with pytest.raises(ValueError, match="LoraConfig"):
+            eng.publish_adapter(adapters[0], 1)
+        path = adapter_state_dict_to_dir(adapters[0], contract.lora_config(), tmp_path / "v1")
+        eng.publish_adapter(str(path), 1)
+        assert eng.policy_version == 1
+        after = eng.score(ps, comp, weights="policy").logprobs
+        assert max(abs(a - b) for a, b in zip(before[0], after[0])) > 1e-3
+        assert eng.score(ps, comp, weights="base").logprobs == before
+    finally:
+        eng.close()
+
+
+def test_score_chunking_and_edge_cases(tiny_model_dir, engine, tiny_tokenizer):
+    ps = contract.prompts(tiny_tokenizer, 3)
+    comps = [[10, 11, 12], [], [13]]
+    full = engine.score(ps, comps, weights="base", top_k=3)
+    assert full.logprobs[1] == [] and full.topk_ids[1] == []
+    small = create_engine("hf", tiny_model_dir, score_batch_tokens=8, score_logits_elems=1)
+    try:
+        chunked = small.score(ps, comps, weights="base", top_k=3)
+    finally:
+        small.close()
+    for a, b in zip(full.logprobs, chunked.logprobs):
+        assert len(a) == len(b) and all(abs(x - y) < 1e-4 for x, y in zip(a, b))
+    assert full.topk_ids == chunked.topk_ids
+
+
+def test_publish_waits_for_in_flight_batch(engine, tiny_tokenizer, adapters):
+    """A batch pins its slot: the first publish fills the other slot, a second one waits for the batch to end,
+    and the in-flight request finishes on the weights it started with."""
+    a, b = adapters
+    p = contract.prompts(tiny_tokenizer, 1)[0]
+    req = GenerationRequest(p, SamplingParams(temperature=0.0, max_new_tokens=4))
+    engine.publish_adapter(a, contract.next_version())
+    ref_a = engine.generate([req])[0]
+    started, release = threading.Event(), threading.Event()
+
+    def on_token(_, __):
+        started.set()
+        release.wait(timeout=30)
+
+    result = {}
+    gen = threading.Thread(target=lambda: result.update(out=engine.generate([req], on_token=on_token)[0]))
+    gen.start()
+    assert started.wait(timeout=30)
+    engine.publish_adapter(b, contract.next_version())  # goes to the free slot: returns at once
+    second = threading.Thread(target=engine.publish_adapter, args=(a, contract.next_version()))
+    second.start()
+    second.join(timeout=0.3)
+    assert second.is_alive(), "publish overwrote the slot of a running batch"
+    release.set()
+    gen.join(timeout=30)
+    second.join(timeout=30)
+    assert not second.is_alive()
+    assert result["out"].token_ids == ref_a.token_ids
+    assert result["out"].policy_version == ref_a.policy_version
