@@ -21,6 +21,7 @@ reach the engine together (which batches them).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -235,13 +236,6 @@ def _format_validation_error(exc: ValidationError) -> ApiError:
     return ApiError(400, f"Invalid value for '{param}': {msg}" if param else msg, "invalid_value", param)
 
 
-_TRUE = {"1", "true", "yes", "on"}
-
-
-def _truthy(value) -> bool:
-    return str(value).strip().lower() in _TRUE if value is not None else False
-
-
 def _flatten_content(content, param: str) -> str:
     """OpenAI content parts -> text (text parts joined by newlines); other parts are refused, not dropped."""
     if content is None or isinstance(content, str):
@@ -309,16 +303,6 @@ def normalize_messages(messages: list[_Message]) -> list[dict]:
 
 
 @dataclass
-class SessionInfo:
-    """Who a turn belongs to (headers win over body fields, notes §1.4; ``user`` maps to a session, §7.11)."""
-
-    session_id: str | None
-    turn_type: str = "main"
-    session_done: bool = False
-    private: bool = False
-
-
-@dataclass
 class PreparedChat:
     """A validated request, rendered to token ids, ready for the engine."""
 
@@ -327,7 +311,7 @@ class PreparedChat:
     tools: list[dict] | None
     prompt_ids: list[int]
     sampling: SamplingParams
-    session: SessionInfo
+    ctx: Any = None  # the collector's RequestContext (session, turn type, next-state bookkeeping)
     logprobs: bool = False
     top_logprobs: int = 0
     stream: bool = False
@@ -346,25 +330,6 @@ class TurnResult:
     turn_id: int | str | None
     policy_version: int
     logprobs: dict | None = None
-
-
-def session_from_request(headers, body: ChatRequest) -> SessionInfo:
-    """Session id from ``X-Session-Id`` / ``session_id`` / ``user``; turn type from ``X-Turn-Type``.
-
-    The turn type defaults to ``main`` when a session id is known and to ``side`` otherwise: header-less
-    clients are served but never chained into one shared "unknown" session (notes §7.11).
-    """
-    sid = headers.get("x-session-id") or body.session_id or body.user
-    sid = sid.strip() if isinstance(sid, str) and sid.strip() else None
-    if sid is not None and len(sid) > 256:
-        raise ApiError(400, "session id longer than 256 characters", "invalid_value", "session_id")
-    turn_type = (headers.get("x-turn-type") or body.turn_type or ("main" if sid else "side")).strip().lower()
-    if turn_type not in ("main", "side"):
-        raise ApiError(
-            400, f"turn type must be 'main' or 'side', got {turn_type!r}", "invalid_value", "turn_type"
-        )
-    done = _truthy(headers.get("x-session-done")) or _truthy(body.session_done)
-    return SessionInfo(session_id=sid, turn_type=turn_type, session_done=done)
 
 
 class _StopTrimmer:
@@ -407,8 +372,12 @@ class ChatService:
 
     # -- validation and rendering ------------------------------------------------------------------
 
-    def prepare(self, payload: Any, headers=None, session: SessionInfo | None = None) -> PreparedChat:
-        """Validate an OpenAI request body and render it to prompt ids; raises ``ApiError`` (4xx)."""
+    def prepare(self, payload: Any, headers=None) -> PreparedChat:
+        """Validate an OpenAI request body, render it to prompt ids, then open the turn with the collector.
+
+        Everything that can reject the request runs *before* ``collector.begin``: a rejected request never
+        gives its last message as the next state of the previous turn. Raises ``ApiError`` (4xx).
+        """
         if not isinstance(payload, dict):
             raise ApiError(400, "The request body must be a JSON object", "invalid_json")
         if "messages" in payload and not isinstance(payload["messages"], list):
@@ -431,7 +400,6 @@ class ChatService:
         tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
         if body.tool_choice == "none":
             tools = None
-        session = session or session_from_request(headers or {}, body)
         prompt_ids = self._render(messages, tools)
         limit = self.settings.max_context_len
         if len(prompt_ids) >= limit:
@@ -454,13 +422,19 @@ class ChatService:
             stop=list(body.stop or []),
             seed=body.seed,
         )
+        from openclaw_trl.sessions import SessionRequestError
+
+        try:
+            ctx = self.collector.begin(messages, tools=tools, headers=headers or {}, body=payload)
+        except SessionRequestError as exc:
+            raise ApiError(400, str(exc), "invalid_session") from None
         return PreparedChat(
             model=model,
             messages=messages,
             tools=tools,
             prompt_ids=prompt_ids,
             sampling=sampling,
-            session=session,
+            ctx=ctx,
             logprobs=body.logprobs,
             top_logprobs=body.top_logprobs or 0,
             stream=body.stream,
@@ -518,20 +492,28 @@ class ChatService:
         turn_id = self.record(prep, completion, parsed)
         return TurnResult(completion, parsed, finish, turn_id, completion.policy_version, logprobs)
 
-    def record(self, prep: PreparedChat, completion: Completion, message: dict):
-        """Write the turn through the collector; returns its id (``None`` if the collector keeps none)."""
+    def record(self, prep: PreparedChat, completion: Completion, message: dict) -> int:
+        """Commit the turn through the collector (before the reply goes out); returns its id.
+
+        The stored temperature is the one the sampling log-probs are at (1.0 for greedy requests, see
+        ``engines/base.py``), which is what the trainer compares with its own to reuse or recompute them.
+        ``message`` is the assistant message exactly as the client received it.
+        """
         return self.collector.record_turn(
-            session_id=prep.session.session_id,
-            turn_type=prep.session.turn_type,
-            messages=prep.messages,
-            tools=prep.tools,
-            prompt_ids=prep.prompt_ids,
-            completion=completion,
+            prep.ctx,
+            prep.prompt_ids,
+            completion,
+            prep.sampling.logprob_temperature,
+            completion_text=self.tokenizer.decode(list(completion.token_ids), skip_special_tokens=False),
             response_message=message,
-            temperature=prep.sampling.temperature,
-            session_done=prep.session.session_done,
-            private=prep.session.private,
         )
+
+    def abort(self, prep: PreparedChat) -> None:
+        """Generation failed or the client left before the turn was stored (honours ``session_done``)."""
+        try:
+            self.collector.abort(prep.ctx)
+        except Exception:  # bookkeeping of a failed request must not mask the original error
+            logger.exception("collector.abort failed")
 
     def _logprobs(self, prep: PreparedChat, completion: Completion) -> dict:
         """OpenAI ``choices[].logprobs``: the sampling log-probs, plus the policy's top-K when asked."""
@@ -565,17 +547,27 @@ class ChatService:
     # -- feedback, sessions, status ------------------------------------------------------------------
 
     def feedback(self, turn_id, rating: int | None, text: str | None = None):
-        return self.collector.feedback(turn_id, rating=rating, text=text)
+        """👍/👎/correction on a turn = its next state; ``ApiError`` 400/404 for bad or unknown turns."""
+        from openclaw_trl.sessions import FeedbackError, UnknownTurnError
 
-    def end_session(self, session_id: str) -> None:
-        self.collector.end_session(session_id)
+        try:
+            return self.collector.feedback(turn_id, rating, text)
+        except UnknownTurnError as exc:
+            raise ApiError(404, str(exc), "turn_not_found", "turn_id") from None
+        except FeedbackError as exc:
+            raise ApiError(400, str(exc), "invalid_value") from None
 
-    def set_private(self, session_id: str, private: bool) -> None:
-        self.collector.set_private(session_id, private)
+    def end_session(self, session_key: str) -> bool:
+        return self.collector.end_session(session_key)
+
+    def set_private(self, session_key: str, private: bool) -> None:
+        self.collector.set_private(session_key, private)
 
     def status(self) -> dict:
         out = dict(self._status() if self._status else {})
         out.setdefault("policy_version", getattr(self.engine, "policy_version", 0))
+        if "samples_waiting" not in out and hasattr(self.store, "count_waiting"):
+            out["samples_waiting"] = self.store.count_waiting()
         return out
 
     def close(self) -> None:
@@ -589,20 +581,30 @@ class ChatService:
         future = self.executor.submit(self.generate, prep, tokens.put)
         future.add_done_callback(lambda _f: tokens.put(None))
         decoder = self.stream_parser(prep)
-        while (tid := tokens.get()) is not None:
-            for delta in decoder.feed(tid):
+        done = False
+        try:
+            while (tid := tokens.get()) is not None:
+                for delta in decoder.feed(tid):
+                    yield "delta", delta
+            completion = future.result()
+            for delta in decoder.finish():
                 yield "delta", delta
-        completion = future.result()
-        for delta in decoder.finish():
-            yield "delta", delta
-        yield "done", self.finish(prep, completion, decoder.message())
+            result = self.finish(prep, completion, decoder.message())
+            done = True
+            yield "done", result
+        finally:
+            if not done:
+                self.abort(prep)
 
 
 def _as_message(parsed) -> dict:
     """``decode_completion``'s result (dict or object) -> an OpenAI assistant message dict."""
     get = parsed.get if isinstance(parsed, dict) else lambda k, d=None: getattr(parsed, k, d)
     content = get("content")
-    msg: dict[str, Any] = {"role": "assistant", "content": content if content or get("tool_calls") else content or ""}
+    msg: dict[str, Any] = {
+        "role": "assistant",
+        "content": content if content or get("tool_calls") else content or "",
+    }
     if get("reasoning_content"):
         msg["reasoning_content"] = get("reasoning_content")
     if get("tool_calls"):
@@ -675,8 +677,9 @@ def _sse(obj) -> bytes:
 def _openclaw_meta(prep: PreparedChat, result: TurnResult) -> dict:
     return {
         "turn_id": result.turn_id,
-        "session_id": prep.session.session_id,
-        "turn_type": prep.session.turn_type,
+        "session_id": prep.ctx.session_key,
+        "turn_type": prep.ctx.turn_type,
+        "next_state_of": prep.ctx.next_state_of,
         "policy_version": result.policy_version,
     }
 
@@ -715,8 +718,8 @@ def _turn_headers(prep: PreparedChat, result: TurnResult) -> dict[str, str]:
     headers = {POLICY_VERSION_HEADER: str(result.policy_version)}
     if result.turn_id is not None:
         headers[TURN_ID_HEADER] = str(result.turn_id)
-    if prep.session.session_id:
-        headers[SESSION_ID_HEADER] = prep.session.session_id
+    if prep.ctx.session_key:
+        headers[SESSION_ID_HEADER] = prep.ctx.session_key
     return headers
 
 
@@ -747,6 +750,7 @@ async def stream_sse(service: ChatService, prep: PreparedChat, request=None) -> 
     future = loop.run_in_executor(service.executor, service.generate, prep, on_token)
     future.add_done_callback(lambda _f: tokens.put_nowait(None))
     decoder = service.stream_parser(prep)
+    recorded = False
     try:
         yield _sse(chunk({"role": "assistant", "content": ""}))
         while (tid := await tokens.get()) is not None:
@@ -756,6 +760,7 @@ async def stream_sse(service: ChatService, prep: PreparedChat, request=None) -> 
         for delta in decoder.finish():
             yield _sse(chunk(delta))
         result = await loop.run_in_executor(None, service.finish, prep, completion, decoder.message())
+        recorded = True
         version = result.policy_version
         if result.logprobs is not None:  # the engine streams ids only: log-probs follow in one chunk
             lp_chunk = chunk({})
@@ -771,6 +776,9 @@ async def stream_sse(service: ChatService, prep: PreparedChat, request=None) -> 
     except Exception as exc:  # the status line is sent already: report the error in-band
         logger.exception("streaming generation failed")
         yield _sse(ApiError(500, f"generation failed: {exc}", "server_error").body())
+    finally:
+        if not recorded:  # failed, or the client went away (the generator is closed): no turn to store
+            service.abort(prep)
     yield b"data: [DONE]\n\n"
 
 
@@ -883,14 +891,18 @@ def create_app(
         prep = await asyncio.to_thread(service.prepare, payload, request.headers)
         if prep.stream:
             headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-            if prep.session.session_id:
-                headers[SESSION_ID_HEADER] = prep.session.session_id
+            if prep.ctx.session_key:
+                headers[SESSION_ID_HEADER] = prep.ctx.session_key
             return StreamingResponse(
                 stream_sse(service, prep, request), media_type="text/event-stream", headers=headers
             )
         loop = asyncio.get_running_loop()
-        completion = await loop.run_in_executor(service.executor, service.generate, prep, None)
-        result = await asyncio.to_thread(service.finish, prep, completion)
+        try:
+            completion = await loop.run_in_executor(service.executor, service.generate, prep, None)
+            result = await asyncio.to_thread(service.finish, prep, completion)
+        except BaseException:
+            await asyncio.to_thread(service.abort, prep)
+            raise
         return JSONResponse(completion_body(prep, result), headers=_turn_headers(prep, result))
 
     @app.post("/v1/feedback")
@@ -899,7 +911,10 @@ def create_app(
         payload = await _json_body(request, settings.max_body_bytes)
         turn_id, rating, text = _parse_feedback(payload)
         result = await asyncio.to_thread(service.feedback, turn_id, rating, text)
-        return {"ok": True, "turn_id": turn_id, "rating": rating, "result": _jsonable(result)}
+        out = {"ok": True, "turn_id": turn_id, "rating": rating}
+        if dataclasses.is_dataclass(result):  # the collector's FeedbackResult: feedback_id, attached, reason
+            out.update({k: v for k, v in dataclasses.asdict(result).items() if k != "turn_id"})
+        return out
 
     @app.api_route("/v1/{rest:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
     async def unknown_route(rest: str):
@@ -914,14 +929,6 @@ def create_app(
         app = gr.mount_gradio_app(app, blocks, path="/", server_name=settings.host, server_port=settings.port)
         app.state.blocks = blocks
     return app
-
-
-def _jsonable(value):
-    try:
-        json.dumps(value)
-        return value
-    except TypeError:
-        return None
 
 
 def _parse_feedback(payload) -> tuple[Any, int | None, str | None]:

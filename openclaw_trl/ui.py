@@ -93,7 +93,7 @@ def build_ui(service: "ChatService", title: str = "openclaw-trl"):
     """The ``gr.Blocks`` app (mounted at ``/`` by ``server.create_app``)."""
     import gradio as gr
 
-    from openclaw_trl.server import ApiError, SessionInfo
+    from openclaw_trl.server import ApiError
 
     model = service.settings.model_names[0]
 
@@ -103,9 +103,13 @@ def build_ui(service: "ChatService", title: str = "openclaw-trl"):
             yield gr.skip(), history, conv, gr.skip()
             return
         messages = conv["messages"] + [{"role": "user", "content": text}]
-        session = SessionInfo(conv["session_id"], "main", False, bool(private))
+        headers = {
+            "x-session-id": conv["session_id"],
+            "x-turn-type": "main",
+            "x-session-private": "true" if private else "false",
+        }
         try:
-            prep = service.prepare({"model": model, "messages": messages}, session=session)
+            prep = service.prepare({"model": model, "messages": messages}, headers)
         except ApiError as err:
             gr.Warning(err.message)
             yield gr.skip(), history, conv, gr.skip()
@@ -137,7 +141,10 @@ def build_ui(service: "ChatService", title: str = "openclaw-trl"):
             return conv, "That message has no recorded turn."
         liked = data.liked if isinstance(data.liked, bool) else str(data.liked).lower() in ("like", "true")
         rating = 1 if liked else -1
-        service.feedback(turn, rating, None)
+        try:
+            service.feedback(turn, rating, None)
+        except ApiError as err:
+            return conv, f"Feedback not recorded: {err.message}"
         conv = dict(conv, target=turn, ratings=dict(conv["ratings"], **{str(turn): rating}))
         if rating > 0:
             return conv, f"👍 recorded for turn {turn}."
@@ -154,7 +161,10 @@ def build_ui(service: "ChatService", title: str = "openclaw-trl"):
         if turn is None:
             return gr.skip(), conv, "There is no answer to correct yet."
         rating = conv["ratings"].get(str(turn), -1)
-        service.feedback(turn, rating, text)
+        try:
+            service.feedback(turn, rating, text)
+        except ApiError as err:
+            return gr.skip(), conv, f"Correction not recorded: {err.message}"
         return "", conv, f"✍️ Correction recorded for turn {turn}: the model will learn from it."
 
     def on_new(conv: dict):
@@ -166,8 +176,7 @@ def build_ui(service: "ChatService", title: str = "openclaw-trl"):
         return [], new_conversation(), "New conversation."
 
     def on_private(private: bool, conv: dict):
-        if conv.get("started"):
-            service.set_private(conv["session_id"], bool(private))
+        service.set_private(conv["session_id"], bool(private))
         return (
             "🔒 This conversation will not be learned from."
             if private
@@ -180,7 +189,7 @@ def build_ui(service: "ChatService", title: str = "openclaw-trl"):
     with gr.Blocks(title=title) as demo:
         conv = gr.State(new_conversation())
         gr.Markdown(
-            f"## {html.escape(title)}\nTalk to the model; every reply, 👍/👎 and correction teaches it."
+            f"## {html.escape(title)}\nTalk to the model: every reply, rating and correction teaches it. A correction applies to the answer you rated last, else to the latest answer."
         )
         with gr.Row():
             with gr.Column(scale=3):
@@ -207,8 +216,7 @@ def build_ui(service: "ChatService", title: str = "openclaw-trl"):
                     )
                 with gr.Row():
                     correction = gr.Textbox(
-                        placeholder="Correct this answer: what should it have said? (applies to the answer you "
-                        "rated last, else the latest answer)",
+                        placeholder="Correct this answer: what should it have said?",
                         show_label=False,
                         scale=5,
                         elem_id="correction",
