@@ -570,7 +570,7 @@ def build_model_card(
         "(online LoRA RL / hindsight on-policy distillation on "
         "[TRL](https://github.com/huggingface/trl) and PEFT).",
         "## Training",
-        _table(facts, ("", "")),
+        "\n".join(f"- **{key}:** {value}" for key, value in facts.items()),
         "### Final metrics",
         _table(metrics, ("metric", "value")) if metrics else "No metrics were recorded.",
         "### Recipe",
@@ -580,9 +580,9 @@ def build_model_card(
         "## Usage",
         _usage(kind, repo_id, base, lora_rank).strip(),
         "## Limitations",
-        "This model learned from one person's conversations and an automatic judge of their replies. It "
-        "inherits the base model's limitations and the judge's mistakes, and has not been evaluated beyond "
-        "the metrics above.",
+        "This model learned online from a small number of conversations, through an automatic judge of the "
+        "users' replies. It inherits the base model's limitations and the judge's mistakes, may have picked "
+        "up its users' preferences and style, and has not been evaluated beyond the metrics above.",
     ]
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n\n".join(sections) + "\n")
 

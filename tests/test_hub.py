@@ -269,8 +269,8 @@ def test_push_adapter_uploads_adapter_files_and_a_model_card(tiny_model_dir, run
     text = card.text
     assert str(tiny_model_dir) in text  # base model (a local path here: kept out of the YAML header)
     assert card.data.base_model is None
-    assert "`combine`" in text and "| Optimizer updates | 12 |" in text
-    assert "| Conversation turns used | 200 |" in text and "| Training samples used | 187 |" in text
+    assert "`combine`" in text and "- **Optimizer updates:** 12" in text
+    assert "- **Conversation turns used:** 200" in text and "- **Training samples used:** 187" in text
     assert f"```yaml\n{RECIPE.strip()}\n```" in text
     assert "| reward/mean | 0.4375 |" in text and "| peft | 0.21.2 |" in text
     assert 'PeftModel.from_pretrained(base, "me/tiny-lora")' in text
@@ -294,7 +294,7 @@ def test_push_merged_to_a_private_branch(merged_dir, fake_hub, capsys):
     card = ModelCard.load(repo / "README.md")
     assert card.data.library_name == "transformers" and "merged-lora" in card.data.tags
     assert 'LLM(model="me/tiny-chat")' in card.text and "vllm serve me/tiny-chat" in card.text
-    assert "| Merged in | float32 |" in card.text
+    assert "- **Merged in:** float32" in card.text
 
 
 def test_push_refuses_a_merged_dir_that_is_an_adapter(run_dir, fake_hub, capsys):
@@ -315,3 +315,11 @@ def test_model_card_metadata_names_a_hub_base_model():
         "opd" in card.data.tags and "[Qwen/Qwen3-0.6B](https://huggingface.co/Qwen/Qwen3-0.6B)" in card.text
     )
     assert "vllm serve Qwen/Qwen3-0.6B --enable-lora" in card.text
+
+
+def test_unloadable_base_and_out_over_the_adapter_are_refused(run_dir, tmp_path):
+    with pytest.raises(hub.HubError, match="cannot load the base model"):
+        hub.merge_adapter(run_dir, tmp_path / "o", base=str(tmp_path / "no-such-model"))
+    with pytest.raises(hub.HubError, match="would overwrite the adapter"):
+        hub.merge_adapter(run_dir / "checkpoint-2", run_dir, force=True)
+    assert (run_dir / "adapter_config.json").exists()
