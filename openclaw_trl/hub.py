@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -265,6 +265,7 @@ class MergeResult:
     base_model: str
     dtype: str
     trained_in_4bit: bool
+    notes: list[str] = field(default_factory=list)
 
 
 def _resolve_dtype(dtype: str, base: str):
@@ -357,12 +358,19 @@ def merge_adapter(
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+    notes = []
+    if trained_on and base != trained_on:
+        notes.append(
+            f"--base {base} is not the base the adapter names ({trained_on}); the shapes fit, but only the "
+            "same weights (a copy of that model) give the model that was trained"
+        )
     return MergeResult(
         out=out,
         adapter_dir=adapter_dir,
         base_model=base,
         dtype=str(torch_dtype).removeprefix("torch."),
         trained_in_4bit=bool(run_info.get("load_in_4bit")),
+        notes=notes,
     )
 
 

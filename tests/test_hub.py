@@ -323,3 +323,20 @@ def test_unloadable_base_and_out_over_the_adapter_are_refused(run_dir, tmp_path)
     with pytest.raises(hub.HubError, match="would overwrite the adapter"):
         hub.merge_adapter(run_dir / "checkpoint-2", run_dir, force=True)
     assert (run_dir / "adapter_config.json").exists()
+
+
+def test_tokenizer_larger_than_the_base_vocabulary_is_explained(tiny_model_dir, run_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    from openclaw_trl.testing import build_tiny_model
+
+    adapter = tmp_path / "with-tokenizer"
+    shutil.copytree(run_dir, adapter, ignore=shutil.ignore_patterns("checkpoint-*"))
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(adapter)  # as HF Trainer checkpoints do
+    small_vocab = build_tiny_model(tmp_path / "small-vocab", vocab_size=1024)  # same layer shapes
+    with pytest.raises(hub.HubError, match=r"tokenizer has 2054 tokens, the base's vocabulary 10\d\d"):
+        hub.merge_adapter(adapter, tmp_path / "o", base=str(small_vocab))
+
+    same_shapes = build_tiny_model(tmp_path / "other-seed", seed=7)
+    result = hub.merge_adapter(run_dir, tmp_path / "o2", base=str(same_shapes))
+    assert "is not the base the adapter names" in result.notes[0]

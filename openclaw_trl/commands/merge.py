@@ -44,4 +44,6 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"merged {result.adapter_dir} into {result.base_model} ({result.dtype}){note}")
     print(f"saved model, tokenizer, chat template and generation config to {result.out}")
+    for note in result.notes:
+        print(f"note: {note}")
     return 0
