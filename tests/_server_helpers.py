@@ -1,0 +1,84 @@
+"""Helpers for the server tests: the real stack (HF engine + store + collector) on a free local port.
+
+``ScriptedEngine`` wraps the real engine so a test can make the tiny random model "say" a given text (a tool
+call, a ``<think>`` block): the ids are the tokenizer's, streamed token by token through ``on_token``, and
+their log-probs are the real policy's (``score``), so everything downstream sees a genuine completion.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from openclaw_trl.engines.base import Completion
+
+
+class ScriptedEngine:
+    """The real engine, except that ``script(prompt_ids)`` may dictate the completion text."""
+
+    def __init__(self, engine, script: Callable[[list[int]], str | None] | None = None):
+        self.engine = engine
+        self.script = script
+        self.tokenizer = engine.tokenizer
+
+    @property
+    def policy_version(self) -> int:
+        return self.engine.policy_version
+
+    def generate(self, requests, on_token=None):
+        text = self.script(requests[0].prompt_ids) if self.script and len(requests) == 1 else None
+        if text is None:
+            return self.engine.generate(requests, on_token=on_token)
+        req = requests[0]
+        ids = self.tokenizer.encode(text + "<|im_end|>", add_special_tokens=False)
+        lps = self.engine.score([req.prompt_ids], [ids], weights="policy", temperature=1.0).logprobs[0]
+        for tid in ids:
+            if on_token:
+                on_token(0, tid)
+        return [Completion(list(ids), list(lps), "stop", self.engine.policy_version)]
+
+    def score(self, *args, **kwargs):
+        return self.engine.score(*args, **kwargs)
+
+    def publish_adapter(self, adapter, version: int) -> None:
+        self.engine.publish_adapter(adapter, version)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class Stack:
+    engine: object
+    store: object
+    collector: object
+    app: object
+    server: object
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+@contextlib.contextmanager
+def running_stack(engine, db_path, ui: bool = False, **settings):
+    """Store + collector + app around ``engine``, served by uvicorn on 127.0.0.1 (a free port)."""
+    from openclaw_trl.server import ServerSettings, ServerThread, create_app
+    from openclaw_trl.sessions import TurnCollector
+    from openclaw_trl.store import Store
+
+    store = Store(db_path)
+    collector = TurnCollector(store)
+    settings.setdefault("default_max_tokens", 8)
+    app = create_app(engine, collector, store, ServerSettings(ui=ui, **settings))
+    server = ServerThread(app).start()
+    try:
+        yield Stack(engine, store, collector, app, server)
+    finally:
+        server.stop()
+        store.close()
+
+
+def turns(store) -> list[dict]:
+    return list(store.iter_turns(include_private=True))

@@ -1,0 +1,252 @@
+"""The OpenAI-compatible API with the real ``openai`` client, against the tiny model on 127.0.0.1.
+
+One server for the module (UI mounted, so the API routes are checked to win over the Gradio mount); a
+``ScriptedEngine`` lets a test make the model emit a tool call or a ``<think>`` block.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from tests._server_helpers import ScriptedEngine, running_stack, turns
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+TOOL_CALL_TEXT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir):
+    from openclaw_trl.engines.hf import HFEngine
+
+    eng = HFEngine(tiny_model_dir, max_batch_size=16)
+    yield ScriptedEngine(eng)
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def stack(engine, tmp_path_factory):
+    with running_stack(
+        engine, tmp_path_factory.mktemp("srv") / "store.db", ui=True, max_context_len=512
+    ) as s:
+        yield s
+
+
+@pytest.fixture
+def client(stack):
+    return openai.OpenAI(base_url=stack.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.fixture
+def script(engine):
+    """Set ``engine.script`` for one test."""
+    yield engine
+    engine.script = None
+
+
+def _turn(stack, turn_id):
+    return stack.store.get_turn(int(turn_id))
+
+
+def test_chat_sync_stores_the_turn_before_replying(stack, client):
+    raw = client.chat.completions.with_raw_response.create(
+        model="openclaw", messages=[{"role": "user", "content": "hello there"}], max_tokens=6, temperature=0.8
+    )
+    reply = raw.parse()
+    turn_id = int(raw.headers["x-openclaw-turn-id"])
+    assert reply.system_fingerprint == f"openclaw-v{stack.engine.policy_version}"
+    assert reply.choices[0].finish_reason in ("stop", "length")
+    assert reply.usage.completion_tokens <= 6
+    turn = _turn(stack, turn_id)  # the reply is out, so the turn must already be committed
+    assert turn is not None and turn["turn_type"] == "main"
+    assert len(turn["completion_ids"]) == reply.usage.completion_tokens == len(turn["sampling_logprobs"])
+    assert len(turn["prompt_ids"]) == reply.usage.prompt_tokens
+    assert turn["temperature"] == pytest.approx(0.8)
+    assert reply.model_extra["openclaw"]["turn_id"] == turn_id
+
+
+def test_stream_real_tokens_and_turn_before_final_chunk(stack, client):
+    stream = client.chat.completions.create(
+        model="openclaw",
+        messages=[{"role": "user", "content": "count to three"}],
+        max_tokens=8,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_headers={"X-Session-Id": "stream-1"},
+    )
+    text, content_chunks, final, usage = "", 0, None, None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        if delta.content:
+            text += delta.content
+            content_chunks += 1
+        if chunk.choices[0].finish_reason:
+            final = chunk
+            # the turn is committed before the chunk that carries finish_reason is sent
+            assert _turn(stack, chunk.model_extra["openclaw"]["turn_id"]) is not None
+    assert final is not None and usage is not None and usage.completion_tokens <= 8
+    turn = _turn(stack, final.model_extra["openclaw"]["turn_id"])
+    assert json.loads(turn["response_message"])["content"] == text
+    assert content_chunks >= 2  # real streaming: one delta per (decodable) token, not one blob
+
+
+def test_multi_turn_session_headers_attach_next_states(stack, client):
+    headers = {"X-Session-Id": "multi-1", "X-Turn-Type": "main"}
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    ids = []
+    for follow_up in ("tell me more", "thanks", None):
+        raw = client.chat.completions.with_raw_response.create(
+            model="openclaw", messages=messages, max_tokens=5, extra_headers=headers
+        )
+        ids.append(int(raw.headers["x-openclaw-turn-id"]))
+        assert raw.headers["x-openclaw-session-id"] == "multi-1"
+        messages = messages + [raw.parse().choices[0].message.model_dump(exclude_none=True)]
+        if follow_up:
+            messages.append({"role": "user", "content": follow_up})
+    stored = [_turn(stack, i) for i in ids]
+    assert len({t["session_id"] for t in stored}) == 1
+    assert [t["idx"] for t in stored] == [0, 1, 2]
+    assert stored[0]["next_state"]["content"] == "tell me more"
+    assert stored[1]["next_state"]["content"] == "thanks"
+    assert stored[2]["status"] == "awaiting" and stored[2]["next_state"] is None
+    # a side turn in the same session is served and stored, but does not take the next state
+    side = client.chat.completions.with_raw_response.create(
+        model="openclaw",
+        messages=messages + [{"role": "user", "content": "summarise (memory flush)"}],
+        max_tokens=3,
+        extra_headers={"X-Session-Id": "multi-1", "X-Turn-Type": "side"},
+    )
+    assert _turn(stack, side.headers["x-openclaw-turn-id"])["turn_type"] == "side"
+    assert _turn(stack, ids[2])["next_state"] is None
+
+
+def test_tools_round_trip_tool_result_is_the_next_state(stack, client, script):
+    script.script = lambda _ids: TOOL_CALL_TEXT  # the first reply is a tool call
+    headers = {"X-Session-Id": "tools-1"}
+    messages = [{"role": "user", "content": "weather in Paris?"}]
+    raw = client.chat.completions.with_raw_response.create(
+        model="openclaw", messages=messages, tools=[WEATHER_TOOL], max_tokens=40, extra_headers=headers
+    )
+    reply = raw.parse()
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
+    script.script = None
+    messages += [
+        choice.message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": '{"temp_c": 21}'},
+    ]
+    second = client.chat.completions.with_raw_response.create(
+        model="openclaw", messages=messages, tools=[WEATHER_TOOL], max_tokens=5, extra_headers=headers
+    )
+    assert second.parse().model_extra["openclaw"]["next_state_of"] == int(raw.headers["x-openclaw-turn-id"])
+    first = _turn(stack, raw.headers["x-openclaw-turn-id"])
+    assert first["tools"][0]["function"]["name"] == "get_weather"
+    assert first["next_state"]["role"] == "tool" and first["next_state"]["content"] == '{"temp_c": 21}'
+
+
+def test_stream_tool_call_and_reasoning_deltas_carry_index(client, script):
+    script.script = lambda _ids: "<think>\nthe user wants weather\n</think>\n\nChecking." + TOOL_CALL_TEXT
+    stream = client.chat.completions.create(
+        model="openclaw",
+        messages=[{"role": "user", "content": "weather?"}],
+        tools=[WEATHER_TOOL],
+        max_tokens=60,
+        stream=True,
+    )
+    reasoning, content, calls, finish = "", "", [], None
+    for chunk in stream:
+        delta = chunk.choices[0].delta
+        reasoning += (delta.model_extra or {}).get("reasoning_content") or ""
+        content += delta.content or ""
+        calls += delta.tool_calls or []
+        finish = chunk.choices[0].finish_reason or finish
+    assert reasoning == "the user wants weather" and content == "Checking."
+    assert [c.index for c in calls] == [0] and calls[0].function.name == "get_weather"
+    assert finish == "tool_calls"
+
+
+def test_stop_strings_are_not_returned(client, script):
+    script.script = lambda _ids: "alpha beta gamma"
+    kw = dict(model="openclaw", messages=[{"role": "user", "content": "x"}], stop=[" beta"], max_tokens=20)
+    assert client.chat.completions.create(**kw).choices[0].message.content == "alpha"
+    streamed = "".join(
+        c.choices[0].delta.content or "" for c in client.chat.completions.create(**kw, stream=True)
+    )
+    assert streamed == "alpha"
+
+
+def test_logprobs_and_top_logprobs(client):
+    reply = client.chat.completions.create(
+        model="openclaw",
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=4,
+        logprobs=True,
+        top_logprobs=3,
+        seed=7,
+    )
+    entries = reply.choices[0].logprobs.content
+    assert len(entries) == reply.usage.completion_tokens
+    assert all(e.logprob <= 0 and len(e.top_logprobs) == 3 for e in entries)
+
+
+def test_feedback_route_is_the_next_state(stack, client):
+    raw = client.chat.completions.with_raw_response.create(
+        model="openclaw",
+        messages=[{"role": "user", "content": "what is 2+2?"}],
+        max_tokens=4,
+        extra_headers={"X-Session-Id": "fb-1"},
+    )
+    turn_id = int(raw.headers["x-openclaw-turn-id"])
+    r = httpx.post(f"{stack.url}/v1/feedback", json={"turn_id": turn_id, "rating": -1, "text": "It is 4."})
+    assert r.status_code == 200 and r.json()["attached"] is True
+    turn = _turn(stack, turn_id)
+    assert turn["status"] == "ready" and turn["next_state"]["rating"] == -1
+    assert turn["next_state"]["text"] == "It is 4."
+    assert any(f["turn_id"] == turn_id and f["text"] == "It is 4." for f in stack.store.iter_feedback())
+    assert httpx.post(f"{stack.url}/v1/feedback", json={"turn_id": 10**9, "rating": 1}).status_code == 404
+
+
+def test_models_health_status_and_ui_mounted(stack, client):
+    assert [m.id for m in client.models.list().data] == ["openclaw"]
+    assert httpx.get(f"{stack.url}/healthz").json()["ok"] is True
+    status = httpx.get(f"{stack.url}/v1/status").json()
+    assert status["policy_version"] == stack.engine.policy_version and "samples_waiting" in status
+    page = httpx.get(f"{stack.url}/")
+    assert page.status_code == 200 and "gradio" in page.text.lower()
+
+
+def test_bearer_auth(engine, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENCLAW_TEST_KEY", "s3cret")
+    with running_stack(engine, tmp_path / "auth.db", api_key_env="OPENCLAW_TEST_KEY") as s:
+        messages = [{"role": "user", "content": "hi"}]
+        bad = openai.OpenAI(base_url=s.url + "/v1", api_key="wrong", max_retries=0)
+        with pytest.raises(openai.AuthenticationError) as err:
+            bad.chat.completions.create(model="openclaw", messages=messages, max_tokens=2)
+        assert err.value.body["code"] == "invalid_api_key"
+        r = httpx.post(f"{s.url}/v1/chat/completions", json={"messages": messages})
+        assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+        good = openai.OpenAI(base_url=s.url + "/v1", api_key="s3cret", max_retries=0)
+        assert good.chat.completions.create(model="openclaw", messages=messages, max_tokens=2).choices
+        assert httpx.get(f"{s.url}/healthz").status_code == 200  # liveness stays open
+        assert turns(s.store) and len(turns(s.store)) == 1  # rejected requests stored nothing
+    monkeypatch.delenv("OPENCLAW_TEST_KEY")
+    with pytest.raises(ValueError, match="OPENCLAW_TEST_KEY"):
+        from openclaw_trl.server import ServerSettings, create_app
+
+        create_app(engine, None, None, ServerSettings(ui=False, api_key_env="OPENCLAW_TEST_KEY"))
