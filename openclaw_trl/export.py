@@ -195,7 +195,7 @@ def open_store(path: str | os.PathLike):
 
 
 def build_dataset(store_path: str | os.PathLike, include_private: bool = False):
-    """The store at ``store_path`` as a ``DatasetDict`` with splits ``sessions``, ``turns`` and ``samples``."""
+    """The store at ``store_path`` as a ``DatasetDict``: splits ``sessions``, ``turns`` and ``samples``."""
     from datasets import Dataset, DatasetDict
 
     store = open_store(store_path)
@@ -236,7 +236,7 @@ def export_store(
     force: bool = False,
     commit_message: str | None = None,
 ) -> ExportResult:
-    """Write the store as a ``DatasetDict`` to ``out`` (``save_to_disk``) and/or push it to a Hub dataset repo.
+    """Write the store as a ``DatasetDict`` to ``out`` (``save_to_disk``) and/or push it to a Hub repo.
 
     A pushed dataset repo is created private unless ``public``: these are someone's conversations. A
     non-empty ``out`` is only replaced with ``force``, and only once the new export is complete.

@@ -202,7 +202,7 @@ def check_adapter_fits(adapter_dir: str | os.PathLike, base: str, trained_on: st
             and isinstance(module, torch.nn.Embedding)
             and shape[-1] != module.num_embeddings
         ):
-            got = f"vocabulary size {module.num_embeddings} in the base, {shape[-1]} in the adapter ({module_name})"
+            got = f"vocabulary size {module.num_embeddings} in the base, {shape[-1]} in the adapter"
         elif (
             kind == "lora_embedding_B"
             and isinstance(module, torch.nn.Embedding)
@@ -247,8 +247,8 @@ def _check_not_prequantized(base: str) -> None:
             quant.get("quant_method", "?") if isinstance(quant, dict) else getattr(quant, "quant_method", "?")
         )
         raise HubError(
-            f"the base model {base!r} is stored quantized ({method}); merging into quantized weights would round "
-            "the LoRA update away. Pass the full-precision model it was quantized from with --base "
+            f"the base model {base!r} is stored quantized ({method}); merging into quantized weights would "
+            "round the LoRA update away. Pass the full-precision model it was quantized from with --base "
             "(a 4-bit-trained adapter is an ordinary LoRA adapter and merges into it)."
         )
 
@@ -496,7 +496,8 @@ from vllm.lora.request import LoRARequest
 
 llm = LLM(model="{base}", enable_lora=True, max_lora_rank={rank})
 adapter = LoRARequest("{name}", 1, snapshot_download("{repo_id}"))
-outputs = llm.chat([{{"role": "user", "content": "Hello!"}}], SamplingParams(max_tokens=256), lora_request=adapter)
+messages = [{{"role": "user", "content": "Hello!"}}]
+outputs = llm.chat(messages, SamplingParams(max_tokens=256), lora_request=adapter)
 print(outputs[0].outputs[0].text)
 ```
 """
@@ -627,7 +628,7 @@ def push_to_hub(
 
     ``kind="adapter"`` accepts a run dir or checkpoint dir (resolved like ``merge``) and uploads only adapter,
     tokenizer and metadata files; ``kind="merged"`` uploads a directory written by :func:`merge_adapter`.
-    The token comes from ``token``, else ``HF_TOKEN`` or ``huggingface-cli login``, as everywhere in the HF stack.
+    The token comes from ``token``, else ``HF_TOKEN`` or ``hf auth login``, as everywhere in the HF stack.
     """
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError, LocalTokenNotFoundError, OfflineModeIsEnabled
@@ -665,7 +666,7 @@ def push_to_hub(
         )
     except (HfHubHTTPError, LocalTokenNotFoundError, OfflineModeIsEnabled) as err:
         raise HubError(
-            f"pushing to {repo_id!r} failed: {err}. Log in with `hf auth login` (or set HF_TOKEN to a token with "
-            "write access), and unset HF_HUB_OFFLINE, which the Makefile sets for tests."
+            f"pushing to {repo_id!r} failed: {err}. Log in with `hf auth login` (or set HF_TOKEN to a token "
+            "with write access), and unset HF_HUB_OFFLINE, which the Makefile sets for tests."
         ) from err
     return getattr(commit, "commit_url", None) or str(repo_url)

@@ -37,7 +37,7 @@ def _run_info(base: str, **overrides) -> dict:
 
 
 def _save_adapter(base_dir: Path, out: Path, seed: int = 1, target_modules="all-linear") -> Path:
-    """A LoRA adapter on ``base_dir`` with random (non-zero) lora_B, so merging actually changes the weights."""
+    """A LoRA adapter on ``base_dir`` with random (non-zero) lora_B: merging really changes the weights."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 

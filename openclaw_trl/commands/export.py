@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"saved to {result.out} (reload with datasets.load_from_disk)")
     if result.repo_id is not None:
         print(
-            f"pushed to https://huggingface.co/datasets/{result.repo_id} ({'public' if args.public else 'private'})"
+            f"pushed to https://huggingface.co/datasets/{result.repo_id} "
+            f"({'public' if args.public else 'private'})"
         )
     return 0

@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--base",
         default=None,
-        help="base model id or path (default: the one named in adapter_config.json); always loaded unquantized",
+        help="base model id or path (default: the one adapter_config.json names); loaded unquantized",
     )
     parser.add_argument(
         "--dtype",
