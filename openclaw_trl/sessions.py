@@ -189,9 +189,14 @@ class TurnCollector:
     """
 
     def __init__(
-        self, store: Store, config: SessionConfig | None = None, clock: Callable[[], float] = time.time
+        self,
+        store: Store,
+        config: SessionConfig | None = None,
+        tokenizer=None,
+        clock: Callable[[], float] = time.time,
     ):
         self.store = store
+        self.tokenizer = tokenizer
         self.config = config or SessionConfig()
         self.clock = clock
         self._lock = threading.RLock()
