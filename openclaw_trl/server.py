@@ -803,7 +803,7 @@ async def _json_body(request, limit: int) -> Any:
         raise ApiError(413, f"Request body larger than {limit} bytes", "request_too_large")
     try:
         return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise ApiError(
             400, f"We could not parse the JSON body of your request: {exc}", "invalid_json"
         ) from None
