@@ -263,7 +263,8 @@ class Scorer:
         if config.backend == "callable" and judge_fn is None:
             self.judge_fn = load_callable(config.callable)
         self._http = http_client
-        if config.backend == "openai" and self._http is None:
+        self._owns_http = config.backend == "openai" and http_client is None
+        if self._owns_http:
             import httpx
 
             self._http = httpx.Client(timeout=config.timeout_s)
@@ -294,6 +295,8 @@ class Scorer:
     def close(self) -> None:
         self.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._owns_http:
+            self._http.close()
 
     def wake(self) -> None:
         self._wake.set()
@@ -408,6 +411,7 @@ class Scorer:
                 "backend": self.config.backend,
                 "teacher": self.config.teacher if has_hint else None,
                 "next_state_source": turn["next_state_source"],
+                "finish_reason": turn["finish_reason"],
                 "session_id": turn["session_id"],
                 "teacher_prompt_len": teacher["prompt_len"] if teacher else None,
             },
@@ -481,15 +485,29 @@ class Scorer:
                     slots.append((i, kind))
                     requests.append(GenerationRequest(prompt_ids=ids, sampling=sampling, weights="base"))
         if requests:
-            try:
-                completions = self._pool.submit(self.engine.generate, requests).result(timeout=cfg.timeout_s)
-                texts = [self.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
-                errors = [None] * len(texts)
-            except Exception as exc:  # noqa: BLE001
-                texts, errors = [None] * len(requests), [_error_text(exc)] * len(requests)
+            texts, errors = self._generate(requests)
+            if all(t is None for t in texts) and len({i for i, _ in slots}) > 1:
+                # one bad prompt (e.g. too long for the engine) must not void the other turns' votes
+                texts, errors = [], []
+                for i in dict.fromkeys(i for i, _ in slots):
+                    own = [r for (j, _), r in zip(slots, requests, strict=True) if j == i]
+                    t, e = self._generate(own)
+                    texts += t
+                    errors += e
             for (i, kind), text, error in zip(slots, texts, errors, strict=True):
                 out[i].append(_llm_vote(kind, "engine", text, error))
         return out
+
+    def _generate(self, requests: list[GenerationRequest]) -> tuple[list[str | None], list[str | None]]:
+        """Judge texts of one batched ``generate`` call (bounded by ``timeout_s``); all None on failure."""
+        try:
+            completions = self._pool.submit(self.engine.generate, requests).result(
+                timeout=self.config.timeout_s
+            )
+            texts = [self.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
+            return texts, [None] * len(texts)
+        except Exception as exc:  # noqa: BLE001 - a judge failure is a None vote
+            return [None] * len(requests), [_error_text(exc)] * len(requests)
 
     def _openai_votes(self, items: list[JudgeInput]) -> list[list[Vote]]:
         cfg = self.config
@@ -543,26 +561,37 @@ class Scorer:
             t = turn["temperature"] if turn["temperature"] > 0 else 1.0  # greedy turns: T = 1 (base.py)
             by_temperature.setdefault(t, []).append((j, ids))
         for temperature, group in by_temperature.items():
-            try:
-                self.stats["teacher_calls"] += 1
-                scores = self.engine.score(
-                    [ids for _, ids in group],
-                    [j.turn["completion_ids"] for j, _ in group],
-                    weights=self.config.teacher,
-                    top_k=self.config.kd_topk,
-                    temperature=temperature,
-                )
-            except Exception as exc:  # noqa: BLE001 - the turns are judged without a teacher (no OPD sample)
-                log.warning("scorer: teacher scoring failed for %d turns: %s", len(group), exc)
-                for j, _ in group:
-                    j.error = f"teacher: {_error_text(exc)}"
+            self._score_group(group, temperature, split_on_failure=True)
+
+    def _score_group(
+        self, group: list[tuple[Judgement, list[int]]], temperature: float, split_on_failure: bool
+    ):
+        try:
+            self.stats["teacher_calls"] += 1
+            scores = self.engine.score(
+                [ids for _, ids in group],
+                [j.turn["completion_ids"] for j, _ in group],
+                weights=self.config.teacher,
+                top_k=self.config.kd_topk,
+                temperature=temperature,
+            )
+        except Exception as exc:  # noqa: BLE001 - the turns are judged without a teacher (no OPD sample)
+            if split_on_failure and len(group) > 1:  # find the turn that fails; score the others
+                for item in group:
+                    self._score_group([item], temperature, split_on_failure=False)
+                return
+            log.warning(
+                "scorer: teacher scoring failed for turn(s) %s: %s", [j.turn["id"] for j, _ in group], exc
+            )
+            for j, _ in group:
+                j.error = f"teacher: {_error_text(exc)}"
+            return
+        for n, (j, ids) in enumerate(group):
+            teacher = {"logprobs": list(scores.logprobs[n]), "prompt_len": len(ids)}
+            if self.config.kd_topk > 0 and scores.topk_ids is not None:
+                teacher["topk_ids"] = scores.topk_ids[n]
+                teacher["topk_logprobs"] = scores.topk_logprobs[n]
+            if len(teacher["logprobs"]) != len(j.turn["completion_ids"]):
+                j.error = "teacher: wrong number of log-probs"
                 continue
-            for n, (j, ids) in enumerate(group):
-                teacher = {"logprobs": list(scores.logprobs[n]), "prompt_len": len(ids)}
-                if self.config.kd_topk > 0 and scores.topk_ids is not None:
-                    teacher["topk_ids"] = scores.topk_ids[n]
-                    teacher["topk_logprobs"] = scores.topk_logprobs[n]
-                if len(teacher["logprobs"]) != len(j.turn["completion_ids"]):
-                    j.error = "teacher: wrong number of log-probs"
-                    continue
-                j.teacher = teacher
+            j.teacher = teacher

@@ -20,7 +20,9 @@ Request fields (headers are matched case-insensitively):
 * turn type: ``X-Turn-Type`` header, else body ``turn_type``, else ``main``. ``side`` turns are stored
   and never trained on, never take or give a next state.
 * ``X-Session-Done`` header or body ``session_done`` (``1/true/yes/on``): the session ends after this turn.
-* ``X-Session-Private`` header or body ``session_private``: sets (or clears) the session's private flag.
+* ``X-Session-Private`` header or body ``session_private`` (or ``begin(private=True)``): flags the session
+  private. A request can only switch the flag on (a server default of ``False`` must never undo the UI
+  switch); switching it off is an explicit ``set_private(key, False)``.
 
 The next state of a main turn *t* is what follows its response in the next main request of the same
 session: the user message, or the tool result(s) of the tool calls it made. Explicit feedback on a turn
@@ -245,8 +247,8 @@ class TurnCollector:
         with self._lock:
             self.reap(now)
             session, prev = self._resolve_session(key, messages, now)
-            if private is not None:
-                self.store.set_private(session["id"], private)
+            if private:  # a request can only switch it on; off is an explicit set_private(key, False)
+                self.store.set_private(session["id"], True)
             ctx = RequestContext(
                 session_id=session["id"],
                 session_key=key,

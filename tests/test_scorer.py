@@ -184,6 +184,49 @@ def test_engine_backend_garbage_votes_are_none(tmp_path, tiny_tokenizer, engine)
         scorer.close()
 
 
+def test_feedback_after_judgement_rejudges_a_turn_without_sample(tmp_path, tiny_tokenizer, engine):
+    with Store(tmp_path / "s.db") as store:
+        conv = Conversation(store, tiny_tokenizer, Clock())
+        h = {"X-Session-Id": "late"}
+        m = [{"role": "user", "content": "hi"}]
+        m += [conv.say("t1", m, "hello", headers=h)]
+        conv.say("t2", [*m, {"role": "user", "content": "hmm"}], "ok", headers=h)
+        scorer = Scorer(store, JudgeConfig(method="rl", backend="feedback"), engine=engine)
+        assert scorer.run_until_idle() == 1 and store.count_waiting() == 0  # a plain reply: nothing
+        assert conv.col.feedback(conv.turns["t1"], -1).attached  # the 👎 arrives later
+        assert scorer.run_until_idle() == 1
+        (s,) = store.take_samples(5)
+        assert (s.turn_id, s.reward) == (conv.turns["t1"], -1.0)
+        assert not conv.col.feedback(conv.turns["t1"], +1).attached  # judged into a sample: never twice
+        assert scorer.run_until_idle() == 0
+        scorer.close()
+
+
+class _FailingScoreEngine:
+    """Wraps the real engine; ``score`` fails for prompts longer than ``limit`` (like an over-long prompt)."""
+
+    def __init__(self, engine, limit):
+        self.engine, self.limit, self.tokenizer = engine, limit, engine.tokenizer
+
+    def score(self, prompt_ids, completion_ids, **kw):
+        if any(len(p) > self.limit for p in prompt_ids):
+            raise ValueError("prompt too long")
+        return self.engine.score(prompt_ids, completion_ids, **kw)
+
+
+def test_one_failing_teacher_prompt_does_not_sink_the_group(tmp_path, tiny_tokenizer, engine):
+    with Store(tmp_path / "s.db") as store:
+        turns = scripted(store, tiny_tokenizer)
+        a3_prompt = store.get_turn(turns["a3"])["prompt_ids"]  # the long one (tools + history)
+        flaky = _FailingScoreEngine(engine, limit=len(a3_prompt))
+        scorer = Scorer(store, JudgeConfig(method="opd", backend="callable", callable=RULES), engine=flaky)
+        scorer.run_until_idle()
+        (s,) = store.take_samples(5)
+        assert s.turn_id == turns["b1"]
+        assert store.get_turn(turns["a3"])["judge_error"].startswith("teacher: ValueError: prompt too long")
+        scorer.close()
+
+
 def test_feedback_backend(tmp_path, tiny_tokenizer, engine):
     with Store(tmp_path / "s.db") as store:
         conv = Conversation(store, tiny_tokenizer, Clock())

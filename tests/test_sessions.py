@@ -177,8 +177,8 @@ def test_private_sessions_are_stored_not_trained_not_exported(env):
     h = {"X-Session-Id": "p"}
     m1 = [{"role": "user", "content": "secret"}]
     _, t1, a1 = serve(col, m1, headers=h, body={"session_private": True})
-    serve(col, [*m1, a1, {"role": "user", "content": "more"}], headers=h)
-    assert store.get_turn(t1)["status"] == "ready" and store.ready_turns(10) == []
+    serve(col, [*m1, a1, {"role": "user", "content": "more"}], headers=h, body={"session_private": False})
+    assert store.get_turn(t1)["status"] == "ready" and store.ready_turns(10) == []  # a request can't clear it
     assert list(store.iter_turns()) == [] and len(list(store.iter_turns(include_private=True))) == 2
     col.set_private("p", False)
     assert [t["id"] for t in store.ready_turns(10)] == [t1]
