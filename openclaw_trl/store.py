@@ -19,6 +19,10 @@ Reopening a store resumes: ``ready`` turns are judged again (a judgement commits
 status and its sample in one transaction, so a crash never leaves half of one), and unconsumed samples
 are served to the trainer first, oldest first.
 
+"Handed out" is tracked per :class:`Store` object: the trainer process must take samples through one
+object (a second object in the same process would hand the same samples out again). Token ids and
+log-probs are stored as JSON (exact); top-K teacher rows as packed int32 / float32 arrays.
+
 Trainer API: :meth:`Store.take_samples`, :meth:`Store.wait_for_samples`, :meth:`Store.mark_consumed`,
 :meth:`Store.release`, :meth:`Store.count_waiting`, :meth:`Store.resume_position`,
 :meth:`Store.requeue_after`; :meth:`Store.add_sample` inserts a sample directly (tests, replay).
