@@ -168,12 +168,15 @@ def build_ui(service: "ChatService", title: str = "openclaw-trl"):
         return "", conv, f"✍️ Correction recorded for turn {turn}: the model will learn from it."
 
     def on_new(conv: dict):
-        if conv.get("started"):
-            try:
-                service.end_session(conv["session_id"])
-            except Exception as exc:  # ending is bookkeeping; a new conversation must still start
-                gr.Warning(f"could not close the previous session: {exc}")
-        return [], new_conversation(), "New conversation."
+        """End the session (its last answer keeps only explicit feedback) and start a fresh one.
+
+        The "don't learn" switch is per conversation, so it resets too.
+        """
+        try:
+            service.end_session(conv["session_id"])
+        except Exception as exc:  # ending is bookkeeping; a new conversation must still start
+            gr.Warning(f"could not close the previous session: {exc}")
+        return [], new_conversation(), False, "New conversation."
 
     def on_private(private: bool, conv: dict):
         service.set_private(conv["session_id"], bool(private))
@@ -239,8 +242,8 @@ def build_ui(service: "ChatService", title: str = "openclaw-trl"):
         chatbot.like(on_like, inputs=[conv], outputs=[conv, notice])
         correct.click(on_correct, inputs=[correction, conv], outputs=[correction, conv, notice])
         correction.submit(on_correct, inputs=[correction, conv], outputs=[correction, conv, notice])
-        new.click(on_new, inputs=[conv], outputs=[chatbot, conv, notice])
-        private.change(on_private, inputs=[private, conv], outputs=[notice])
+        new.click(on_new, inputs=[conv], outputs=[chatbot, conv, private, notice])
+        private.input(on_private, inputs=[private, conv], outputs=[notice])
         panel = [summary, hints, reward_plot, hint_plot]
         gr.Timer(STATUS_EVERY_S).tick(refresh, outputs=panel, show_progress="hidden", queue=False)
         demo.load(refresh, outputs=panel)

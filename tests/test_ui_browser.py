@@ -1,0 +1,140 @@
+"""The Gradio UI in a real headless browser (Debian chromium + chromedriver, driven by Selenium).
+
+Load the page, send a message, see the streamed reply, click 👎, write a correction, and find both in the
+store as the turn's next state; the "don't learn" switch and "New conversation" are exercised too. A
+screenshot goes to ``tests/artifacts/ui_feedback.png`` (git-ignored). ``make test`` installs the browser
+(``make browser``); without it the test is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests._server_helpers import ScriptedEngine, running_stack, turns
+
+CHROMEDRIVER = "/usr/bin/chromedriver"
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).parent / "artifacts"
+SCRIPTED = "<think>\nThe user greets me; greet back and offer help.\n</think>\n\nHello! How can I help?"
+CHROME_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1400,1000",
+]
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not (os.path.exists(CHROMEDRIVER) and os.path.exists(CHROMIUM)),
+        reason="chromium + chromium-driver not installed (run `make browser`)",
+    ),
+]
+
+
+def fake_status():
+    """What the trainer's status() looks like after a few updates (the panel must plot it)."""
+    return {
+        "policy_version": 3,
+        "samples_waiting": 2,
+        "batch_size": 4,
+        "last_metrics": {"loss": 0.0123, "reward_mean": 0.5},
+        "history": [
+            {"step": 1, "reward_mean": -0.5, "hint_accept_rate": 0.25},
+            {"step": 2, "reward_mean": 0.0, "hint_accept_rate": 0.5},
+            {"step": 3, "reward_mean": 0.5, "hint_accept_rate": 0.75},
+        ],
+        "last_hints": ["Answer with the number first, then explain in one sentence."],
+    }
+
+
+@pytest.fixture
+def driver(tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in CHROME_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    drv = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    drv.set_page_load_timeout(60)
+    yield drv
+    drv.quit()
+    shutil.rmtree(tmp_path / "chromium-profile", ignore_errors=True)
+
+
+def test_chat_dislike_and_correct_in_the_browser(tiny_model_dir, tmp_path, driver):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from openclaw_trl.engines.hf import HFEngine
+
+    hf = HFEngine(tiny_model_dir)
+    # the first answer thinks (to show the collapsible reasoning); later ones come from the tiny model
+    scripted = iter([SCRIPTED])
+    engine = ScriptedEngine(hf, lambda _ids: next(scripted, None))
+    try:
+        with running_stack(engine, tmp_path / "store.db", ui=True, default_max_tokens=12) as stack:
+            stack.app.state.service._status = fake_status
+            wait = WebDriverWait(driver, 60)
+            notice = lambda: driver.find_element(By.ID, "notice").text  # noqa: E731
+
+            driver.get(stack.url + "/")
+            box = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#msg textarea"))
+            wait.until(lambda d: "v3" in d.find_element(By.ID, "learning-status").text)  # the live panel
+            box.send_keys("hello there")
+            driver.find_element(By.ID, "send").click()
+            wait.until(lambda d: "recorded as turn" in notice())
+            turn_id = int(notice().split("turn ")[1].split(" ")[0])
+            wait.until(lambda d: "How can I help?" in d.find_element(By.ID, "chat").text)  # the reply
+            assert "Reasoning" in driver.find_element(By.ID, "chat").text  # collapsible reasoning block
+            turn = stack.store.get_turn(turn_id)
+            assert turn["prompt_messages"][-1]["content"] == "hello there"
+
+            driver.find_element(By.CSS_SELECTOR, "#chat button[aria-label='Dislike']").click()
+            wait.until(lambda d: "recorded for turn" in notice())
+            correction = driver.find_element(By.CSS_SELECTOR, "#correction textarea")
+            correction.send_keys("Say hello back politely.")
+            driver.find_element(By.ID, "send-correction").click()
+            wait.until(lambda d: "Correction recorded" in notice())
+            ARTIFACTS.mkdir(exist_ok=True)
+            driver.save_screenshot(str(ARTIFACTS / "ui_feedback.png"))
+
+            feedback = [f for f in stack.store.iter_feedback() if f["turn_id"] == turn_id]
+            assert [(f["rating"], f["text"]) for f in feedback] == [
+                (-1, None),
+                (-1, "Say hello back politely."),
+            ]
+            state = stack.store.get_turn(turn_id)["next_state"]
+            assert state["rating"] == -1 and state["text"] == "Say hello back politely."
+
+            # "don't learn from this conversation", then a new conversation starts a new session
+            driver.find_element(By.CSS_SELECTOR, "#private input").click()
+            wait.until(lambda d: "will not be learned" in notice())
+            first_session = stack.store.get_turn(turn_id)["session_id"]
+            assert stack.store.get_session(first_session)["private"]
+            driver.find_element(By.ID, "new-conversation").click()
+            wait.until(lambda d: "New conversation" in notice())
+            assert stack.store.get_session(first_session)["ended"] is not None
+            box = driver.find_element(By.CSS_SELECTOR, "#msg textarea")
+            box.send_keys("second chat")
+            driver.find_element(By.ID, "send").click()
+            wait.until(lambda d: "recorded as turn" in notice())
+            rows = turns(stack.store)
+            assert len(rows) == 2 and rows[1]["session_id"] != first_session
+            assert not stack.store.get_session(rows[1]["session_id"])[
+                "private"
+            ]  # the switch is per conversation
+    finally:
+        hf.close()
