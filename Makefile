@@ -34,8 +34,18 @@ format: install
 	$(PY) -m ruff format openclaw_trl tests benchmarks app.py
 	$(PY) -m ruff check --fix openclaw_trl tests benchmarks app.py
 
-test: install lint
+test: install lint browser
 	$(PY) -m pytest -m "not vllm" $(PYTEST_ARGS) tests
+
+# Headless chromium + chromedriver for the UI browser test (tests/test_ui_browser.py), installed with apt
+# only when missing (Debian/Ubuntu; sudo is used when not root).
+.PHONY: browser
+browser:
+	@if [ ! -x /usr/bin/chromedriver ]; then \
+		SUDO=$$( [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && echo sudo ); \
+		$$SUDO apt-get update && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y --no-install-recommends chromium chromium-driver; \
+	fi
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache tests/artifacts
