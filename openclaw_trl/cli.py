@@ -1,6 +1,7 @@
 """The ``openclaw-trl`` command: ``serve / train / merge / push / export / eval``.
 
-Each subcommand lives in its own module, which exposes ``add_arguments(parser)`` and ``run(args)``;
+Each subcommand lives in its own module, which exposes ``add_arguments(parser)`` and ``run(args)``
+(or ``run_argv(argv)`` when it parses a recipe itself with TRL's ``TrlParser``);
 the module is imported only when its subcommand runs, so ``openclaw-trl --help`` stays fast.
 """
 
@@ -37,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     module = importlib.import_module(COMMANDS[name][0])
+    if hasattr(module, "run_argv"):  # recipe commands parse their own arguments with TRL's TrlParser
+        return int(module.run_argv(rest) or 0)
     command_parser = argparse.ArgumentParser(prog=f"openclaw-trl {name}", description=COMMANDS[name][1])
     module.add_arguments(command_parser)
     args = command_parser.parse_args(rest)

@@ -188,7 +188,6 @@ class OpenClawTrainer(GRPOTrainer):
             sum(self.state.global_step - s.policy_version for s in samples) / len(samples),
         )
         self._log("samples/waiting", self.store.count_waiting())
-        self._log("policy_version", self.state.global_step)
 
     # ------------------------------------------------------------------- loss
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
@@ -258,7 +257,7 @@ class OpenClawTrainer(GRPOTrainer):
         base = getattr(
             getattr(model, "peft_config", {}).get("default", None), "base_model_name_or_path", None
         )
-        last = {k: v for k, v in (self.state.log_history[-1] if self.state.log_history else {}).items()}
+        last = last_step_metrics(self.state.log_history)
         versions = {}
         for name in ("torch", "transformers", "peft", "trl", "accelerate", "openclaw-trl"):
             try:
@@ -298,6 +297,7 @@ class _PublishAndConsume(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         trainer = self.trainer
         trainer.publish()
+        trainer._log("policy_version", state.global_step)  # the version now served
         trainer._updates_left_in_batch -= 1
         if trainer._updates_left_in_batch <= 0 and trainer._batch_sample_ids:
             if trainer.accelerator.is_main_process:
@@ -309,6 +309,14 @@ class _PublishAndConsume(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if self.trainer.accelerator.is_main_process:
             self.trainer.write_run_info()
+
+
+def last_step_metrics(log_history: list[dict]) -> dict:
+    """The metrics of the last logged update (not the Trainer's end-of-run summary)."""
+    for entry in reversed(log_history):
+        if "reward" in entry:
+            return dict(entry)
+    return {}
 
 
 def judged_reward(prompts=None, completions=None, **kwargs):

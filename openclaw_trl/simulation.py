@@ -1,0 +1,169 @@
+"""Simulated users: conversations driven through the real serving path (HTTP, OpenAI wire format).
+
+A simulated user is any object with ``opening(rng) -> str`` (the first message of a conversation) and
+``react(reply, rng) -> Reaction`` (its next message after reading the assistant's reply). The
+reference implementation, :class:`PreferenceUser`, has a hidden preferred answer style: it says
+"thanks" and moves on when a reply has that style, otherwise it asks for a change in words, as a
+person would. :func:`rule_judge` is the matching rule-based judge for the ``callable`` backend: a
+"thanks" is a +1, a change request is a -1 whose words are the hint.
+
+:func:`run_conversations` drives ``n`` conversations against a running server with session headers,
+so the turns, next states, judging and training are exactly those of live use.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+THANKS = "Thanks, that's what I wanted. Next question."
+
+
+@dataclass(frozen=True)
+class Style:
+    """An answer style: how to recognise it and how a user asks for it."""
+
+    name: str
+    pattern: str  # regex that a reply in this style matches (searched, case-insensitive)
+    request: str  # what the user writes to ask for it; also the hint text
+
+    def matches(self, text: str) -> bool:
+        return re.search(self.pattern, text or "", flags=re.IGNORECASE) is not None
+
+
+DEFAULT_STYLES = (
+    Style("bullets", r"^\s*- ", "Please answer as a short bulleted list, each line starting with '- '."),
+    Style("formal", r"^\s*Certainly\b", "Please answer formally and start with 'Certainly'."),
+    Style("casual", r"^\s*Hey\b", "Please answer casually and start with 'Hey'."),
+)
+DEFAULT_TOPICS = ("the weather", "apples", "homework", "python", "books", "the week", "numbers", "music")
+
+
+@dataclass
+class Reaction:
+    text: str
+    satisfied: bool
+
+
+@dataclass
+class PreferenceUser:
+    """A user with a hidden preferred style (``preferred``, a name among ``styles``)."""
+
+    preferred: str = "bullets"
+    styles: tuple[Style, ...] = DEFAULT_STYLES
+    topics: tuple[str, ...] = DEFAULT_TOPICS
+    max_turns: int = 3
+    _by_name: dict = field(init=False, repr=False)
+
+    def __post_init__(self):
+        self._by_name = {s.name: s for s in self.styles}
+        if self.preferred not in self._by_name:
+            raise ValueError(f"preferred style {self.preferred!r} is not one of {sorted(self._by_name)}")
+
+    @property
+    def style(self) -> Style:
+        return self._by_name[self.preferred]
+
+    def opening(self, rng: random.Random) -> str:
+        return f"Tell me about {rng.choice(self.topics)}."
+
+    def satisfied_by(self, reply: str) -> bool:
+        return self.style.matches(reply)
+
+    def react(self, reply: str, rng: random.Random) -> Reaction:
+        if self.satisfied_by(reply):
+            return Reaction(THANKS, True)
+        return Reaction(f"No, not like that. {self.style.request}", False)
+
+
+def judge_reaction(next_state_text: str, next_state_role: str = "user") -> tuple[int, str | None]:
+    """``(reward, hint)`` from a :class:`PreferenceUser` reaction: thanks -> +1; a change request -> -1
+    with the request as the hint; anything else (a tool result, an unrelated reply) -> no signal."""
+    text = (next_state_text or "").strip()
+    if next_state_role != "user" or not text:
+        return 0, None
+    if text.lower().startswith("thanks"):
+        return 1, None
+    match = re.search(r"Please .+", text)
+    return (-1, match.group(0).strip()) if match else (0, None)
+
+
+def rule_judge(turn):
+    """The ``callable`` judge backend for simulated conversations (``judge_callable:
+    openclaw_trl.simulation:rule_judge``): receives a ``scorer.JudgeInput``, returns a ``scorer.Verdict``."""
+    from openclaw_trl.scorer import Verdict
+
+    reward, hint = judge_reaction(turn.next_state_text, turn.next_state_role)
+    return Verdict(reward=reward, hint=hint, raw=f"rule judge: reward {reward}, hint {hint!r}")
+
+
+@dataclass
+class ConversationLog:
+    session_id: str
+    first_reply_satisfied: bool
+    turns: int
+    turn_ids: list[str]
+
+
+def run_conversations(
+    base_url: str,
+    user: PreferenceUser,
+    n: int,
+    seed: int = 0,
+    session_prefix: str = "sim",
+    max_tokens: int = 48,
+    model: str = "openclaw",
+    api_key: str | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+    timeout: float = 600.0,
+) -> list[ConversationLog]:
+    """Run ``n`` simulated conversations through ``POST /v1/chat/completions`` with session headers.
+
+    Each conversation: the opening request, then the user's reaction to each reply, until the user is
+    satisfied (its "thanks" is sent as the final request with ``X-Session-Done``) or ``max_turns``.
+    """
+    rng = random.Random(seed)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    logs = []
+    with httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout, headers=headers) as client:
+        for i in range(n):
+            if should_stop():
+                break
+            session = f"{session_prefix}-{seed}-{i}"
+            messages = [{"role": "user", "content": user.opening(rng)}]
+            first_ok, turn_ids = None, []
+            for turn in range(user.max_turns):
+                last = turn == user.max_turns - 1
+                reply, turn_id = _chat(client, model, messages, session, max_tokens, done=False)
+                turn_ids.append(turn_id)
+                reaction = user.react(reply, rng)
+                first_ok = reaction.satisfied if first_ok is None else first_ok
+                messages += [
+                    {"role": "assistant", "content": reply},
+                    {"role": "user", "content": reaction.text},
+                ]
+                if reaction.satisfied or last:
+                    # The reaction is the next state of the last reply; this final request closes the session.
+                    _, turn_id = _chat(client, model, messages, session, max_tokens, done=True)
+                    turn_ids.append(turn_id)
+                    break
+            logs.append(ConversationLog(session, bool(first_ok), len(turn_ids), turn_ids))
+    return logs
+
+
+def _chat(client: httpx.Client, model: str, messages: list, session: str, max_tokens: int, done: bool):
+    headers = {"X-Session-Id": session, "X-Turn-Type": "main"}
+    if done:
+        headers["X-Session-Done"] = "true"
+    response = client.post(
+        "/v1/chat/completions",
+        json={"model": model, "messages": messages, "max_tokens": max_tokens},
+        headers=headers,
+    )
+    response.raise_for_status()
+    body = response.json()
+    return body["choices"][0]["message"].get("content") or "", response.headers.get("x-openclaw-turn-id", "")
