@@ -250,3 +250,21 @@ def test_bearer_auth(engine, tmp_path, monkeypatch):
         from openclaw_trl.server import ServerSettings, create_app
 
         create_app(engine, None, None, ServerSettings(ui=False, api_key_env="OPENCLAW_TEST_KEY"))
+
+
+def test_build_serving_wires_a_working_stack(tiny_model_dir, tmp_path):
+    from openclaw_trl.commands.serve import build_serving
+    from openclaw_trl.server import ServerSettings, ServerThread
+
+    serving = build_serving(
+        tiny_model_dir, tmp_path / "serve.db", ServerSettings(ui=False, default_max_tokens=3)
+    )
+    try:
+        with ServerThread(serving.app) as server:
+            r = httpx.post(
+                f"{server.url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]}
+            )
+            assert r.status_code == 200
+        assert serving.store.get_turn(int(r.headers["x-openclaw-turn-id"])) is not None
+    finally:
+        serving.close()

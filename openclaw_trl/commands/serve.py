@@ -1,0 +1,189 @@
+"""``openclaw-trl serve``: the chat UI + OpenAI API, collecting every turn into the store.
+
+Two ways to run it:
+
+* ``openclaw-trl serve --config recipes/x.yaml [-- overrides]``: the full loop (engine, collector, scorer, trainer)
+  built by :mod:`openclaw_trl.runtime` with ``source: live``, exactly what ``python app.py`` runs.
+* ``openclaw-trl serve --model-dir DIR`` (``--model-dir tiny`` builds the offline tiny model): serve and collect
+  only, no judge and no trainer. Useful to try the UI, to record conversations for a later ``replay``, and
+  for the serving benchmark. :func:`build_serving` is that wiring in one call.
+
+``--share`` opens a public Gradio tunnel to the whole app (the API included), so it refuses to run without
+an API key (``--api-key-env``): a public endpoint that trains the model must not be anonymous.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Serving:
+    """The serve-only stack: engine + store + collector + FastAPI app (the Gradio UI mounted at ``/``)."""
+
+    engine: object
+    store: object
+    collector: object
+    app: object
+    settings: object
+
+    def close(self) -> None:
+        self.engine.close()
+        self.store.close()
+
+
+def build_serving(
+    model_path: str | Path,
+    store_path: str | Path,
+    settings=None,
+    session_config=None,
+    engine=None,
+    status=None,
+    engine_kwargs: dict | None = None,
+) -> Serving:
+    """Engine (``HFEngine`` unless one is given) + ``Store`` + ``TurnCollector`` + ``create_app``."""
+    from transformers import AutoTokenizer
+
+    from openclaw_trl.server import ServerSettings, create_app
+    from openclaw_trl.sessions import SessionConfig, TurnCollector
+    from openclaw_trl.store import Store
+
+    settings = settings or ServerSettings()
+    if engine is None:
+        from openclaw_trl.engines.hf import HFEngine
+
+        engine = HFEngine(model_path, **(engine_kwargs or {}))
+    Path(store_path).parent.mkdir(parents=True, exist_ok=True)
+    store = Store(store_path)
+    session_config = session_config or SessionConfig(session_idle_timeout=settings.session_idle_timeout_s)
+    tokenizer = getattr(engine, "tokenizer", None) or AutoTokenizer.from_pretrained(model_path)
+    collector = TurnCollector(store, session_config, tokenizer=tokenizer)
+    app = create_app(engine, collector, store, settings, status=status)
+    return Serving(engine, store, collector, app, settings)
+
+
+def open_share_link(host: str, port: int) -> str:
+    """A public ``*.gradio.live`` tunnel to ``host:port`` (needs internet access); returns its URL."""
+    import secrets
+
+    from gradio import networking
+
+    return networking.setup_tunnel(host, port, secrets.token_urlsafe(32), None, None)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", help="recipe YAML: serve and train (the rest of the command line overrides it)"
+    )
+    parser.add_argument(
+        "--model-dir", help="serve this model without training ('tiny' builds the offline tiny model)"
+    )
+    parser.add_argument("--store", default="outputs/serve/store.db", help="SQLite store (--model-dir mode)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=7860)
+    parser.add_argument(
+        "--model-name", default="openclaw", help="model name the API serves (--model-dir mode)"
+    )
+    parser.add_argument("--api-key-env", default=None, help="env var holding the bearer token of the API")
+    parser.add_argument("--max-context-len", type=int, default=4096)
+    parser.add_argument("--max-tokens", type=int, default=512, help="default max_tokens of a request")
+    parser.add_argument("--temperature", type=float, default=0.7, help="default sampling temperature")
+    parser.add_argument("--no-ui", action="store_true", help="API only, no Gradio UI at /")
+    parser.add_argument("--share", action="store_true", help="public Gradio link (requires --api-key-env)")
+    parser.add_argument(
+        "overrides", nargs=argparse.REMAINDER, help="recipe overrides after --, e.g. -- --learning_rate 1e-5"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if bool(args.config) == bool(args.model_dir):
+        raise SystemExit(
+            "give exactly one of --config RECIPE (serve + train) or --model-dir DIR (serve only)"
+        )
+    if args.share and not args.api_key_env:
+        raise SystemExit("--share exposes the API publicly: set --api-key-env to a variable holding a key")
+    if args.config:
+        return _run_recipe(args)
+
+    from openclaw_trl.server import ServerSettings, ServerThread
+
+    model_dir = args.model_dir
+    if model_dir == "tiny":
+        from openclaw_trl.testing import build_tiny_model
+
+        model_dir = Path(args.store).parent / "tiny-model"
+        if not (model_dir / "config.json").exists():
+            build_tiny_model(model_dir)
+    settings = ServerSettings(
+        host=args.host,
+        port=args.port,
+        model_names=[args.model_name],
+        api_key_env=args.api_key_env,
+        max_context_len=args.max_context_len,
+        default_max_tokens=args.max_tokens,
+        max_tokens_cap=max(args.max_tokens, 4096),
+        default_temperature=args.temperature,
+        ui=not args.no_ui,
+    )
+    serving = build_serving(model_dir, args.store, settings)
+    server = ServerThread(serving.app, host=settings.host, port=settings.port, log_level="info").start()
+    logger.info("serving %s on %s (UI at /, API at /v1); Ctrl-C to stop", model_dir, server.url)
+    if args.share:
+        logger.info("public link: %s", open_share_link(settings.host, server.port))
+    import signal
+
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops as cleanly as Ctrl-C
+    try:
+        server.thread.join()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+        serving.close()
+    return 0
+
+
+def _interrupt(*_):
+    raise KeyboardInterrupt
+
+
+def _run_recipe(args: argparse.Namespace) -> int:
+    """Serve + train from a recipe, through the same runtime as ``app.py`` (source forced to ``live``)."""
+    from openclaw_trl import runtime as rt
+
+    overrides = args.overrides[1:] if args.overrides[:1] == ["--"] else args.overrides
+    argv = [
+        "--config",
+        args.config,
+        *overrides,
+        "--source",
+        "live",
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+    ]
+    if args.api_key_env:
+        argv += ["--api_key_env", args.api_key_env]
+    config, model_args, recipe_yaml = rt.load_recipe(argv)
+    runtime = rt.build_runtime(config, model_args, recipe_yaml)
+    if args.share:
+        # the runtime starts the server itself; open the tunnel once it listens
+        import threading
+
+        def share_when_up():
+            while not runtime.stop_event.is_set():
+                if runtime.server is not None and runtime.server.server.started:
+                    logger.info("public link: %s", open_share_link(config.host, runtime.server.port))
+                    return
+                runtime.stop_event.wait(0.5)
+
+        threading.Thread(target=share_when_up, daemon=True).start()
+    rt.run(runtime)
+    return 0
