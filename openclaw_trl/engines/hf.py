@@ -25,7 +25,6 @@ Concurrency model:
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import queue
 import secrets
@@ -587,18 +586,12 @@ def _hits_stop(tokenizer, tokens: list[int], stops: list[str]) -> bool:
 
 
 def adapter_state_dict_to_dir(state_dict: dict, lora_config, path: str | Path) -> Path:
-    """Write a PEFT state dict + config in the ``save_pretrained`` layout (used by the vLLM engine and tests)."""
+    """Write a PEFT state dict + config in the ``save_pretrained`` layout (vLLM loads adapters from disk)."""
     from safetensors.torch import save_file
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    save_file(
-        {k: v.detach().to("cpu").contiguous() for k, v in state_dict.items()},
-        str(path / "adapter_model.safetensors"),
-    )
-    config = lora_config.to_dict()
-    for key, value in list(config.items()):
-        if isinstance(value, set):
-            config[key] = sorted(value)
-    (path / "adapter_config.json").write_text(json.dumps(config, indent=2, default=str))
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in state_dict.items()}
+    save_file(tensors, str(path / "adapter_model.safetensors"))
+    lora_config.save_pretrained(str(path))
     return path
