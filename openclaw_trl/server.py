@@ -62,7 +62,8 @@ class ServerSettings:
             when a request omits ``model``. Any other name is a 404 ``model_not_found``.
         api_key_env: name of an environment variable holding a bearer token. ``None`` = no auth. When it
             is set but the variable is empty, ``create_app`` refuses to start (fail closed).
-        max_context_len: prompt + completion tokens the model may see. A prompt that leaves no room for
+        max_context_len: prompt + completion tokens the model may see (lowered to the model's
+            ``max_position_embeddings`` when that is smaller). A prompt that leaves no room for
             one completion token is a 400 that states the limits; ``max_tokens`` is clamped to the room
             left (agent frameworks routinely ask for 8192).
         default_temperature / default_top_p / default_max_tokens: sampling values of requests that
@@ -368,6 +369,7 @@ class ChatService:
         self.engine, self.collector, self.store, self.settings = engine, collector, store, settings
         self._status = status
         self.tokenizer = engine.tokenizer
+        self.context_limit = _context_limit(engine, settings.max_context_len)
         self.executor = ThreadPoolExecutor(settings.generation_threads, thread_name_prefix="openclaw-gen")
 
     # -- validation and rendering ------------------------------------------------------------------
@@ -401,7 +403,7 @@ class ChatService:
         if body.tool_choice == "none":
             tools = None
         prompt_ids = self._render(messages, tools)
-        limit = self.settings.max_context_len
+        limit = self.context_limit
         if len(prompt_ids) >= limit:
             raise ApiError(
                 400,
@@ -597,6 +599,24 @@ class ChatService:
                 self.abort(prep)
 
 
+def _context_limit(engine, configured: int) -> int:
+    """``max_context_len``, lowered to what the model supports (its ``max_position_embeddings``)."""
+    model_max = getattr(engine, "max_model_len", None)
+    if model_max is None and getattr(engine, "model_path", None):
+        try:
+            from transformers import AutoConfig
+
+            model_max = getattr(
+                AutoConfig.from_pretrained(engine.model_path), "max_position_embeddings", None
+            )
+        except Exception:  # an engine without a readable config keeps the configured limit
+            model_max = None
+    if isinstance(model_max, int) and 0 < model_max < configured:
+        logger.info("max_context_len %d lowered to the model's %d positions", configured, model_max)
+        return model_max
+    return configured
+
+
 def _as_message(parsed) -> dict:
     """``decode_completion``'s result (dict or object) -> an OpenAI assistant message dict."""
     get = parsed.get if isinstance(parsed, dict) else lambda k, d=None: getattr(parsed, k, d)
@@ -745,7 +765,10 @@ async def stream_sse(service: ChatService, prep: PreparedChat, request=None) -> 
         }
 
     def on_token(token_id: int) -> None:
-        loop.call_soon_threadsafe(tokens.put_nowait, token_id)
+        try:
+            loop.call_soon_threadsafe(tokens.put_nowait, token_id)
+        except RuntimeError:  # the event loop is closed (shutdown): nobody is listening any more
+            pass
 
     future = loop.run_in_executor(service.executor, service.generate, prep, on_token)
     future.add_done_callback(lambda _f: tokens.put_nowait(None))

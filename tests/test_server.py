@@ -205,6 +205,21 @@ def test_logprobs_and_top_logprobs(client):
     assert all(e.logprob <= 0 and len(e.top_logprobs) == 3 for e in entries)
 
 
+def test_seed_makes_sampling_reproducible(client):
+    kw = dict(
+        model="openclaw", messages=[{"role": "user", "content": "a story"}], max_tokens=8, temperature=1.0
+    )
+    first = client.chat.completions.create(**kw, seed=1234).choices[0].message.content
+    assert client.chat.completions.create(**kw, seed=1234).choices[0].message.content == first
+
+
+def test_context_limit_follows_the_model(engine):
+    from openclaw_trl.server import _context_limit
+
+    assert _context_limit(engine.engine, 10**6) == 2048  # the tiny model's max_position_embeddings
+    assert _context_limit(engine.engine, 512) == 512
+
+
 def test_feedback_route_is_the_next_state(stack, client):
     raw = client.chat.completions.with_raw_response.create(
         model="openclaw",
