@@ -448,11 +448,8 @@ class ChatService:
 
         try:
             return list(render_prompt_ids(self.tokenizer, messages, tools))
-        except ApiError:
-            raise
-        except (
-            Exception
-        ) as exc:  # a template that rejects this conversation is the client's input, not a crash
+        except Exception as exc:
+            # a template that rejects this conversation is the client's input, not a server crash
             raise ApiError(
                 400, f"The chat template cannot render these messages: {exc}", "invalid_messages"
             ) from exc
