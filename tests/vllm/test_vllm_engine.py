@@ -10,7 +10,13 @@ from openclaw_trl.engines import GenerationRequest, SamplingParams, create_engin
 
 
 def _vllm_available() -> bool:
-    # `from vllm import LLM`, not `import vllm`: tests/vllm itself would import as a namespace package `vllm`.
+    """A real, importable vLLM. Checked via its spec first: ``tests/`` is on ``sys.path`` and this folder would
+    otherwise import as an empty namespace package called ``vllm`` (and stay in ``sys.modules``)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin is None:
+        return False
     try:
         from vllm import LLM  # noqa: F401
     except Exception:  # noqa: BLE001 - any import failure means "no usable vLLM here"
