@@ -227,3 +227,62 @@ def test_concurrent_sessions_every_turn_stored_once(stack):
         for t, row in enumerate(rows[:-1]):
             assert row["next_state"]["content"] == f"session {k} turn {t + 1}"
         assert rows[-1]["next_state"] is None
+
+
+def test_no_error_while_adapters_are_published(tiny_model_dir, tmp_path):
+    """Training publishes a new adapter after every step; requests in flight must never fail (no 503)."""
+    import threading
+
+    import torch
+    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+    from transformers import AutoModelForCausalLM
+
+    from openclaw_trl.engines.hf import HFEngine
+
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    engine = HFEngine(tiny_model_dir, lora_config=config)
+    trainer_copy = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), config)
+    adapter = {k: v.detach().clone() for k, v in get_peft_model_state_dict(trainer_copy).items()}
+    stop = threading.Event()
+    published = []
+
+    def publisher():
+        gen = torch.Generator().manual_seed(0)
+        while not stop.is_set():
+            version = len(published) + 1
+            state = {k: v + 0.01 * torch.randn(v.shape, generator=gen) for k, v in adapter.items()}
+            engine.publish_adapter(state, version)
+            published.append(version)
+
+    try:
+        with running_stack(engine, tmp_path / "pub.db") as s:
+            thread = threading.Thread(target=publisher, daemon=True)
+            thread.start()
+            versions = set()
+
+            def session(k: int) -> list[int]:
+                codes, messages = [], []
+                with httpx.Client(base_url=s.url, timeout=120) as http:
+                    for t in range(3):
+                        messages.append({"role": "user", "content": f"hi {k} {t}"})
+                        r = http.post(
+                            "/v1/chat/completions",
+                            json=chat(messages=messages),
+                            headers={"X-Session-Id": f"p{k}"},
+                        )
+                        codes.append(r.status_code)
+                        if r.status_code == 200:
+                            versions.add(r.json()["system_fingerprint"])
+                            messages.append(r.json()["choices"][0]["message"])
+                return codes
+
+            with ThreadPoolExecutor(4) as pool:
+                codes = [c for cs in pool.map(session, range(4)) for c in cs]
+            stop.set()
+            thread.join(timeout=30)
+            assert codes == [200] * 12
+            assert len(published) >= 2 and len(versions) >= 2  # adapters really changed under the requests
+            assert len(turns(s.store)) == 12
+    finally:
+        stop.set()
+        engine.close()
