@@ -8,7 +8,6 @@ PIP := $(PY) -m pip
 CPU_TORCH ?= torch==2.13.0
 RECIPE ?= recipes/combine_qwen3_0.6b_lora.yaml
 PYTEST_ARGS ?=
-export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_TELEMETRY ?= 1
 export GRADIO_ANALYTICS_ENABLED ?= False
 export TOKENIZERS_PARALLELISM ?= false
@@ -67,4 +66,4 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	touch $@
 
 test-vllm: $(VLLM_VENV)/.installed
-	PYTHONPATH=$(CURDIR) $(VLLM_PY) -m pytest -m vllm -p no:cacheprovider $(PYTEST_ARGS) tests/vllm
+	PYTHONPATH=$(CURDIR) $(VLLM_PY) -m pytest -m vllm -p no:cacheprovider $(PYTEST_ARGS) tests/vllm_engine

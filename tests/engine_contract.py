@@ -1,4 +1,4 @@
-"""Engine contract checks shared by the HF tests and the vLLM tests (``tests/vllm``).
+"""Engine contract checks shared by the HF tests and the vLLM tests (``tests/vllm_engine``).
 
 Each ``check_*`` function takes a live engine (anything implementing ``openclaw_trl.engines.Engine``) plus
 the tiny model's tokenizer and asserts one promise of ``engines/base.py``. Tolerances are arguments because
