@@ -119,14 +119,19 @@ def build_ui(service: "ChatService", title: str = "openclaw-trl"):
         partial: dict[str, Any] = {"role": "assistant", "content": "", "reasoning_content": ""}
         yield "", history + _display_assistant(partial), conv, gr.skip()
         result = None
-        for kind, item in service.iter_stream(prep):
-            if kind == "done":
-                result = item
-                break
-            for key in ("content", "reasoning_content"):
-                if item.get(key):
-                    partial[key] += item[key]
-            yield gr.skip(), history + _display_assistant(partial), conv, gr.skip()
+        try:
+            for kind, item in service.iter_stream(prep):
+                if kind == "done":
+                    result = item
+                    break
+                for key in ("content", "reasoning_content"):
+                    if item.get(key):
+                        partial[key] += item[key]
+                yield gr.skip(), history + _display_assistant(partial), conv, gr.skip()
+        except Exception as exc:  # the turn was not stored (iter_stream aborted it): say so, keep the chat
+            gr.Warning(f"Generation failed: {exc}")
+            yield text, history[:-1], conv, f"Generation failed: {exc}"  # the message goes back in the box
+            return
         message = result.message
         shown = _display_assistant(message)
         conv = dict(conv, messages=messages + [message], started=True, last_turn=result.turn_id, target=None)
@@ -187,7 +192,10 @@ def build_ui(service: "ChatService", title: str = "openclaw-trl"):
         )
 
     def refresh():
-        return _status_views(service.status())
+        try:
+            return _status_views(service.status())
+        except Exception as exc:  # a status hiccup must not spam error toasts every tick
+            return _status_views({"policy_version": "?", "last_metrics": {"status error": str(exc)}})
 
     with gr.Blocks(title=title) as demo:
         conv = gr.State(new_conversation())
