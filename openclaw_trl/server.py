@@ -24,6 +24,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import math
 import os
 import queue
 import threading
@@ -530,12 +531,12 @@ class ChatService:
         content = []
         for t, (tid, lp) in enumerate(zip(ids, completion.logprobs, strict=False)):
             tok = self.tokenizer.decode([tid])
-            entry = {"token": tok, "logprob": float(lp), "bytes": list(tok.encode()), "top_logprobs": []}
+            entry = {"token": tok, "logprob": _lp(lp), "bytes": list(tok.encode()), "top_logprobs": []}
             if top_ids is not None:
                 entry["top_logprobs"] = [
                     {
                         "token": (s := self.tokenizer.decode([i])),
-                        "logprob": float(v),
+                        "logprob": _lp(v),
                         "bytes": list(s.encode()),
                     }
                     for i, v in zip(top_ids[t], top_lps[t], strict=False)
@@ -594,6 +595,12 @@ class ChatService:
         finally:
             if not done:
                 self.abort(prep)
+
+
+def _lp(value) -> float:
+    """A log-prob for JSON: -inf becomes -9999.0 (OpenAI's convention), NaN too."""
+    value = float(value)
+    return value if math.isfinite(value) else -9999.0
 
 
 def _context_limit(engine, configured: int) -> int:
@@ -902,7 +909,7 @@ def create_app(
     @app.get("/v1/status")
     async def get_status(request: Request):
         _check_auth(request, api_key)
-        return await asyncio.to_thread(service.status)
+        return JSONResponse(_finite(await asyncio.to_thread(service.status)))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
@@ -949,6 +956,21 @@ def create_app(
         app = gr.mount_gradio_app(app, blocks, path="/", server_name=settings.host, server_port=settings.port)
         app.state.blocks = blocks
     return app
+
+
+def _finite(value):
+    """JSON-safe status: NaN/inf metrics (e.g. a hint rate before any hint) become null, numpy scalars floats."""
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 1) == 0:
+        value = value.item()  # numpy / torch scalars
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
 
 
 def _parse_feedback(payload) -> tuple[Any, int | None, str | None]:

@@ -283,3 +283,13 @@ def test_build_serving_wires_a_working_stack(tiny_model_dir, tmp_path):
         assert serving.store.get_turn(int(r.headers["x-openclaw-turn-id"])) is not None
     finally:
         serving.close()
+
+
+def test_status_with_nan_metrics_is_valid_json(stack):
+    service = stack.app.state.service
+    service._status = lambda: {"policy_version": 2, "history": [{"step": 1, "hint_accept_rate": float("nan")}]}
+    try:
+        r = httpx.get(f"{stack.url}/v1/status")
+        assert r.status_code == 200 and r.json()["history"][0]["hint_accept_rate"] is None
+    finally:
+        service._status = None
