@@ -287,9 +287,33 @@ def test_build_serving_wires_a_working_stack(tiny_model_dir, tmp_path):
 
 def test_status_with_nan_metrics_is_valid_json(stack):
     service = stack.app.state.service
-    service._status = lambda: {"policy_version": 2, "history": [{"step": 1, "hint_accept_rate": float("nan")}]}
+    service._status = lambda: {
+        "policy_version": 2,
+        "history": [{"step": 1, "hint_accept_rate": float("nan")}],
+    }
     try:
         r = httpx.get(f"{stack.url}/v1/status")
         assert r.status_code == 200 and r.json()["history"][0]["hint_accept_rate"] is None
     finally:
         service._status = None
+
+
+def test_client_leaving_mid_stream_stores_no_turn(stack, client):
+    import time
+
+    before = len(turns(stack.store))
+    body = {
+        "model": "openclaw",
+        "messages": [{"role": "user", "content": "a long story"}],
+        "max_tokens": 40,
+        "stream": True,
+    }
+    with httpx.stream(
+        "POST", f"{stack.url}/v1/chat/completions", json=body, headers={"X-Session-Id": "gone"}
+    ) as r:
+        lines = r.iter_lines()
+        assert next(lines).startswith("data: ")  # the role chunk, then we hang up
+    time.sleep(3.0)  # long enough for the 40 tokens to finish in the engine
+    assert len(turns(stack.store)) == before  # the reply was never seen: no turn to judge
+    reply = client.chat.completions.create(model="openclaw", messages=body["messages"], max_tokens=2)
+    assert reply.choices  # and the server serves on
