@@ -76,6 +76,7 @@ class OpenClawTrainer(GRPOTrainer):
         self._batch_turn_ids: list[int] = []
         self._updates_left_in_batch = 0
         self._last_logps: torch.Tensor | None = None
+        self._update_started = time.perf_counter()
         self.samples_used = 0
         self.turns_used: set[int] = set()
         self.add_callback(_PublishAndConsume(self))
@@ -86,6 +87,7 @@ class OpenClawTrainer(GRPOTrainer):
         from accelerate.utils import broadcast_object_list
 
         holder = [None]
+        started = time.perf_counter()
         if self.accelerator.is_main_process:
             samples = self.store.wait_for_samples(
                 self.args.generation_batch_size, timeout=self.sample_timeout
@@ -98,6 +100,9 @@ class OpenClawTrainer(GRPOTrainer):
             holder = [samples]
         if self.accelerator.num_processes > 1:
             broadcast_object_list(holder)
+        # TRL's step_time includes this wait for people to chat; time/update_s below does not.
+        self._update_started = time.perf_counter()
+        self._log("samples/wait_s", self._update_started - started)
         return holder[0]
 
     def _generate_and_score_completions(self, inputs):
@@ -298,6 +303,9 @@ class _PublishAndConsume(TrainerCallback):
         trainer = self.trainer
         trainer.publish()
         trainer._log("policy_version", state.global_step)  # the version now served
+        now = time.perf_counter()
+        trainer._log("time/update_s", now - trainer._update_started)
+        trainer._update_started = now
         trainer._updates_left_in_batch -= 1
         if trainer._updates_left_in_batch <= 0 and trainer._batch_sample_ids:
             if trainer.accelerator.is_main_process:
