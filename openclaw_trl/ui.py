@@ -18,6 +18,16 @@ if TYPE_CHECKING:
 
 REASONING_TITLE = "💭 Reasoning"
 STATUS_EVERY_S = 2.0
+# the trainer logs dozens of metrics (TRL names); the panel shows these when present
+PANEL_METRICS = (
+    "step",
+    "loss",
+    "reward",
+    "opd/hint_accept_rate",
+    "grad_norm",
+    "samples/staleness",
+    "step_time",
+)
 
 
 def new_conversation() -> dict:
@@ -52,6 +62,14 @@ def _display_assistant(message: dict) -> list[dict]:
     return out
 
 
+def _metric(name: str, value) -> str:
+    return (
+        f"{name} = {value:.4g}"
+        if isinstance(value, int | float) and not isinstance(value, bool)
+        else f"{name} = {value}"
+    )
+
+
 def _status_views(status: dict):
     """The learning panel: a summary line, the last hints, and the per-update curves."""
     import pandas as pd
@@ -63,10 +81,8 @@ def _status_views(status: dict):
         lines.append(f"**Samples waiting:** {waiting}" + (f" / {batch} per update" if batch else ""))
     metrics = status.get("last_metrics") or {}
     if metrics:
-        shown = ", ".join(
-            f"{k} = {v:.4g}" if isinstance(v, int | float) else f"{k} = {v}"
-            for k, v in list(metrics.items())[:8]
-        )
+        keys = [k for k in PANEL_METRICS if k in metrics] or list(metrics)[:8]
+        shown = ", ".join(_metric(k, metrics[k]) for k in keys)
         lines.append(f"**Last update:** {shown}")
     hints = status.get("last_hints") or []
     hints_md = (
