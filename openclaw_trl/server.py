@@ -815,10 +815,14 @@ def _check_auth(request, key: str | None) -> None:
     auth = request.headers.get("authorization", "")
     if not auth.lower().startswith("bearer "):
         raise ApiError(401, "Missing bearer token: send 'Authorization: Bearer <key>'", "missing_api_key")
+    if not _same_secret(auth[7:].strip(), key):
+        raise ApiError(401, "Incorrect API key provided", "invalid_api_key")
+
+
+def _same_secret(given: str, key: str) -> bool:
     import hmac
 
-    if not hmac.compare_digest(auth[7:].strip().encode(), key.encode()):
-        raise ApiError(401, "Incorrect API key provided", "invalid_api_key")
+    return hmac.compare_digest((given or "").encode(), key.encode())
 
 
 async def _json_body(request, limit: int) -> Any:
@@ -953,7 +957,17 @@ def create_app(
         from openclaw_trl.ui import build_ui
 
         blocks = build_ui(service)
-        app = gr.mount_gradio_app(app, blocks, path="/", server_name=settings.host, server_port=settings.port)
+        # With an API key the UI asks for it too (any user name): the UI trains the model as much as the API.
+        auth = (lambda _user, password: _same_secret(password, api_key)) if api_key else None
+        app = gr.mount_gradio_app(
+            app,
+            blocks,
+            path="/",
+            server_name=settings.host,
+            server_port=settings.port,
+            auth=auth,
+            auth_message="This server's API key is the password." if api_key else None,
+        )
         app.state.blocks = blocks
     return app
 

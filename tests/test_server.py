@@ -317,3 +317,13 @@ def test_client_leaving_mid_stream_stores_no_turn(stack, client):
     assert len(turns(stack.store)) == before  # the reply was never seen: no turn to judge
     reply = client.chat.completions.create(model="openclaw", messages=body["messages"], max_tokens=2)
     assert reply.choices  # and the server serves on
+
+
+def test_api_key_also_guards_the_ui(engine, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENCLAW_TEST_KEY", "s3cret")
+    with running_stack(engine, tmp_path / "ui-auth.db", ui=True, api_key_env="OPENCLAW_TEST_KEY") as s:
+        assert httpx.get(f"{s.url}/config").status_code == 401
+        with httpx.Client(base_url=s.url) as browser:
+            assert browser.post("/login", data={"username": "me", "password": "nope"}).status_code == 400
+            assert browser.post("/login", data={"username": "me", "password": "s3cret"}).status_code == 200
+            assert browser.get("/config").status_code == 200
