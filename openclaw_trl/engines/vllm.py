@@ -452,6 +452,7 @@ class VLLMEngine:
             max_tokens=1,
             temperature=0.0,
             prompt_logprobs=n,
+            flat_logprobs=True,  # flat arrays instead of a Logprob object per position and token
             detokenize=False,
             output_kind=RequestOutputKind.FINAL_ONLY,
         )
@@ -542,19 +543,17 @@ class VLLMEngine:
 
     def _extract_scores(self, live: _Live, out):
         """Completion log-probs (and top-K) from a finished prompt-log-prob request."""
-        plp = out.prompt_logprobs
-        positions = [plp[live.prompt_len + j] for j in range(len(live.tokens))]
-        if live.temperature == 1.0:
-            lps = [float(pos[t].logprob) for pos, t in zip(positions, live.tokens)]
-            if live.top_k <= 0:
-                return lps, [], []
-            ids, vals = [], []
-            for pos in positions:
-                ranked = sorted(pos.items(), key=lambda kv: kv[1].rank)[: live.top_k]
-                ids.append([int(k) for k, _ in ranked])
-                vals.append([float(v.logprob) for _, v in ranked])
-            return lps, ids, vals
-        return _renormalise(positions, live.tokens, live.temperature, live.top_k)
+        positions = _positions(out.prompt_logprobs, live.prompt_len, len(live.tokens))
+        if live.temperature != 1.0:
+            return _renormalise(positions, live.tokens, live.temperature, live.top_k)
+        lps, ids, vals = [], [], []
+        for (keys, values, ranks), token in zip(positions, live.tokens):
+            lps.append(float(values[keys.index(token)]))
+            if live.top_k > 0:
+                ranked = sorted(zip(ranks, keys, values))[: live.top_k]
+                ids.append([int(k) for _, k, _ in ranked])
+                vals.append([float(v) for _, _, v in ranked])
+        return lps, ids, vals
 
     def _abort_all(self, exc: BaseException) -> None:
         jobs = {id(live.job): live.job for live in self._live.values()}
@@ -572,19 +571,41 @@ class VLLMEngine:
         self._deferred = []
 
 
+def _positions(plp, start: int, n: int) -> list[tuple[list[int], list[float], list[int]]]:
+    """``(token ids, log-probs, ranks)`` at prompt positions ``start .. start + n - 1``.
+
+    Reads vLLM's ``FlatLogprobs`` arrays directly when present (``flat_logprobs=True``: no per-token objects),
+    else the classic list of ``{token_id: Logprob}`` dicts.
+    """
+    if hasattr(plp, "start_indices"):
+        out = []
+        for i in range(start, start + n):
+            lo, hi = plp.start_indices[i], plp.end_indices[i]
+            # The realised token comes first and again inside the top-K / full-vocabulary list: keep it once
+            # (a duplicate would count its probability twice when renormalising).
+            seen = {}
+            for k, v, r in zip(plp.token_ids[lo:hi], plp.logprobs[lo:hi], plp.ranks[lo:hi]):
+                seen.setdefault(k, (v, r))
+            out.append((list(seen), [v for v, _ in seen.values()], [r for _, r in seen.values()]))
+        return out
+    return [
+        (list(d.keys()), [v.logprob for v in d.values()], [v.rank for v in d.values()])
+        for d in (plp[i] for i in range(start, start + n))
+    ]
+
+
 def _renormalise(positions, tokens: list[int], temperature: float, top_k: int):
     """``log_softmax(logprob / T)`` from full-vocabulary raw prompt log-probs (shift invariance of log-softmax)."""
     import torch
 
     lps, ids, vals = [], [], []
-    for pos, token in zip(positions, tokens):
-        keys = torch.tensor(list(pos.keys()), dtype=torch.long)
-        raw = torch.tensor([v.logprob for v in pos.values()], dtype=torch.float64)
-        scaled = torch.log_softmax(raw / temperature, dim=-1)
-        lps.append(float(scaled[(keys == token).nonzero()[0, 0]]))
+    for (keys, values, _), token in zip(positions, tokens):
+        keys_t = torch.tensor(keys, dtype=torch.long)
+        scaled = torch.log_softmax(torch.tensor(values, dtype=torch.float64) / temperature, dim=-1)
+        lps.append(float(scaled[keys.index(token)]))
         if top_k > 0:
             v, k = scaled.topk(min(top_k, scaled.numel()))
-            ids.append(keys[k].tolist())
+            ids.append(keys_t[k].tolist())
             vals.append(v.tolist())
     return lps, ids, vals
 

@@ -10,8 +10,8 @@ from openclaw_trl.engines import GenerationRequest, SamplingParams, create_engin
 
 
 def _vllm_available() -> bool:
-    """A real, importable vLLM. Checked via its spec first: ``tests/`` is on ``sys.path`` and this folder would
-    otherwise import as an empty namespace package called ``vllm`` (and stay in ``sys.modules``)."""
+    """A real, importable vLLM (its spec first: a stray folder named ``vllm`` on ``sys.path`` would otherwise
+    import as an empty namespace package and stay in ``sys.modules``)."""
     import importlib.util
 
     spec = importlib.util.find_spec("vllm")
