@@ -9,7 +9,8 @@ Two ways to run it:
   for the serving benchmark. :func:`build_serving` is that wiring in one call.
 
 ``--share`` opens a public Gradio tunnel to the whole app (the API included), so it refuses to run without
-an API key (``--api-key-env``): a public endpoint that trains the model must not be anonymous.
+an API key (``--api-key-env``): a public endpoint that trains the model must not be anonymous. With a key,
+the API wants ``Authorization: Bearer <key>`` and the UI a login whose password is the key.
 """
 
 from __future__ import annotations
