@@ -16,6 +16,20 @@ fast to a reply can never race the bookkeeping of the turn its next message is t
 Serving never answers 503 because training runs (notes §7.16): the engine serves from a published
 adapter copy. Generation is blocking torch work, so it runs in a thread pool and concurrent requests
 reach the engine together (which batches them).
+
+Wire-format details a client may care about:
+
+* Session fields: ``X-Session-Id`` / ``session_id`` / ``user``, ``X-Turn-Type`` (``main``/``side``),
+  ``X-Session-Done`` / ``session_done``, ``X-Session-Private`` / ``session_private`` (``openclaw_trl.sessions``).
+* Every reply says which turn it is: ``x-openclaw-turn-id`` / ``x-openclaw-policy-version`` headers (not on
+  streams: their headers leave before the turn exists), ``system_fingerprint = "openclaw-v{version}"``, and an
+  ``openclaw`` object (``turn_id``, ``session_id``, ``turn_type``, ``next_state_of``, ``policy_version``) in the
+  response, or in the stream's final chunk. ``POST /v1/feedback`` takes that ``turn_id``.
+* ``max_tokens`` is clamped to the room the context leaves and to ``max_tokens_cap``; ``stop`` text is not
+  returned; ``logprobs``/``top_logprobs`` (<= 20) are the sampling log-probs and the policy's top-K; in a stream
+  they arrive in one chunk just before the final one (the engine streams token ids only).
+* Accepted and ignored: ``presence_penalty``, ``frequency_penalty``, ``response_format``, ``tool_choice``
+  other than ``"none"`` (which renders without tools), unknown fields. Refused: ``n > 1``, non-text content parts.
 """
 
 from __future__ import annotations
