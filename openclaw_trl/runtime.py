@@ -107,12 +107,8 @@ class Runtime:
             "method": self.config.method,
             "last_metrics": last,
             "history": history,
-            "last_hints": self.store_recent_hints(),
+            "last_hints": self.store.recent_hints(5),
         }
-
-    def store_recent_hints(self, n: int = 5) -> list[str]:
-        hints = [t.get("hint") for t in self.store.iter_turns(include_private=False) if t.get("hint")]
-        return hints[-n:]
 
     def close(self) -> None:
         self.stop_event.set()

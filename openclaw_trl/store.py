@@ -836,6 +836,19 @@ class Store:
             d.update(origin=row["origin"], created=row["created"], consumed_step=row["consumed_step"])
             yield d
 
+    def recent_hints(self, n: int = 5) -> list[str]:
+        """The hints of the ``n`` most recently judged turns that have one (private sessions left out)."""
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT t.hint FROM turns t JOIN sessions s ON s.id = t.session_id"
+                " WHERE t.hint IS NOT NULL AND s.private = 0 ORDER BY t.judged_at DESC, t.id DESC LIMIT ?",
+                (int(n),),
+            )
+            .fetchall()
+        )
+        return [r["hint"] for r in reversed(rows)]
+
     def iter_feedback(self) -> Iterator[dict]:
         for row in self._conn().execute("SELECT * FROM feedback ORDER BY id").fetchall():
             yield dict(row)

@@ -248,3 +248,20 @@ def test_store_survives_sigkill(tmp_path):
         per_turn = [x["turn_id"] for x in s.iter_samples()]
         assert len(per_turn) == len(set(per_turn))
         assert s.count_waiting() == len(per_turn)
+
+
+def test_recent_hints_newest_last_without_private(tmp_path):
+    from openclaw_trl.store import Store, Vote
+
+    store = Store(tmp_path / "s.db")
+    for i, private in enumerate([False, True, False, False]):
+        sid = store.open_session(f"k{i}", private=private)
+        tid = store.add_turn(
+            sid, "main", [{"role": "user", "content": "q"}], None, [1], [2], [-0.1], "a", 1.0, 0, "stop", True
+        )
+        store.attach_next_state(tid, {"role": "user", "content": "fix it"}, "request")
+        store.save_judgement(
+            tid, 0, [Vote("hint", "callable", "r", 1, f"hint number {i}")], 0, f"hint number {i}", None
+        )
+    assert store.recent_hints(2) == ["hint number 2", "hint number 3"]
+    assert store.recent_hints(10) == ["hint number 0", "hint number 2", "hint number 3"]
