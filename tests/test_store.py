@@ -260,8 +260,7 @@ def test_recent_hints_newest_last_without_private(tmp_path):
             sid, "main", [{"role": "user", "content": "q"}], None, [1], [2], [-0.1], "a", 1.0, 0, "stop", True
         )
         store.attach_next_state(tid, {"role": "user", "content": "fix it"}, "request")
-        store.save_judgement(
-            tid, 0, [Vote("hint", "callable", "r", 1, f"hint number {i}")], 0, f"hint number {i}", None
-        )
+        votes = [Vote("hint", "callable", "r", 1, f"hint number {i}")]
+        store.save_judgement(tid, store.get_turn(tid)["judge_round"], votes, 0, f"hint number {i}", None)
     assert store.recent_hints(2) == ["hint number 2", "hint number 3"]
     assert store.recent_hints(10) == ["hint number 0", "hint number 2", "hint number 3"]
