@@ -6,7 +6,8 @@
     accelerate launch --cpu --num_processes 1 app.py --config recipes/tiny_simulated.yaml --max_steps 3
 
 Every field of the recipe can be overridden on the command line (``--learning_rate 1e-5``); the UI and
-the API listen on the recipe's ``host:port`` (127.0.0.1:7860 by default) when ``source`` is ``live``.
+the API listen on the recipe's ``host:port`` (127.0.0.1:7860 by default) when ``source`` is ``live``;
+``--share`` adds a public Gradio link (only with ``api_key_env`` set: the API trains the model).
 """
 
 from __future__ import annotations

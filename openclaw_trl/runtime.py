@@ -321,13 +321,34 @@ def _guard(fn, name: str):
     return run
 
 
-def run(runtime: Runtime) -> dict:
-    """Start the source, the scorer and train until ``max_steps`` (or Ctrl-C); returns the last metrics."""
+def share_publicly(runtime: Runtime) -> str:
+    """A public Gradio link to the running server. It exposes an API that trains the model, so it is
+    refused unless the API requires a key (``api_key_env``)."""
+    if not runtime.config.api_key_env:
+        raise ValueError("--share exposes the API publicly: set api_key_env to a variable holding a key")
+    from openclaw_trl.commands.serve import open_share_link
+
+    url = open_share_link(runtime.config.host, runtime.server.port)
+    logger.info("public link: %s", url)
+    return url
+
+
+def run(runtime: Runtime, share: bool = False) -> dict:
+    """Start the source, the scorer and train until ``max_steps`` (or Ctrl-C); returns the last metrics.
+
+    ``share`` (live source only) also opens a public Gradio link to the UI and API.
+    """
     config, trainer = runtime.config, runtime.trainer
+    if share and (config.source != "live" or not config.api_key_env):
+        raise ValueError(
+            "--share needs source: live and api_key_env (a public endpoint must not be anonymous)"
+        )
     if runtime.scorer is not None:
         runtime.scorer.start()
         if config.source == "live":
             start_server(runtime)
+            if share:
+                share_publicly(runtime)
         elif config.source == "simulated":
             start_simulation(runtime)
         elif config.source == "replay":

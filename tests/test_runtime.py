@@ -81,3 +81,13 @@ def test_replay_source_trains_on_recorded_conversations(tmp_path):
     assert len(samples) == 6 and sum(s["consumed_step"] == 1 for s in samples) == 4
     assert sorted(s["reward"] for s in samples) == [-1, -1, 1, 1, 1, 1]
     assert sum(bool(s["has_hint"]) for s in samples) == 2
+
+
+def test_share_refuses_an_anonymous_public_endpoint(tmp_path):
+    from openclaw_trl.config import OpenClawConfig
+    from openclaw_trl.runtime import Runtime, run
+
+    config = OpenClawConfig(output_dir=str(tmp_path), source="live")
+    runtime = Runtime(config, "unused", None, None, None, None, None)
+    with pytest.raises(ValueError, match="api_key_env"):
+        run(runtime, share=True)

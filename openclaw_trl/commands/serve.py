@@ -174,17 +174,5 @@ def _run_recipe(args: argparse.Namespace) -> int:
         argv += ["--api_key_env", args.api_key_env]
     config, model_args, recipe_yaml = rt.load_recipe(argv)
     runtime = rt.build_runtime(config, model_args, recipe_yaml)
-    if args.share:
-        # the runtime starts the server itself; open the tunnel once it listens
-        import threading
-
-        def share_when_up():
-            while not runtime.stop_event.is_set():
-                if runtime.server is not None and runtime.server.server.started:
-                    logger.info("public link: %s", open_share_link(config.host, runtime.server.port))
-                    return
-                runtime.stop_event.wait(0.5)
-
-        threading.Thread(target=share_when_up, daemon=True).start()
-    rt.run(runtime)
+    rt.run(runtime, share=args.share)
     return 0
