@@ -254,22 +254,34 @@ def decode_completion(tokenizer, token_ids: list[int]) -> dict[str, Any]:
 
 
 class IncrementalDecoder:
-    """Token ids in, text deltas out, for streaming: decodes the growing id list and emits only stable text.
+    """Token ids in, text deltas out, for streaming.
 
-    Byte-level BPE can split one character over several tokens; a trailing U+FFFD means "incomplete", so that
-    text is held back until the next token completes it.
+    Byte-level BPE can split one character over several tokens, and some tokenizers change how a token is
+    rendered depending on its left neighbour. So each step decodes a short window (from ``prefix`` on) twice,
+    without and with the new tokens, and emits the difference once it no longer ends in U+FFFD ("incomplete").
+    Cost per token is bounded by the window, not the length of the completion.
     """
 
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
         self.ids: list[int] = []
-        self.emitted = ""
+        self.prefix = 0  # window start: tokens before it are settled
+        self.read = 0  # tokens up to here have been emitted
 
     def push(self, token_id: int) -> str:
         self.ids.append(int(token_id))
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=False)
-        if text.endswith("\ufffd"):
+        decode = self.tokenizer.decode
+        before = decode(self.ids[self.prefix : self.read], skip_special_tokens=False)
+        after = decode(self.ids[self.prefix :], skip_special_tokens=False)
+        if len(after) <= len(before) or after.endswith("\ufffd"):
             return ""
-        delta = text[len(self.emitted) :] if text.startswith(self.emitted) else ""
-        self.emitted = text if text.startswith(self.emitted) else self.emitted
-        return delta
+        self.prefix, self.read = self.read, len(self.ids)
+        return after[len(before) :]
+
+    def flush(self) -> str:
+        """Whatever is still held back (e.g. an incomplete character at the very end)."""
+        decode = self.tokenizer.decode
+        before = decode(self.ids[self.prefix : self.read], skip_special_tokens=False)
+        after = decode(self.ids[self.prefix :], skip_special_tokens=False)
+        self.prefix = self.read = len(self.ids)
+        return after[len(before) :]

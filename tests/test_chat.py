@@ -265,3 +265,14 @@ def test_incremental_decoder_qwen(qwen_tok):
     deltas = [dec.push(i) for i in ids]
     assert "".join(deltas) == text
     assert all("\ufffd" not in d for d in deltas)
+
+
+def test_incremental_decoder_tiny_bytes(tiny_tokenizer):
+    """The tiny BPE spells emoji and accents as several byte tokens: deltas hold them back until complete."""
+    text = "café ☕ and 🙂🙂 done <tool_call>{}</tool_call>"
+    ids = tiny_tokenizer.encode(text, add_special_tokens=False)
+    assert len(ids) > len(text.split())
+    dec = IncrementalDecoder(tiny_tokenizer)
+    deltas = [dec.push(i) for i in ids] + [dec.flush()]
+    assert "".join(deltas) == tiny_tokenizer.decode(ids) == text
+    assert all("\ufffd" not in d for d in deltas)

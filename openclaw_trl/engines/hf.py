@@ -547,12 +547,25 @@ class HFEngine:
             self._closed = True
             self._queue.put(None)
             self._worker.join(timeout=30)
+            _fail_queued(self._queue, "HFEngine closed")
 
     def __enter__(self) -> HFEngine:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _fail_queued(q: queue.Queue, message: str) -> None:
+    """Release callers whose jobs were still queued when the worker stopped."""
+    while True:
+        try:
+            job = q.get_nowait()
+        except queue.Empty:
+            return
+        if job is not None:
+            job.error = RuntimeError(message)
+            job.done.set()
 
 
 def _sample(logits, sp: SamplingParams, generator) -> tuple[int, float]:

@@ -278,6 +278,9 @@ class VLLMEngine:
         self._closed = True
         self._queue.put(None)
         self._worker.join(timeout=60)
+        from openclaw_trl.engines.hf import _fail_queued
+
+        _fail_queued(self._queue, "VLLMEngine closed")
         if self._owns_adapter_root:
             shutil.rmtree(self._adapter_root, ignore_errors=True)
 
