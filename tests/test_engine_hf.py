@@ -13,7 +13,9 @@ from openclaw_trl.engines import GenerationRequest, SamplingParams, create_engin
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
-    eng = create_engine("hf", tiny_model_dir, lora_config=contract.lora_config(), max_batch_size=8)
+    eng = create_engine(
+        "hf", tiny_model_dir, dtype="float32", lora_config=contract.lora_config(), max_batch_size=8
+    )
     yield eng
     eng.close()
 
@@ -76,7 +78,7 @@ def test_padded_batch_equals_single_requests(engine, tiny_tokenizer):
 
 
 def test_concurrent_callers_share_batches(tiny_model_dir, tiny_tokenizer):
-    eng = create_engine("hf", tiny_model_dir, batch_wait_s=0.2, max_batch_size=8)
+    eng = create_engine("hf", tiny_model_dir, dtype="float32", batch_wait_s=0.2, max_batch_size=8)
     try:
         p = contract.prompts(tiny_tokenizer, 1)[0]
         barrier, outs = threading.Barrier(4), []
@@ -111,7 +113,7 @@ def test_publish_directory_without_config(tiny_model_dir, tiny_tokenizer, adapte
     """With no LoraConfig the engine serves base, then takes the config from the first adapter directory."""
     from openclaw_trl.engines.hf import adapter_state_dict_to_dir
 
-    eng = create_engine("hf", tiny_model_dir)
+    eng = create_engine("hf", tiny_model_dir, dtype="float32")
     try:
         ps = contract.prompts(tiny_tokenizer, 1)
         comp = [[5, 6, 7]]
@@ -134,7 +136,7 @@ def test_score_chunking_and_edge_cases(tiny_model_dir, engine, tiny_tokenizer):
     comps = [[10, 11, 12], [], [13]]
     full = engine.score(ps, comps, weights="base", top_k=3)
     assert full.logprobs[1] == [] and full.topk_ids[1] == []
-    small = create_engine("hf", tiny_model_dir, score_batch_tokens=8, score_logits_elems=1)
+    small = create_engine("hf", tiny_model_dir, dtype="float32", score_batch_tokens=8, score_logits_elems=1)
     try:
         chunked = small.score(ps, comps, weights="base", top_k=3)
     finally:

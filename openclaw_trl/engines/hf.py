@@ -97,7 +97,8 @@ class HFEngine:
         lora_config: the ``peft.LoraConfig`` of the adapters that will be published. ``None``: take it from the
             first adapter directory published; until then ``policy`` serves the base weights.
         device: ``"cpu"``, ``"cuda"``, … (default: CUDA when available).
-        dtype: model dtype (default float32 on CPU, where bf16 is ~160x slower, bfloat16 on GPU).
+        dtype: model dtype, a ``torch.dtype`` or its name (default float32 on CPU, where bf16 is ~160x slower,
+            bfloat16 on GPU).
         max_batch_size: most requests decoded together.
         batch_wait_s: how long the worker waits for more requests after the first one arrives.
         score_batch_tokens: padded tokens per scoring forward (bounds activation memory).
@@ -123,6 +124,8 @@ class HFEngine:
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if dtype is None:
             dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
+        elif isinstance(dtype, str):  # "float32", "bfloat16", … as written in recipes
+            dtype = getattr(torch, dtype)
         self.dtype = dtype
         self.model_path = str(model_path)
         self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(self.model_path)

@@ -43,7 +43,7 @@ def engine(tiny_model_dir):
 
 @pytest.fixture(scope="module")
 def hf_engine(tiny_model_dir):
-    eng = create_engine("hf", tiny_model_dir, lora_config=contract.lora_config())
+    eng = create_engine("hf", tiny_model_dir, dtype="float32", lora_config=contract.lora_config())
     yield eng
     eng.close()
 

@@ -33,7 +33,7 @@ def perturbed(tiny_model_dir, tmp_path_factory):
 def test_full_weight_push(tiny_model_dir, tiny_tokenizer, perturbed):
     state_dict, ref_dir = perturbed
     eng = create_engine("vllm", tiny_model_dir, enable_lora=False, max_model_len=512)
-    hf = create_engine("hf", ref_dir)
+    hf = create_engine("hf", ref_dir, dtype="float32")
     try:
         ps = contract.prompts(tiny_tokenizer, 2)
         comps = [[10, 11, 12, 13], [14, 15]]
