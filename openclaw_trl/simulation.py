@@ -167,3 +167,70 @@ def _chat(client: httpx.Client, model: str, messages: list, session: str, max_to
     response.raise_for_status()
     body = response.json()
     return body["choices"][0]["message"].get("content") or "", response.headers.get("x-openclaw-turn-id", "")
+
+
+@dataclass
+class FeedbackUser(PreferenceUser):
+    """A :class:`PreferenceUser` that also rates every reply through ``POST /v1/feedback``.
+
+    👍 (+1) when the reply has the preferred style; otherwise 👎 (-1) with the change request as the
+    correction text. This is the signal the ``feedback`` judge backend reads (rating = reward, text = hint);
+    the user still replies in words as well, so the conversation goes on as with a :class:`PreferenceUser`.
+    """
+
+    def rate(self, reply: str) -> tuple[int, str | None]:
+        if self.satisfied_by(reply):
+            return 1, None
+        return -1, self.style.request
+
+
+def run_feedback_conversations(
+    base_url: str,
+    user: FeedbackUser,
+    n: int,
+    seed: int = 0,
+    session_prefix: str = "fb",
+    max_tokens: int = 48,
+    model: str = "openclaw",
+    api_key: str | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+    timeout: float = 600.0,
+) -> list[ConversationLog]:
+    """Like :func:`run_conversations`, but each reply is rated with ``POST /v1/feedback`` (turn id from the
+    ``x-openclaw-turn-id`` header) before the user's next message is sent.
+
+    The feedback arrives first, so it is the turn's next state; the reply that follows is then only the
+    conversation going on (the collector does not replace a next state with a later request).
+    """
+    rng = random.Random(seed)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    logs = []
+    with httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout, headers=headers) as client:
+        for i in range(n):
+            if should_stop():
+                break
+            session = f"{session_prefix}-{seed}-{i}"
+            messages = [{"role": "user", "content": user.opening(rng)}]
+            first_ok, turn_ids = None, []
+            for turn in range(user.max_turns):
+                last = turn == user.max_turns - 1
+                reply, turn_id = _chat(client, model, messages, session, max_tokens, done=False)
+                turn_ids.append(turn_id)
+                rating, text = user.rate(reply)
+                if turn_id:
+                    body = {"turn_id": int(turn_id), "rating": rating}
+                    if text:
+                        body["text"] = text
+                    client.post("/v1/feedback", json=body).raise_for_status()
+                reaction = user.react(reply, rng)
+                first_ok = reaction.satisfied if first_ok is None else first_ok
+                messages += [
+                    {"role": "assistant", "content": reply},
+                    {"role": "user", "content": reaction.text},
+                ]
+                if reaction.satisfied or last:
+                    _, turn_id = _chat(client, model, messages, session, max_tokens, done=True)
+                    turn_ids.append(turn_id)
+                    break
+            logs.append(ConversationLog(session, bool(first_ok), len(turn_ids), turn_ids))
+    return logs
