@@ -1,0 +1,81 @@
+"""The learning benchmark's closed loop, shortened: a tiny toy-world model pre-trained for a few steps, one
+seed, two updates of two samples, through the real server, collector, scorer and trainer.
+
+It asserts that the pipeline produced updates (policy version advanced, samples consumed, the metric was
+computed at every update), never a learning threshold: that is what ``benchmarks/learning/run.py`` measures.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "learning"
+
+
+def _load(name: str):
+    sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location(f"learning_bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread, as the benchmark uses: on a shared 2-core machine it is several times faster."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def toy_model(tmp_path_factory):
+    pretrain = _load("pretrain")
+    return pretrain.pretrain(tmp_path_factory.mktemp("toy-model"), pretrain.TINY, log=lambda *_: None)
+
+
+def test_toy_world_chats_render_and_match_the_user():
+    world = _load("toy_world")
+    user = world.make_user("bullets")
+    for style in world.STYLES:
+        answer = world.render_answer(style.name, "apples", __import__("random").Random(0))
+        assert style.matches(answer) and sum(s.matches(answer) for s in world.STYLES) == 1
+        assert user.satisfied_by(answer) == (style.name == "bullets")
+    chats = world.training_chats(200, seed=1)
+    assert chats == world.training_chats(200, seed=1)
+    hinted = [c for c in chats if "[user's hint / instruction]\n" in c[0]["content"]]
+    assert hinted and all(c[-1]["role"] == "assistant" for c in chats)
+
+
+@pytest.mark.parametrize("backend", ["callable", "feedback"])
+def test_closed_loop_produces_updates(toy_model, tmp_path, backend):
+    run = _load("run")
+    settings = run.BenchSettings(
+        updates=2, batch_size=2, eval_per_topic=1, max_tokens=12, sample_timeout_s=120
+    )
+    result = run.run_one(toy_model, "combine", 0, settings, tmp_path / "run", backend=backend)
+    assert result.policy_version == 2
+    assert result.samples_used == 4
+    assert len(result.rates) == 3 and all(0.0 <= r <= 1.0 for r in result.rates)
+    assert result.conversations[-1] >= 1 and result.turns[-1] >= 2
+    assert len(result.trainer_metrics) == 2 and all("reward" in m for m in result.trainer_metrics)
+    report = {
+        "settings": vars(settings),
+        "seeds": [0],
+        "quick": True,
+        "seconds": result.seconds,
+        "aggregate": {"combine": run.aggregate([result])},
+        "base_rate": result.rates[0],
+        "pretrain": {"parameters": 1, "metrics": {k: {"rate": 0.0} for k in ("bare", "hinted", "follow_up")}},
+    }
+    assert "| combine |" in run.summary_markdown(report)
+    run.plot(report, tmp_path / "curve.png")
+    assert (tmp_path / "curve.png").stat().st_size > 0
