@@ -18,6 +18,9 @@ DEFAULT_RECIPE = "recipes/combine_qwen3_0.6b_lora.yaml"
 
 
 def main(argv: list[str]) -> int:
+    from openclaw_trl.cli import quiet_openmp
+
+    quiet_openmp()
     from openclaw_trl.commands.train import run_argv
 
     if "--config" not in argv:

@@ -691,7 +691,8 @@ class StreamDecoder:
         return self._post(self.parser.feed(self.text.push(token_id)))
 
     def finish(self) -> list[dict]:
-        return self._post(self.parser.finish(), final=True)
+        # text still held back by the decoder (e.g. an incomplete UTF-8 sequence) goes out before the end
+        return self._post(self.parser.feed(self.text.flush()) + self.parser.finish(), final=True)
 
     def message(self) -> dict:
         """The assistant message the stream spelled out (``decode_completion``'s shape)."""

@@ -327,3 +327,16 @@ def test_api_key_also_guards_the_ui(engine, tmp_path, monkeypatch):
             assert browser.post("/login", data={"username": "me", "password": "nope"}).status_code == 400
             assert browser.post("/login", data={"username": "me", "password": "s3cret"}).status_code == 200
             assert browser.get("/config").status_code == 200
+
+
+def test_stream_decoder_flushes_a_character_cut_by_the_length_limit(tiny_tokenizer):
+    """A completion that stops inside a multi-byte character still streams every byte the model produced."""
+    from openclaw_trl.server import StreamDecoder
+
+    ids = tiny_tokenizer.encode("ok 🙂", add_special_tokens=False)
+    cut = ids[:-1]  # the last byte token of the emoji never came: the text ends mid-character
+    decoder = StreamDecoder(tiny_tokenizer, stops=[])
+    streamed = [d for tid in cut for d in decoder.feed(tid)] + decoder.finish()
+    text = "".join(d.get("content") or "" for d in streamed)
+    assert text == tiny_tokenizer.decode(cut) and text.startswith("ok ")
+    assert decoder.message()["content"] == text
