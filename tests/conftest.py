@@ -25,3 +25,12 @@ def tiny_tokenizer(tiny_model_dir):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def adapters(tiny_model_dir):
+    """Two different non-zero LoRA adapters for the engine tests (``tests/engine_contract.py``)."""
+    from engine_contract import lora_config, random_adapter
+
+    cfg = lora_config()
+    return random_adapter(tiny_model_dir, cfg, seed=1), random_adapter(tiny_model_dir, cfg, seed=2)

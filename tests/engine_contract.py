@@ -1,6 +1,6 @@
 """Engine contract checks shared by the HF tests and the vLLM tests (``tests/vllm_engine``).
 
-Each ``check_*`` function takes a live engine (anything implementing ``openclaw_trl.engines.Engine``) plus
+``EngineContract`` runs them all as tests for a module's ``engine`` fixture. Each ``check_*`` function takes a live engine (anything implementing ``openclaw_trl.engines.Engine``) plus
 the tiny model's tokenizer and asserts one promise of ``engines/base.py``. Tolerances are arguments because
 vLLM's CPU kernels do not reproduce Transformers' float32 arithmetic bit for bit.
 """
@@ -10,6 +10,8 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+
+import pytest
 
 from openclaw_trl.engines import GenerationRequest, SamplingParams
 
@@ -211,3 +213,43 @@ def check_concurrent_publish(
     assert len(results) == threads * rounds * 2
     for version, ids in results:
         assert ids == refs[owner[version]], (version, ids, refs)
+
+
+class EngineContract:
+    """The contract as test methods. A test module that provides an ``engine`` fixture runs all of them with ``class TestXxxContract(EngineContract): pass`` (the base class is not collected)."""
+
+    def test_generate_shapes(self, engine, tiny_tokenizer):
+        check_generate_shapes(engine, tiny_tokenizer)
+
+    @pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
+    def test_score_reproduces_sampling_logprobs(self, engine, tiny_tokenizer, adapters, temperature):
+        engine.publish_adapter(adapters[0], next_version())
+        for weights in ("policy", "base"):
+            check_score_matches_generate(engine, tiny_tokenizer, temperature, weights=weights, tol=1e-4)
+
+    def test_topk_full_vocab_contains_sampled(self, engine, tiny_tokenizer):
+        check_topk_contains_sampled(engine, tiny_tokenizer, k=len(tiny_tokenizer))
+
+    def test_base_vs_policy(self, engine, tiny_tokenizer, adapters):
+        check_base_vs_policy(engine, tiny_tokenizer, adapters[1])
+
+    def test_seed_reproducible(self, engine, tiny_tokenizer):
+        check_seed_reproducible(engine, tiny_tokenizer)
+
+    def test_finish_length(self, engine, tiny_tokenizer):
+        check_finish_length(engine, tiny_tokenizer)
+
+    def test_stop_strings(self, engine, tiny_tokenizer):
+        check_stop_strings(engine, tiny_tokenizer)
+
+    def test_concurrent_generate_while_publishing(self, engine, tiny_tokenizer, adapters):
+        check_concurrent_publish(engine, tiny_tokenizer, *adapters)
+
+    def test_streaming_callback(self, engine, tiny_tokenizer):
+        ps = prompts(tiny_tokenizer, 2)
+        seen = {0: [], 1: []}
+        outs = engine.generate(
+            [GenerationRequest(p, SamplingParams(max_new_tokens=5, seed=i)) for i, p in enumerate(ps)],
+            on_token=lambda i, t: seen[i].append(t),
+        )
+        assert [seen[0], seen[1]] == [o.token_ids for o in outs]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import engine_contract as contract
 import pytest
+from engine_contract import EngineContract
 
 from openclaw_trl.engines import GenerationRequest, SamplingParams, create_engine
 
@@ -48,57 +49,8 @@ def hf_engine(tiny_model_dir):
     eng.close()
 
 
-@pytest.fixture(scope="module")
-def adapters(tiny_model_dir):
-    cfg = contract.lora_config()
-    return contract.random_adapter(tiny_model_dir, cfg, seed=1), contract.random_adapter(
-        tiny_model_dir, cfg, seed=2
-    )
-
-
-def test_generate_shapes(engine, tiny_tokenizer):
-    contract.check_generate_shapes(engine, tiny_tokenizer)
-
-
-@pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
-def test_score_reproduces_sampling_logprobs(engine, tiny_tokenizer, adapters, temperature):
-    engine.publish_adapter(adapters[0], contract.next_version())
-    for weights in ("policy", "base"):
-        contract.check_score_matches_generate(engine, tiny_tokenizer, temperature, weights=weights, tol=1e-4)
-
-
-def test_topk_full_vocab_contains_sampled(engine, tiny_tokenizer):
-    contract.check_topk_contains_sampled(engine, tiny_tokenizer, k=len(tiny_tokenizer))
-
-
-def test_base_vs_policy(engine, tiny_tokenizer, adapters):
-    contract.check_base_vs_policy(engine, tiny_tokenizer, adapters[1])
-
-
-def test_seed_reproducible(engine, tiny_tokenizer):
-    contract.check_seed_reproducible(engine, tiny_tokenizer)
-
-
-def test_finish_length(engine, tiny_tokenizer):
-    contract.check_finish_length(engine, tiny_tokenizer)
-
-
-def test_stop_strings(engine, tiny_tokenizer):
-    contract.check_stop_strings(engine, tiny_tokenizer)
-
-
-def test_concurrent_generate_while_publishing(engine, tiny_tokenizer, adapters):
-    contract.check_concurrent_publish(engine, tiny_tokenizer, *adapters)
-
-
-def test_streaming_callback(engine, tiny_tokenizer):
-    ps = contract.prompts(tiny_tokenizer, 2)
-    seen = {0: [], 1: []}
-    outs = engine.generate(
-        [GenerationRequest(p, SamplingParams(max_new_tokens=5, seed=i)) for i, p in enumerate(ps)],
-        on_token=lambda i, t: seen[i].append(t),
-    )
-    assert [seen[0], seen[1]] == [o.token_ids for o in outs]
+class TestVLLMEngineContract(EngineContract):
+    """The shared engine contract (VLLMEngine)."""
 
 
 @pytest.mark.parametrize("temperature, top_p, top_k", [(1.0, 0.8, 0), (0.7, 1.0, 50), (0.7, 0.9, 20)])
