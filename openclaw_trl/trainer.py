@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -201,7 +202,11 @@ class OpenClawTrainer(GRPOTrainer):
         return logps, entropies, aux
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        use_kd = self.args.w_kd > 0 and bool(inputs["kd_mask"].any())
+        parts = self._policy_body_and_head(model) if use_kd else None
+        # With top-K KD on, keep the hidden states of the loss forward: the KD term reuses them (no 2nd pass).
+        with _captured_hidden_states(parts[0] if parts else None) as hidden:
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         mask = inputs["completion_mask"]
         if inputs.get("old_per_token_logps") is not None and self._last_logps is not None:
             # KL(old || new), k3 estimator; exactly 0 on the first pass of an on-policy batch.
@@ -209,25 +214,59 @@ class OpenClawTrainer(GRPOTrainer):
             self._log("kl_old", masked_mean(torch.exp(delta) - delta - 1, mask))
         else:
             self._log("kl_old", 0.0)
-        if self.args.w_kd > 0 and inputs["kd_mask"].any():
-            kd = self._topk_distillation(model, inputs)
+        if use_kd:
+            kd = self._topk_distillation(model, inputs, parts, hidden)
             self._log("kd/loss", kd.detach())
             loss = loss + self.args.w_kd * kd / self.current_gradient_accumulation_steps
         return loss
 
-    def _topk_distillation(self, model, inputs) -> torch.Tensor:
-        """Reverse KL over the teacher's top-K ids (+ tail) from one extra student forward with logits."""
+    def _policy_body_and_head(self, model):
+        """``(transformer body, LM head)`` of the policy, or None when the head applies output scalings
+        (soft-capping, logit scales): then the KD term takes the model's own logits instead."""
+        base = self.accelerator.unwrap_model(model)
+        if hasattr(base, "get_base_model"):
+            base = base.get_base_model()
+        config = base.config.get_text_config()
+        if any(getattr(config, name, None) is not None for name in _HEAD_SCALINGS):
+            return None
+        body = getattr(base, "base_model", base)
+        return None if body is base else (body, base.get_output_embeddings())
+
+    def _topk_distillation(self, model, inputs, parts=None, hidden=()) -> torch.Tensor:
+        """Reverse KL over the teacher's top-K ids (+ tail), averaged per sample then over the batch.
+
+        Student log-probs need the full-vocabulary log-softmax, but only at the distilled positions: the LM
+        head runs on the hidden states of those positions alone, taken from the PPO loss forward when it was
+        captured (one forward and one backward for both terms), else from one extra pass of the body.
+        """
         prompt_len = inputs["prompt_ids"].size(1)
+        kd_mask = inputs["kd_mask"]
         input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
         attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-        logits = model(input_ids=input_ids, attention_mask=attention).logits
-        logits = logits[:, prompt_len - 1 : -1] / self.temperature  # positions predicting completion tokens
-        student = torch.log_softmax(logits.float(), dim=-1).gather(-1, inputs["kd_topk_ids"])
-        per_token = topk_distillation_loss(
-            student, inputs["kd_topk_logprobs"], inputs["kd_mask"], cap=self.args.kd_cap
-        )
-        kd_mask = inputs["kd_mask"].float()
-        return ((per_token * kd_mask).sum(-1) / kd_mask.sum(-1).clamp(min=1.0)).mean()
+        if parts is None:
+            logits = model(input_ids=input_ids, attention_mask=attention).logits
+            # positions predicting completion tokens
+            logits = logits[:, prompt_len - 1 : -1] / self.temperature
+            student = torch.log_softmax(logits.float(), dim=-1).gather(-1, inputs["kd_topk_ids"])
+            per_token = topk_distillation_loss(
+                student, inputs["kd_topk_logprobs"], kd_mask, cap=self.args.kd_cap
+            )
+            per_row = (per_token * kd_mask.float()).sum(-1)
+        else:
+            body, head = parts
+            if len(hidden) == 1 and hidden[0].shape[:2] == input_ids.shape and hidden[0].requires_grad:
+                states = hidden[0]
+            else:  # the loss forward was not seen (another loss path): run the body once more
+                states = body(input_ids=input_ids, attention_mask=attention).last_hidden_state
+            rows, cols = kd_mask.bool().nonzero(as_tuple=True)
+            picked = states[:, prompt_len - 1 : -1][rows, cols]  # [N, H], N = distilled positions
+            logits = head(picked) / self.temperature
+            student = torch.log_softmax(logits.float(), dim=-1).gather(-1, inputs["kd_topk_ids"][rows, cols])
+            teacher = inputs["kd_topk_logprobs"][rows, cols]
+            ones = torch.ones_like(rows)[None]
+            per_token = topk_distillation_loss(student[None], teacher[None], ones, cap=self.args.kd_cap)[0]
+            per_row = per_token.new_zeros(kd_mask.size(0)).index_add(0, rows, per_token)
+        return (per_row / kd_mask.float().sum(-1).clamp(min=1.0)).mean()
 
     # -------------------------------------------------------- publish / resume
     def publish(self) -> None:
@@ -288,6 +327,35 @@ class OpenClawTrainer(GRPOTrainer):
         super()._save_checkpoint(model, trial)
         if self.accelerator.is_main_process:
             self.write_run_info()
+
+
+# Output scalings some LM heads apply on top of the projection (config attribute names).
+_HEAD_SCALINGS = (
+    "final_logit_softcapping",
+    "logit_scale",
+    "logits_scaling",
+    "output_multiplier",
+    "lm_head_multiplier",
+)
+
+
+@contextmanager
+def _captured_hidden_states(body):
+    """Collect the last hidden states of every grad-enabled forward of ``body`` inside the block."""
+    captured: list[torch.Tensor] = []
+    if body is None:
+        yield captured
+        return
+
+    def hook(module, args, output):
+        if torch.is_grad_enabled():
+            captured.append(output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0])
+
+    handle = body.register_forward_hook(hook)
+    try:
+        yield captured
+    finally:
+        handle.remove()
 
 
 class _PublishAndConsume(TrainerCallback):
