@@ -77,6 +77,7 @@ class OpenClawTrainer(GRPOTrainer):
         self._batch_turn_ids: list[int] = []
         self._updates_left_in_batch = 0
         self._last_logps: torch.Tensor | None = None
+        self._adapter_snapshot = AdapterSnapshot()
         self._update_started = time.perf_counter()
         self.samples_used = 0
         self.turns_used: set[int] = set()
@@ -273,10 +274,7 @@ class OpenClawTrainer(GRPOTrainer):
         """Hand the current adapter to the serving engine (atomic swap there), version = global step."""
         if self.engine is None or not self.accelerator.is_main_process:
             return
-        from peft import get_peft_model_state_dict
-
-        model = self.accelerator.unwrap_model(self.model)
-        state = {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
+        state = self._adapter_snapshot(self.accelerator.unwrap_model(self.model))
         started = time.perf_counter()
         self.engine.publish_adapter(state, version=self.state.global_step)
         self._log("publish_time", time.perf_counter() - started)
@@ -327,6 +325,33 @@ class OpenClawTrainer(GRPOTrainer):
         super()._save_checkpoint(model, trial)
         if self.accelerator.is_main_process:
             self.write_run_info()
+
+
+class AdapterSnapshot:
+    """Copies of the policy's PEFT adapter tensors (``get_peft_model_state_dict`` keys): what is published.
+
+    ``get_peft_model_state_dict`` walks the model's whole state dict on every call, which costs more than
+    copying the adapter itself (3 ms vs 0.1 ms on the tiny model, 24 ms vs 19 ms on the 0.6B one, CPU).
+    Its keys and the parameters behind them do not change while a model trains (the optimizer updates them
+    in place), so the first call maps each key to its parameter and later calls only copy. When a value is
+    not a parameter's own tensor (or the model object changes) it falls back to the full walk.
+    """
+
+    def __init__(self):
+        self._model = None
+        self._params: dict[str, torch.nn.Parameter] | None = None
+
+    def __call__(self, model) -> dict[str, torch.Tensor]:
+        if self._params is None or self._model is not model:
+            from peft import get_peft_model_state_dict
+
+            state = get_peft_model_state_dict(model)
+            by_storage = {(p.data_ptr(), p.shape): p for p in model.parameters()}
+            params = {key: by_storage.get((t.data_ptr(), t.shape)) for key, t in state.items()}
+            found = all(p is not None for p in params.values())
+            self._model, self._params = (model, params) if found else (None, None)
+            return {key: t.detach().clone() for key, t in state.items()}
+        return {key: p.detach().clone() for key, p in self._params.items()}
 
 
 # Output scalings some LM heads apply on top of the projection (config attribute names).
