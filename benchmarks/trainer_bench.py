@@ -499,9 +499,10 @@ def _median_time(fn, repeats: int) -> float:
 def bench_publish(label: str, r: int = 16, repeats: int = 3) -> dict:
     """Our adapter publish vs TRL's merge-and-push weight sync, for the same PEFT model and engine."""
     import torch
-    from peft import get_peft_model, get_peft_model_state_dict
+    from peft import get_peft_model
 
     from openclaw_trl.engines.hf import HFEngine
+    from openclaw_trl.trainer import AdapterSnapshot
 
     path = model_dir(label)
     cfg = lora_config(r)
@@ -516,9 +517,10 @@ def bench_publish(label: str, r: int = 16, repeats: int = 3) -> dict:
         sync = (lambda: torch.cuda.synchronize()) if engine.device.type == "cuda" else (lambda: None)
         policy.to(engine.device)
 
-        def publish():  # exactly what OpenClawTrainer.publish does
-            state = {k: v.detach().clone() for k, v in get_peft_model_state_dict(policy).items()}
-            engine.publish_adapter(state, version=next(versions))
+        snapshot = AdapterSnapshot()
+
+        def publish():  # exactly what OpenClawTrainer.publish does after each optimizer step
+            engine.publish_adapter(snapshot(policy), version=next(versions))
             sync()
 
         # The engine's base tensors stand in for vLLM's weights (what load_weights copies into).

