@@ -17,7 +17,9 @@ older adapter), sampled at another temperature, or reused for several passes (``
 the old log-probs of the PPO ratio are recomputed with the weights at the start of the update and a
 truncated importance weight ``min(pi_old / pi_sampling, C)`` is folded into the advantage; since the
 weight is positive, ``-min(r*A*w, clip(r)*A*w) = w * -min(r*A, clip(r)*A)``: the same correction TRL
-applies for vLLM. On-policy single-pass batches skip the recomputation (ratio = 1).
+applies for vLLM. On-policy single-pass batches skip the recomputation (ratio = 1); stale single-pass
+batches skip it too: with one optimizer step per batch the log-probs of the loss forward itself are the old
+log-probs, so the IS weight is computed there, per micro-batch, before TRL reads the advantages.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ class OpenClawTrainer(GRPOTrainer):
         self._updates_left_in_batch = 0
         self._last_logps: torch.Tensor | None = None
         self._adapter_snapshot = AdapterSnapshot()
+        self._loss_inputs: dict | None = None  # the micro-batch inside compute_loss (for the IS weight)
         self._update_started = time.perf_counter()
         self.samples_used = 0
         self.turns_used: set[int] = set()
@@ -139,7 +142,17 @@ class OpenClawTrainer(GRPOTrainer):
             s.policy_version != current_version or abs(s.temperature - self.temperature) > 1e-6
             for s in samples
         )
-        if self.num_iterations > 1 or (off_policy and self.args.vllm_importance_sampling_correction):
+        correct = off_policy and self.args.vllm_importance_sampling_correction
+        one_pass = (
+            self.num_iterations == 1
+            and self.args.steps_per_generation == self.args.gradient_accumulation_steps
+        )
+        if correct and one_pass:
+            # One optimizer step on this batch: the weights at its start are those of its loss forwards, so the
+            # log-probs of that forward are the old log-probs. The IS weight is applied there
+            # (_get_per_token_logps_and_entropies) instead of paying a no-grad forward for the same numbers.
+            out["is_sampling_logprobs"] = batch["sampling_logprobs"]
+        elif self.num_iterations > 1 or correct:
             with torch.no_grad():
                 old, _, _ = self._get_per_token_logps_and_entropies(
                     self.model,
@@ -170,13 +183,15 @@ class OpenClawTrainer(GRPOTrainer):
             out["kd_topk_logprobs"] = batch["topk_logprobs"]
             out["kd_mask"] = mask * batch["opd_mask"][:, None].to(mask.dtype) * batch["has_topk"][:, None]
 
-        self._log_batch_metrics(samples, batch, advantages, mask)
+        self._log_batch_metrics(
+            samples, batch, advantages, mask, log_advantages="is_sampling_logprobs" not in out
+        )
         return out
 
     def _log(self, name: str, value) -> None:
         self._metrics["train"][name].append(float(value))
 
-    def _log_batch_metrics(self, samples, batch, advantages, mask) -> None:
+    def _log_batch_metrics(self, samples, batch, advantages, mask, log_advantages: bool = True) -> None:
         opd = batch["opd_mask"]
         opd_adv = (batch["teacher_logprobs"] - batch["sampling_logprobs"]) * mask
         self._log("reward", batch["rewards"].mean())
@@ -187,7 +202,8 @@ class OpenClawTrainer(GRPOTrainer):
             opd_rows = opd_adv[opd]
             self._log("opd/mean_advantage", masked_mean(opd_rows, mask[opd]))
             self._log("opd/mean_abs_advantage", masked_mean(opd_rows.abs(), mask[opd]))
-        self._log("advantages/mean", masked_mean(advantages, mask))
+        if log_advantages:  # else logged per micro-batch once the IS weight is known (_weight_advantages)
+            self._log("advantages/mean", masked_mean(advantages, mask))
         lengths = mask.sum(1).float()
         self._log("completions/mean_length", lengths.mean())
         self._log(
@@ -200,14 +216,38 @@ class OpenClawTrainer(GRPOTrainer):
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
         logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
         self._last_logps = logps.detach()
+        inputs = self._loss_inputs
+        if inputs is not None and "is_sampling_logprobs" in inputs and torch.is_grad_enabled():
+            self._weight_advantages(inputs, self._last_logps)  # before _compute_loss reads the advantages
         return logps, entropies, aux
+
+    def _weight_advantages(self, inputs, old: torch.Tensor) -> None:
+        """Fold the truncated IS weight ``pi_old / pi_sampling`` into this micro-batch's advantages (once)."""
+        sampling = inputs.pop("is_sampling_logprobs")
+        mask = inputs["completion_mask"]
+        weight = truncated_is_weight(
+            old,
+            sampling,
+            mask,
+            self.args.vllm_importance_sampling_mode,
+            self.args.vllm_importance_sampling_clip_min,
+            self.args.vllm_importance_sampling_clip_max,
+        )
+        inputs["advantages"] = inputs["advantages"] * weight
+        self._log("sampling/importance_sampling_ratio/mean", masked_mean(weight.expand_as(mask), mask))
+        self._log("sampling/sampling_logp_difference/mean", masked_mean((old - sampling).abs(), mask))
+        self._log("advantages/mean", masked_mean(inputs["advantages"], mask))
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         use_kd = self.args.w_kd > 0 and bool(inputs["kd_mask"].any())
         parts = self._policy_body_and_head(model) if use_kd else None
         # With top-K KD on, keep the hidden states of the loss forward: the KD term reuses them (no 2nd pass).
-        with _captured_hidden_states(parts[0] if parts else None) as hidden:
-            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        self._loss_inputs = inputs
+        try:
+            with _captured_hidden_states(parts[0] if parts else None) as hidden:
+                loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            self._loss_inputs = None
         mask = inputs["completion_mask"]
         if inputs.get("old_per_token_logps") is not None and self._last_logps is not None:
             # KL(old || new), k3 estimator; exactly 0 on the first pass of an on-policy batch.
