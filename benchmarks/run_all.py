@@ -257,6 +257,15 @@ def summarize(reports: dict) -> list[dict]:
                 u["kd_over_plain"],
                 note="what the optional KD term costs",
             )
+        if "openclaw_stale_step_s" in u:
+            row(
+                "update on a stale batch (truncated IS weight) vs on-policy",
+                u["model"],
+                f"{u['openclaw_stale_step_s']:.3f} s wall / {u['openclaw_stale_cpu_s']:.3f} s CPU",
+                f"{u['openclaw_step_s']:.3f} s wall / {u['openclaw_cpu_s']:.3f} s CPU",
+                u["stale_over_plain"],
+                note="samples from an older adapter: the common live case",
+            )
         if u.get("openclaw_peak_bytes"):
             row(
                 "peak memory of an update (ours / GRPOTrainer)",

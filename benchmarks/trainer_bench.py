@@ -56,12 +56,18 @@ GEOMETRY = {
     "qwen3-0.6b-shaped": dict(batch=4, micro=2, prompt_len=64, completion_len=32),
     "qwen3-0.6b-shaped-gpu": dict(batch=16, micro=4, prompt_len=256, completion_len=256),
 }
-# What each mode runs: (model, geometry, steps per run, alternated rounds, top-K of the KD run or 0, publish?).
+# What each mode runs: (model, geometry, steps per run, rounds, top-K of the KD run or 0, stale run?, publish?).
 PLANS = {
-    "quick": [("tiny", "tiny", 6, 2, 20, True), ("qwen3-0.6b-shaped", "qwen3-0.6b-shaped", 2, 1, 0, True)],
-    "default": [("tiny", "tiny", 8, 3, 20, True), ("qwen3-0.6b-shaped", None, 0, 0, 0, True)],
-    "full": [("tiny", "tiny", 8, 3, 20, True), ("qwen3-0.6b-shaped", "qwen3-0.6b-shaped", 3, 1, 20, True)],
-    "gpu": [("qwen3-0.6b-shaped", "qwen3-0.6b-shaped-gpu", 8, 2, 20, True)],
+    "quick": [
+        ("tiny", "tiny", 6, 2, 20, True, True),
+        ("qwen3-0.6b-shaped", "qwen3-0.6b-shaped", 2, 1, 0, False, True),
+    ],
+    "default": [("tiny", "tiny", 8, 3, 20, True, True), ("qwen3-0.6b-shaped", None, 0, 0, 0, False, True)],
+    "full": [
+        ("tiny", "tiny", 8, 3, 20, True, True),
+        ("qwen3-0.6b-shaped", "qwen3-0.6b-shaped", 3, 1, 20, False, True),
+    ],
+    "gpu": [("qwen3-0.6b-shaped", "qwen3-0.6b-shaped-gpu", 8, 2, 20, True, True)],
 }
 
 
@@ -413,8 +419,11 @@ def _median_pair_ratio(ours: list[dict], peer: list[dict], key: str) -> float:
     return statistics.median(ratios)
 
 
-def bench_update(label: str, geometry: dict, steps: int, rounds: int, kd_topk: int = 20, paired=None) -> dict:
-    """OpenClawTrainer vs GRPOTrainer (and OpenClawTrainer with top-K KD) on one model, ``rounds`` times."""
+def bench_update(
+    label: str, geometry: dict, steps: int, rounds: int, kd_topk: int = 20, stale: bool = False, paired=None
+) -> dict:
+    """OpenClawTrainer vs GRPOTrainer on one model, ``rounds`` times; optionally also OpenClawTrainer with
+    top-K KD and on stale batches (sampled by an older adapter: truncated IS weight)."""
     import functools
 
     from transformers import AutoTokenizer
@@ -428,7 +437,12 @@ def bench_update(label: str, geometry: dict, steps: int, rounds: int, kd_topk: i
     kd_samples = (
         make_samples(steps * geometry["batch"], geometry, vocab, kd_topk=kd_topk) if kd_topk else None
     )
-    runs: dict[str, list[dict]] = {"openclaw": [], "grpo": [], "openclaw_kd": []}
+    stale_samples = None
+    if stale:
+        stale_samples = make_samples(steps * geometry["batch"], geometry, vocab)
+        for s in stale_samples:
+            s.policy_version = -1  # sampled by an adapter older than any this run trains
+    runs: dict[str, list[dict]] = {"openclaw": [], "grpo": [], "openclaw_kd": [], "openclaw_stale": []}
     for rnd in range(rounds):
         jobs = {
             "openclaw": (functools.partial(build_openclaw, path), samples, geometry, steps, 0),
@@ -441,6 +455,14 @@ def bench_update(label: str, geometry: dict, steps: int, rounds: int, kd_topk: i
                 geometry,
                 steps,
                 kd_topk,
+            )
+        if stale:
+            jobs["openclaw_stale"] = (
+                functools.partial(build_openclaw, path),
+                stale_samples,
+                geometry,
+                steps,
+                0,
             )
         print(
             f"[{label}] round {rnd + 1}/{rounds}: {', '.join(jobs)} ({'paired' if paired else 'in turn'})",
@@ -477,9 +499,14 @@ def bench_update(label: str, geometry: dict, steps: int, rounds: int, kd_topk: i
         result["openclaw_kd_cpu_s"] = _median_after_warmup(kd, "cpu_s")
         result["openclaw_kd_peak_bytes"] = None if paired else max(r["peak_bytes"] for r in kd)
         result["kd_over_plain"] = _median_pair_ratio(kd, ours, key)
+    if runs["openclaw_stale"]:
+        stale_runs = runs["openclaw_stale"]
+        result["openclaw_stale_step_s"] = _median_after_warmup(stale_runs)
+        result["openclaw_stale_cpu_s"] = _median_after_warmup(stale_runs, "cpu_s")
+        result["stale_over_plain"] = _median_pair_ratio(stale_runs, ours, "step_s" if gpu else "cpu_s")
     if paired and label != "tiny":  # memory needs each trainer alone in the process: 2 more steps each
         print(f"[{label}] peak memory, one trainer at a time", flush=True)
-        alone = run_trainers({k: (*v[:3], 2, v[4]) for k, v in jobs.items()}, paired=False)
+        alone = run_trainers({k: (*v[:3], 2, v[4]) for k, v in jobs.items() if k != "openclaw_stale"}, False)
         for name, res in alone.items():
             result[f"{name}_peak_bytes"] = res["peak_bytes"]
     return result
@@ -610,14 +637,16 @@ def main(argv: list[str] | None = None) -> dict:
 
     mode = "gpu" if args.gpu else "full" if args.full else "quick" if args.quick else "default"
     report: dict = {"mode": mode, "update": [], "publish": []}
-    for label, geometry_name, steps, rounds, kd_topk, publish in PLANS[mode]:
+    for label, geometry_name, steps, rounds, kd_topk, stale, publish in PLANS[mode]:
         if args.models and label not in args.models.split(","):
             continue
         if geometry_name:
             geometry = dict(GEOMETRY[geometry_name])
             steps, rounds = args.steps or steps, args.rounds or rounds
             kd_topk = kd_topk if args.kd_topk is None else args.kd_topk
-            report["update"].append(bench_update(label, geometry, steps, rounds, kd_topk=kd_topk))
+            report["update"].append(
+                bench_update(label, geometry, steps, rounds, kd_topk=kd_topk, stale=stale)
+            )
         if publish and not args.no_publish:
             print(f"[{label}] publish vs merge-and-push ...", flush=True)
             report["publish"].append(bench_publish(label))
