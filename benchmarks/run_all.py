@@ -156,29 +156,25 @@ def plan(args, tmp: Path) -> list[tuple[str, list[str], Path, int]]:
 
     if args.gpu:  # sized for one GPU in under 8 minutes (gpu_check.sh); the model is built beforehand
         big = str(MODEL_CACHE / "qwen3-0.6b-shaped")
+        cache = ["--model-cache", str(MODEL_CACHE)]
+        stage("trainer", "trainer_bench.py", ["--gpu"], 120)
         stage(
-            "engine",
-            "engine_bench.py",
-            [
-                "--engines",
-                "hf,vllm",
-                "--models",
-                "tiny,qwen3-0.6b-shaped",
-                "--vllm-large",
-                "--model-cache",
-                str(MODEL_CACHE),
-            ],
-            200,
+            "engine", "engine_bench.py", ["--engines", "hf", "--models", "tiny,qwen3-0.6b-shaped", *cache], 60
         )
-        stage("trainer", "trainer_bench.py", ["--gpu"], 130)
+        stage(
+            "engine_vllm",
+            "engine_bench.py",
+            ["--engines", "vllm", "--models", "qwen3-0.6b-shaped", "--vllm-large", *cache],
+            150,
+        )
         stage(
             "serving",
             "serving_bench.py",
             ["--model-dir", big, "--device", "cuda", "--sessions", "16", "--max-tokens", "64"],
-            90,
+            75,
         )
         stage(
-            "judge", "judge_bench.py", ["--model-dir", big, "--turns", "32", "--judge-max-tokens", "128"], 60
+            "judge", "judge_bench.py", ["--model-dir", big, "--turns", "32", "--judge-max-tokens", "128"], 45
         )
         return stages
 
