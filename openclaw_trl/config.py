@@ -47,8 +47,11 @@ class OpenClawConfig(GRPOConfig):
         TRL's aggregation; `"grpo"` = token mean per sample, then mean over samples (the reference's).
     vllm_importance_sampling_correction (`bool`, defaults to `True`):
         Truncated importance sampling against the engine's sampling log-probs when a batch is stale or
-        several optimisation passes are made (`vllm_importance_sampling_clip_max` caps the ratio).
-        Applies to both engines here, not only vLLM.
+        several optimisation passes are made (`vllm_importance_sampling_clip_max`, 3 by default, caps the
+        ratio). Applies to both engines here, not only vLLM.
+    vllm_importance_sampling_mode (`str`, defaults to `"token_truncate"`):
+        Per-token truncated weights. TRL's default, `"sequence_mask"`, multiplies the ratios of a whole turn
+        and zeroes turns outside the bounds: long chat turns would mostly be dropped.
 
     > Parameters that control top-K distillation (optional, added to the PPO loss)
 
@@ -162,6 +165,9 @@ class OpenClawConfig(GRPOConfig):
     # TRL defaults we change (documented above).
     epsilon_high: float | None = field(default=0.28, metadata={"help": "Upper clip range (clip-higher)."})
     loss_type: str = field(default="grpo", metadata={"help": "TRL loss aggregation."})
+    vllm_importance_sampling_mode: str = field(
+        default="token_truncate", metadata={"help": "Per-token truncated IS (chat turns vary in length)."}
+    )
     num_generations: int | None = field(default=1, metadata={"help": "Always 1: one completion per turn."})
     learning_rate: float = field(default=1e-5, metadata={"help": "AdamW learning rate."})
     lr_scheduler_type: str = field(default="constant", metadata={"help": "Online learning: constant rate."})

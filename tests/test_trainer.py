@@ -215,3 +215,79 @@ def test_truncated_is_weight_modes():
     torch.testing.assert_close(w, torch.tensor([[0.0, 1.0, 0.0]]))
     w = truncated_is_weight(old, sampling, mask, "sequence_truncate", None, 3.0)
     assert w.shape == (1, 1) and w.item() == 1.0
+
+
+def _direct_grads(model_dir, init_lora, samples, loss_fn):
+    """Gradients of ``loss_fn(logp, logits, batch, mask)`` for a fresh PEFT model holding ``init_lora``."""
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = get_peft_model(base, LoraConfig(**LORA))
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_" in n:
+                p.copy_(init_lora[n])
+    batch = collate_samples(samples, pad_token_id=0)
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    att = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    logits = model(input_ids=ids, attention_mask=att).logits[:, batch["prompt_ids"].size(1) - 1 : -1]
+    logp = torch.log_softmax(logits, -1).gather(-1, batch["completion_ids"][..., None]).squeeze(-1)
+    loss_fn(logp, logits, batch, batch["completion_mask"].float()).backward()
+    return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _train_and_capture(model_dir, tmp_path, samples, **overrides):
+    store = Store(tmp_path / "store.sqlite")
+    for s in samples:
+        store.add_sample(s)
+    trainer = _trainer(model_dir, tmp_path, store, **overrides)
+    init = _params(trainer.model, True)
+    capture = _GradCapture(trainer.model)
+    trainer.add_callback(capture)
+    trainer.train()
+    return trainer, init, capture.grads[0]
+
+
+def test_stale_batch_gradient_carries_the_truncated_is_weight(tiny_model_dir, tmp_path):
+    samples = _sampled(tiny_model_dir, 4, rewards=[1.0, -1.0, 1.0, -1.0], policy_version=7)
+    for i, s in enumerate(samples):  # the sampler's log-probs differ from the trainer's: weights != 1
+        s.sampling_logprobs = [
+            lp + (0.5 if (i + t) % 2 else -1.5) for t, lp in enumerate(s.sampling_logprobs)
+        ]
+    trainer, init, got = _train_and_capture(tiny_model_dir, tmp_path, samples, method="rl")
+    assert trainer.state.log_history[0]["sampling/importance_sampling_ratio/mean"] != 1.0
+
+    def loss_fn(logp, logits, batch, mask):
+        weight = torch.exp(logp.detach() - batch["sampling_logprobs"]).clamp(max=3.0)
+        adv = batch["rewards"][:, None] * weight
+        ratio = torch.exp(logp - logp.detach())
+        per_token = -torch.min(ratio * adv, ratio.clamp(0.8, 1.28) * adv)
+        return ((per_token * mask).sum(1) / mask.sum(1)).mean()
+
+    want = _direct_grads(tiny_model_dir, init, samples, loss_fn)
+    for n in want:
+        torch.testing.assert_close(got[n], want[n], atol=1e-5, rtol=1e-4)
+
+
+def test_topk_distillation_gradient(tiny_model_dir, tmp_path):
+    """OPD with teacher == student (advantage 0): the whole gradient is the top-K KD term's."""
+    samples = _sampled(tiny_model_dir, 4, hint=True, rewards=[0.0] * 4)
+    gen = torch.Generator().manual_seed(3)
+    for s in samples:  # a teacher that prefers other tokens: random top-3 ids with a peaked distribution
+        ids = torch.randint(10, 1500, (len(s.completion_ids), 3), generator=gen)
+        s.topk_ids = ids.tolist()
+        s.topk_logprobs = torch.log(torch.tensor([[0.6, 0.2, 0.1]] * len(ids))).tolist()
+    trainer, init, got = _train_and_capture(
+        tiny_model_dir, tmp_path, samples, method="opd", w_kd=0.5, kd_topk=3
+    )
+    assert trainer.state.log_history[0]["kd/loss"] > 0
+
+    def loss_fn(logp, logits, batch, mask):
+        from openclaw_trl.losses import topk_distillation_loss
+
+        student = torch.log_softmax(logits, -1).gather(-1, batch["topk_ids"])
+        kd = topk_distillation_loss(student, batch["topk_logprobs"], mask, cap=10.0)
+        return 0.5 * ((kd * mask).sum(1) / mask.sum(1)).mean()
+
+    want = _direct_grads(tiny_model_dir, init, samples, loss_fn)
+    assert sum(g.abs().sum() for g in want.values()) > 0
+    for n in want:
+        torch.testing.assert_close(got[n], want[n], atol=1e-5, rtol=1e-4)
