@@ -60,12 +60,12 @@ GEOMETRY = {
 PLANS = {
     "quick": [
         ("tiny", "tiny", 6, 2, 20, True, True),
-        ("qwen3-0.6b-shaped", "qwen3-0.6b-shaped", 2, 1, 0, False, True),
+        ("qwen3-0.6b-shaped", "qwen3-0.6b-shaped", 3, 1, 0, False, True),
     ],
     "default": [("tiny", "tiny", 8, 3, 20, True, True), ("qwen3-0.6b-shaped", None, 0, 0, 0, False, True)],
     "full": [
         ("tiny", "tiny", 8, 3, 20, True, True),
-        ("qwen3-0.6b-shaped", "qwen3-0.6b-shaped", 3, 1, 20, False, True),
+        ("qwen3-0.6b-shaped", "qwen3-0.6b-shaped", 4, 1, 20, False, True),
     ],
     "gpu": [("qwen3-0.6b-shaped", "qwen3-0.6b-shaped-gpu", 8, 2, 20, True, True)],
 }
@@ -188,6 +188,16 @@ class Baton:
                 i = self.order.index(me)
                 self.turn = next(n for n in self.order[i + 1 :] + self.order[: i + 1] if n not in self.done)
             self.cond.notify_all()
+
+
+def _available_gib() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return 0.0
 
 
 def _step_timer(name: str = "", baton: Baton | None = None):
@@ -430,8 +440,8 @@ def bench_update(
 
     path = model_dir(label)
     gpu = _Memory().cuda
-    if paired is None:  # side by side wherever two models fit easily; one after the other for 0.6B on CPU
-        paired = gpu or label == "tiny"
+    if paired is None:  # side by side wherever the models fit with room to spare (0.6B: ~3 GiB per trainer)
+        paired = gpu or label == "tiny" or _available_gib() > 14
     vocab = min(len(AutoTokenizer.from_pretrained(path)), 2000)
     samples = make_samples(steps * geometry["batch"], geometry, vocab)
     kd_samples = (
@@ -622,7 +632,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--quick", action="store_true", help="tiny (6 steps x 2 rounds) + a 2-step 0.6B-shaped run"
     )
     ap.add_argument(
-        "--full", action="store_true", help="+ the 0.6B-shaped update ratio and KD (~5 min, 2 cores)"
+        "--full", action="store_true", help="+ the 0.6B-shaped update ratio and KD (~8 min, 2 cores)"
     )
     ap.add_argument(
         "--gpu", action="store_true", help="the 0.6B-shaped model with a larger batch, on the GPU"
