@@ -7,6 +7,7 @@ computed at every update), never a learning threshold: that is what ``benchmarks
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -73,6 +74,7 @@ def test_closed_loop_produces_updates(toy_model, tmp_path, backend):
         "quick": True,
         "seconds": result.seconds,
         "aggregate": {"combine": run.aggregate([result])},
+        "runs": [dataclasses.asdict(result)],
         "base_rate": result.rates[0],
         "pretrain": {"parameters": 1, "metrics": {k: {"rate": 0.0} for k in ("bare", "hinted", "follow_up")}},
     }

@@ -176,15 +176,37 @@ def style_rates(
         )
         for i, p in enumerate(prompts)
     ]
-    texts = [
-        engine.tokenizer.decode(c.token_ids, skip_special_tokens=True).strip()
-        for c in engine.generate(requests)
-    ]
+    completions = engine.generate(requests)
+    texts = [engine.tokenizer.decode(c.token_ids, skip_special_tokens=True).strip() for c in completions]
     by_name = {s.name: s for s in toy_world.STYLES}
-    hits = sum(by_name[w].matches(t) for w, t in zip(wanted, texts))
+    hits = [by_name[w].matches(t) for w, t in zip(wanted, texts)]
     seen = {name: sum(s.matches(t) for t in texts) / len(texts) for name, s in by_name.items()}
     seen["none"] = sum(not any(s.matches(t) for s in toy_world.STYLES) for t in texts) / len(texts)
-    return {"rate": hits / len(texts), "styles": seen, "examples": texts[:3]}
+    out = {"rate": sum(hits) / len(texts), "styles": seen, "examples": texts[:3]}
+    out["_samples"] = (requests, completions, hits)  # for teacher_gap; dropped before saving
+    return out
+
+
+def teacher_gap(engine, samples, hinted: list[list[dict]], temperature: float) -> dict:
+    """What OPD's advantage sees: per sampled bare answer, sum over its tokens of
+    ``lp_teacher - lp_student`` (teacher = the same weights on the hint-augmented prompt, scoring the
+    sampled ids), averaged separately over answers in the preferred style and the others."""
+    from openclaw_trl.chat import render_prompt_ids
+
+    requests, completions, hits = samples
+    teacher = engine.score(
+        [render_prompt_ids(engine.tokenizer, h) for h in hinted],
+        [c.token_ids for c in completions],
+        weights="policy",
+        temperature=temperature,
+    ).logprobs
+    gaps = [sum(t) - sum(c.logprobs) for t, c in zip(teacher, completions)]
+    good = [g for g, h in zip(gaps, hits) if h]
+    bad = [g for g, h in zip(gaps, hits) if not h]
+    return {
+        "preferred_style": sum(good) / len(good) if good else None,
+        "other_styles": sum(bad) / len(bad) if bad else None,
+    }
 
 
 def measure(model_dir: Path, preferred: str = toy_world.PREFERRED, n: int = 96, temperature: float = 1.0):
@@ -210,7 +232,7 @@ def measure(model_dir: Path, preferred: str = toy_world.PREFERRED, n: int = 96, 
         wants.append(want)
     engine = HFEngine(model_dir, max_batch_size=64)
     try:
-        return {
+        out = {
             "preferred": preferred,
             "temperature": temperature,
             "n": n,
@@ -218,8 +240,12 @@ def measure(model_dir: Path, preferred: str = toy_world.PREFERRED, n: int = 96, 
             "hinted": style_rates(engine, hinted, [preferred] * n, temperature, seed=20_000),
             "follow_up": style_rates(engine, follow, wants, temperature, seed=30_000),
         }
+        out["teacher_gap"] = teacher_gap(engine, out["bare"]["_samples"], hinted, temperature)
     finally:
         engine.close()
+    for key in ("bare", "hinted", "follow_up"):
+        del out[key]["_samples"]
+    return out
 
 
 def pretrain(
@@ -238,6 +264,9 @@ def pretrain(
         meta = json.loads(meta_path.read_text())
         if meta.get("settings") == asdict(settings):
             log(f"pretrain: cached model in {out}")
+            if "teacher_gap" not in meta.get("metrics", {}):  # a cache from before the gap was measured
+                meta["metrics"] = measure(out, n=settings.measure_n)
+                meta_path.write_text(json.dumps(meta, indent=2))
             return out
     started = time.perf_counter()
     torch.manual_seed(settings.seed)
@@ -275,7 +304,8 @@ def report(meta: dict) -> str:
     return (
         f"pretrain: loss {meta['final_loss']:.3f} after {meta['train_seconds']}s; at T={m['temperature']} "
         f"P({m['preferred']}) bare {m['bare']['rate']:.2f}, with hint {m['hinted']['rate']:.2f}; "
-        f"follow-up compliance {m['follow_up']['rate']:.2f}; bare styles {m['bare']['styles']}"
+        f"follow-up compliance {m['follow_up']['rate']:.2f}; bare styles {m['bare']['styles']}; "
+        f"teacher - student log-prob per bare answer: {m['teacher_gap']}"
     )
 
 

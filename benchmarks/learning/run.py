@@ -1,6 +1,6 @@
 """Closed-loop learning benchmark: does the agent learn the user's hidden preference by talking to it?
 
-    python benchmarks/learning/run.py            # 3 methods x 3 seeds + one feedback-backend run
+    python benchmarks/learning/run.py            # 3 methods x 5 seeds + one feedback-backend run
     python benchmarks/learning/run.py --quick    # 1 seed, a few updates: a smoke run in a few minutes
 
 Everything goes through the real serving path, wired by ``openclaw_trl.runtime``: the OpenAI-compatible
@@ -61,15 +61,18 @@ class BenchSettings:
 
     updates: int = 16
     batch_size: int = 8
-    learning_rate: float = 2e-3
+    learning_rate: float = 1e-3
     lora_r: int = 8
     lora_alpha: int = 16
     num_iterations: int = 1
+    w_rl: float = 1.0  # Combine's weights (the library defaults); rl / opd force one of them to 0
+    w_opd: float = 1.0
     temperature: float = 1.0
     max_tokens: int = 40
     eval_per_topic: int = 8
     eval_seed: int = 777
     preferred: str = toy_world.PREFERRED
+    max_conversations: int = 480  # per run: OPD learns from failures only, so it needs ever more talk
     sample_timeout_s: float = 600.0
 
 
@@ -85,6 +88,7 @@ class RunResult:
     trainer_metrics: list[dict] = field(default_factory=list)
     policy_version: int = 0
     samples_used: int = 0
+    stopped_early: bool = False  # the conversation budget ran out before the last update
     seconds: float = 0.0
 
 
@@ -129,6 +133,7 @@ class LockstepUser:
         )
         self.gate = threading.Event()  # set = the trainer is waiting: talk
         self.stop = threading.Event()
+        self.exhausted = threading.Event()  # the conversation budget is spent: the trainer must stop
         self.conversations = 0
         self.turns = 0
         self.first_ok: list[bool] = []
@@ -164,6 +169,10 @@ class LockstepUser:
             while not self.stop.is_set():
                 if not self.gate.wait(0.1):
                     continue
+                if self.conversations >= self.settings.max_conversations:
+                    self.exhausted.set()
+                    self.gate.clear()
+                    continue
                 for conversation in self._converse():
                     self.conversations += 1
                     self.turns += conversation.turns
@@ -183,6 +192,31 @@ class LockstepUser:
         self.stop.set()
         self.gate.set()
         self.thread.join(timeout=60)
+
+
+class BudgetExhausted(RuntimeError):
+    """The simulated user's conversation budget ran out while the trainer waited for a batch."""
+
+
+class _BudgetedQueue:
+    """The trainer's view of the store: the same samples, but a wait for a batch ends (with
+    :class:`BudgetExhausted`) once the user has stopped talking, instead of blocking forever."""
+
+    def __init__(self, store, exhausted: threading.Event):
+        self._store, self._exhausted = store, exhausted
+
+    def wait_for_samples(self, n: int, timeout: float | None = None, poll: float = 0.2):
+        while True:
+            try:
+                return self._store.wait_for_samples(n, timeout=1.0, poll=poll)
+            except TimeoutError:
+                if self._exhausted.is_set() and self._store.count_waiting() < n:
+                    raise BudgetExhausted(
+                        f"conversation budget spent with {n} samples still needed"
+                    ) from None
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
 
 
 def _probe_callback(runtime, user: LockstepUser, settings: BenchSettings, result: RunResult):
@@ -233,6 +267,8 @@ def build_config(method: str, seed: int, settings: BenchSettings, out_dir: Path,
         per_device_train_batch_size=settings.batch_size,
         num_iterations=settings.num_iterations,
         learning_rate=settings.learning_rate,
+        w_rl=settings.w_rl,
+        w_opd=settings.w_opd,
         temperature=settings.temperature,
         max_completion_length=settings.max_tokens,
         max_steps=settings.updates,
@@ -292,12 +328,22 @@ def run_one(
     result = RunResult(method=method, backend=backend, seed=seed)
     user = None
     try:
+        from transformers.trainer_callback import PrinterCallback
+
+        runtime.trainer.remove_callback(PrinterCallback)  # metrics go to the JSON, not the terminal
         runtime.trainer.sample_timeout = settings.sample_timeout_s
         runtime.scorer.start()
         server = start_server(runtime, port=0, ui=False)
         user = LockstepUser(runtime, server.url, settings, seed, feedback=backend == "feedback").start()
+        runtime.trainer.store = _BudgetedQueue(runtime.store, user.exhausted)
         runtime.trainer.add_callback(_probe_callback(runtime, user, settings, result))
-        runtime.trainer.train()
+        try:
+            runtime.trainer.train()
+        except BudgetExhausted:
+            result.stopped_early = True
+            log.info(
+                "%s seed %d: conversation budget spent after %d updates", method, seed, len(result.rates) - 1
+            )
     finally:
         if user is not None:
             user.close()
@@ -318,16 +364,42 @@ def run_one(
 
 # ---------------------------------------------------------------------------------------------- summary
 def aggregate(runs: list[RunResult]) -> dict:
-    """Per update: mean, min, max and standard deviation of the rate over seeds; mean conversations."""
-    n = min(len(r.rates) for r in runs)
-    out = {"mean": [], "min": [], "max": [], "std": [], "conversations": []}
-    for i in range(n):
-        values = [r.rates[i] for r in runs]
+    """Per update: mean, min, max and standard deviation of the rate over the seeds that reached it (``n``;
+    a run whose conversation budget ran out stops early); mean conversations used by then."""
+    out = {"mean": [], "min": [], "max": [], "std": [], "n": [], "conversations": []}
+    for i in range(max(len(r.rates) for r in runs)):
+        reached = [r for r in runs if len(r.rates) > i]
+        values = [r.rates[i] for r in reached]
         out["mean"].append(statistics.fmean(values))
         out["min"].append(min(values))
         out["max"].append(max(values))
         out["std"].append(statistics.pstdev(values) if len(values) > 1 else 0.0)
-        out["conversations"].append(statistics.fmean(r.conversations[i] for r in runs))
+        out["n"].append(len(values))
+        out["conversations"].append(statistics.fmean(r.conversations[i] for r in reached))
+    return out
+
+
+def rate_after_conversations(run: dict, budget: int) -> float | None:
+    """The rate of the policy being served once ``budget`` conversations were held: the last evaluation
+    taken with at most that many conversations used (None when the run ended before reaching it)."""
+    if run["conversations"][-1] < budget and not run["stopped_early"]:
+        return None
+    return [r for r, c in zip(run["rates"], run["conversations"]) if c <= budget][-1]
+
+
+def equal_interactions(report: dict, budgets: tuple[int, ...]) -> dict[str, list[float | None]]:
+    """Per group: the mean over seeds of :func:`rate_after_conversations` at each budget."""
+    groups: dict[str, list[dict]] = {}
+    for run in report["runs"]:
+        name = run["method"] if run["backend"] == "callable" else f"{run['method']} ({run['backend']})"
+        groups.setdefault(name, []).append(run)
+    out = {}
+    for name, runs in groups.items():
+        row = []
+        for budget in budgets:
+            values = [rate_after_conversations(r, budget) for r in runs]
+            row.append(None if any(v is None for v in values) else statistics.fmean(values))
+        out[name] = row
     return out
 
 
@@ -360,12 +432,40 @@ def summary_markdown(report: dict) -> str:
     ]
     for name, a in agg.items():
         cells = [
-            f"{a['mean'][u]:.2f} ± {a['std'][u]:.2f} [{a['min'][u]:.2f}, {a['max'][u]:.2f}] "
-            f"({a['conversations'][u]:.0f})"
+            (
+                f"{a['mean'][u]:.2f} ± {a['std'][u]:.2f} [{a['min'][u]:.2f}, {a['max'][u]:.2f}] "
+                f"({a['conversations'][u]:.0f})" + (f" n={a['n'][u]}" if a["n"][u] != a["n"][0] else "")
+            )
+            if u < len(a["mean"])
+            else "budget spent"
             for u in points
         ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", f"Base model rate (update 0, all runs): {report['base_rate']:.3f}.", ""]
+    gap = pre.get("teacher_gap", {})
+    lines += [
+        "",
+        f"Base model rate (update 0, all runs): {report['base_rate']:.3f}. "
+        "`budget spent`: every seed ran out of its conversation budget "
+        f"({s['max_conversations']}) before that update; `n=` counts the seeds that got there.",
+    ]
+    if gap:
+        lines.append(
+            "Teacher - student log-prob of a sampled bare answer (summed over its tokens, the OPD advantage): "
+            f"{gap['preferred_style']:+.2f} for answers in the preferred style, "
+            f"{gap['other_styles']:+.2f} for the others."
+        )
+    budgets = (20, 40, 75)  # every completed run of this recipe held at least ~75 conversations
+    rows = equal_interactions(report, budgets)
+    lines += [
+        "",
+        "At equal interactions: the rate of the policy being served after N conversations (mean over seeds):",
+        "",
+        "| method | " + " | ".join(f"{b} conversations" for b in budgets) + " |",
+        "| --- | " + " | ".join("---" for _ in budgets) + " |",
+    ]
+    for name, row in rows.items():
+        lines.append(f"| {name} | " + " | ".join("-" if v is None else f"{v:.2f}" for v in row) + " |")
+    lines += ["", "Interpretation: README.md, section on the learning benchmark.", ""]
     return "\n".join(lines)
 
 
@@ -387,8 +487,11 @@ def plot(report: dict, path: Path) -> None:
         ax.set_ylim(0, 1.02)
         ax.set_ylabel("first answers in the preferred style")
         ax.grid(alpha=0.3)
+    finals = sorted(a["conversations"][-1] for a in report["aggregate"].values())
+    if finals and finals[-1] > 2.5 * finals[0] > 0:  # OPD's long tail would squash the others
+        right.set_xlim(0, 2.5 * finals[0])
     left.set_xlabel("updates (band: min-max over seeds)")
-    right.set_xlabel("conversations with the simulated user")
+    right.set_xlabel("conversations with the simulated user (mean over seeds)")
     left.legend(fontsize=8, loc="lower right")
     fig.suptitle("Toy world: learning a hidden style preference from conversation (CPU)", fontsize=10)
     fig.tight_layout()
@@ -440,11 +543,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--updates", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--learning-rate", type=float, default=None)
+    parser.add_argument("--max-conversations", type=int, default=None, help="per run (budget)")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--no-feedback-run", action="store_true")
     parser.add_argument("--model-dir", default=str(pretrain.DEFAULT_OUT))
     parser.add_argument("--out", default=str(RESULTS), help="where learning.json / .png / _summary.md go")
+    parser.add_argument("--from-json", default=None, help="only redraw the plot and summary of a saved run")
     args = parser.parse_args(argv)
+    if args.from_json:
+        path = Path(args.from_json)
+        report = json.loads(path.read_text())
+        plot(report, path.with_suffix(".png"))
+        summary = summary_markdown(report)
+        path.with_name(path.stem + "_summary.md").write_text(summary)
+        print(summary)
+        return 0
 
     import torch
 
@@ -454,12 +567,13 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     started = time.perf_counter()
     settings = BenchSettings()
-    seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
+    seeds = args.seeds or ([0] if args.quick else [0, 1, 2, 3, 4])
     if args.quick:
         settings.updates, settings.batch_size, settings.eval_per_topic = 6, 4, 4
     settings.updates = args.updates or settings.updates
     settings.batch_size = args.batch_size or settings.batch_size
     settings.learning_rate = args.learning_rate or settings.learning_rate
+    settings.max_conversations = args.max_conversations or settings.max_conversations
 
     model_dir = pretrain.pretrain(args.model_dir, log=log.info)
     report = run_benchmark(model_dir, settings, seeds, tuple(args.methods), not args.no_feedback_run)
