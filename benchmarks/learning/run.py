@@ -1,7 +1,7 @@
 """Closed-loop learning benchmark: does the agent learn the user's hidden preference by talking to it?
 
     python benchmarks/learning/run.py            # 3 methods x 5 seeds + one feedback-backend run
-    python benchmarks/learning/run.py --quick    # 1 seed, a few updates: a smoke run in a few minutes
+    python benchmarks/learning/run.py --quick    # 1 seed, 8 updates: a smoke run in 1-2 minutes
 
 Everything goes through the real serving path, wired by ``openclaw_trl.runtime``: the OpenAI-compatible
 server over HTTP (session headers), the store, the turn collector, the background scorer (``callable``
@@ -403,6 +403,15 @@ def equal_interactions(report: dict, budgets: tuple[int, ...]) -> dict[str, list
     return out
 
 
+def conversation_budgets(report: dict) -> tuple[int, ...]:
+    """Three interaction counts every completed run reached (a quarter, half and all of the smallest)."""
+    completed = [r["conversations"][-1] for r in report["runs"] if not r["stopped_early"]]
+    top = (
+        max(5, 5 * (min(completed) // 5)) if completed else 5 * (report["settings"]["max_conversations"] // 5)
+    )
+    return tuple(sorted({max(5, 5 * round(top / 20)), max(5, 5 * round(top / 10)), top}))
+
+
 def checkpoints(updates: int) -> list[int]:
     return sorted({u for u in (0, 4, 8, 16, updates) if u <= updates})
 
@@ -454,7 +463,7 @@ def summary_markdown(report: dict) -> str:
             f"{gap['preferred_style']:+.2f} for answers in the preferred style, "
             f"{gap['other_styles']:+.2f} for the others."
         )
-    budgets = (20, 40, 75)  # every completed run of this recipe held at least ~75 conversations
+    budgets = conversation_budgets(report)
     rows = equal_interactions(report, budgets)
     lines += [
         "",
@@ -538,7 +547,7 @@ def run_benchmark(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="1 seed, 6 updates of 4: a smoke run")
+    parser.add_argument("--quick", action="store_true", help="1 seed, 8 updates: a smoke run (~1-2 min)")
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
     parser.add_argument("--updates", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=None)
@@ -569,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = BenchSettings()
     seeds = args.seeds or ([0] if args.quick else [0, 1, 2, 3, 4])
     if args.quick:
-        settings.updates, settings.batch_size, settings.eval_per_topic = 6, 4, 4
+        settings.updates, settings.eval_per_topic = 8, 4
     settings.updates = args.updates or settings.updates
     settings.batch_size = args.batch_size or settings.batch_size
     settings.learning_rate = args.learning_rate or settings.learning_rate
