@@ -553,6 +553,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--learning-rate", type=float, default=None)
     parser.add_argument("--max-conversations", type=int, default=None, help="per run (budget)")
+    parser.add_argument("--w-rl", type=float, default=None, help="Combine's reward weight (ablations)")
+    parser.add_argument("--w-opd", type=float, default=None, help="Combine's OPD weight (ablations)")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--no-feedback-run", action="store_true")
     parser.add_argument("--model-dir", default=str(pretrain.DEFAULT_OUT))
@@ -583,6 +585,8 @@ def main(argv: list[str] | None = None) -> int:
     settings.batch_size = args.batch_size or settings.batch_size
     settings.learning_rate = args.learning_rate or settings.learning_rate
     settings.max_conversations = args.max_conversations or settings.max_conversations
+    settings.w_rl = settings.w_rl if args.w_rl is None else args.w_rl
+    settings.w_opd = settings.w_opd if args.w_opd is None else args.w_opd
 
     model_dir = pretrain.pretrain(args.model_dir, log=log.info)
     report = run_benchmark(model_dir, settings, seeds, tuple(args.methods), not args.no_feedback_run)
