@@ -214,7 +214,7 @@ def test_seed_makes_sampling_reproducible(client):
 
 
 def test_context_limit_follows_the_model(engine):
-    from openclaw_trl.server import _context_limit
+    from openclaw_trl.chat_service import _context_limit
 
     assert _context_limit(engine.engine, 10**6) == 2048  # the tiny model's max_position_embeddings
     assert _context_limit(engine.engine, 512) == 512
@@ -331,7 +331,7 @@ def test_api_key_also_guards_the_ui(engine, tmp_path, monkeypatch):
 
 def test_stream_decoder_flushes_a_character_cut_by_the_length_limit(tiny_tokenizer):
     """A completion that stops inside a multi-byte character still streams every byte the model produced."""
-    from openclaw_trl.server import StreamDecoder
+    from openclaw_trl.chat_service import StreamDecoder
 
     ids = tiny_tokenizer.encode("ok 🙂", add_special_tokens=False)
     cut = ids[:-1]  # the last byte token of the emoji never came: the text ends mid-character

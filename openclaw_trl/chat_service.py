@@ -1,0 +1,419 @@
+"""``ChatService``: one chat turn from validated request to stored turn, shared by the API and the UI.
+
+It renders the chat template to token ids, asks the engine for a completion (streaming through
+``StreamDecoder``), parses reasoning and tool calls, and records the turn through the collector before the
+reply leaves. The HTTP layer (``openclaw_trl.server``) and the Gradio UI (``openclaw_trl.ui``) only adapt it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from openclaw_trl.engines.base import Completion, GenerationRequest, SamplingParams
+from openclaw_trl.openai_schema import ApiError, ChatRequest, format_validation_error, normalize_messages
+
+if TYPE_CHECKING:
+    from openclaw_trl.server import ServerSettings
+
+logger = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------------------------------
+# The chat service: validation -> template -> engine -> parse -> store. Shared by the API and the UI.
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PreparedChat:
+    """A validated request, rendered to token ids, ready for the engine."""
+
+    model: str
+    messages: list[dict]
+    tools: list[dict] | None
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    ctx: Any = None  # the collector's RequestContext (session, turn type, next-state bookkeeping)
+    logprobs: bool = False
+    top_logprobs: int = 0
+    stream: bool = False
+    include_usage: bool = False
+    created: int = field(default_factory=lambda: int(time.time()))
+    completion_id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex[:24]}")
+
+
+@dataclass
+class TurnResult:
+    """What one generated turn became: parsed message, stored turn id, policy version."""
+
+    completion: Completion
+    message: dict  # {"role": "assistant", "content", "reasoning_content"?, "tool_calls"?}
+    finish_reason: str
+    turn_id: int | str | None
+    policy_version: int
+    logprobs: dict | None = None
+
+
+class _StopTrimmer:
+    """OpenAI semantics for ``stop``: the stop text is not returned (the engine keeps it in the ids).
+
+    While streaming, content that could still be the start of a stop string is held back.
+    """
+
+    def __init__(self, stops: list[str]):
+        self.stops = stops
+        self.hold = max((len(s) for s in stops), default=1) - 1
+        self.buf = ""
+        self.stopped = False
+
+    def feed(self, text: str, final: bool = False) -> str:
+        if self.stopped:
+            return ""
+        self.buf += text
+        cut = min((i for i in (self.buf.find(s) for s in self.stops) if i >= 0), default=-1)
+        if cut >= 0:
+            out, self.buf, self.stopped = self.buf[:cut], "", True
+            return out
+        if final or not self.hold:
+            out, self.buf = self.buf, ""
+            return out
+        out, self.buf = self.buf[: -self.hold], self.buf[-self.hold :]
+        return out
+
+
+class ChatService:
+    """The in-process chat API: what ``/v1/chat/completions`` and the Gradio UI both call."""
+
+    def __init__(
+        self, engine, collector, store, settings: ServerSettings, status: Callable[[], dict] | None = None
+    ):
+        self.engine, self.collector, self.store, self.settings = engine, collector, store, settings
+        self._status = status
+        self.tokenizer = engine.tokenizer
+        self.context_limit = _context_limit(engine, settings.max_context_len)
+        self.executor = ThreadPoolExecutor(settings.generation_threads, thread_name_prefix="openclaw-gen")
+
+    # -- validation and rendering ------------------------------------------------------------------
+
+    def prepare(self, payload: Any, headers=None) -> PreparedChat:
+        """Validate an OpenAI request body, render it to prompt ids, then open the turn with the collector.
+
+        Everything that can reject the request runs *before* ``collector.begin``: a rejected request never
+        gives its last message as the next state of the previous turn. Raises ``ApiError`` (4xx).
+        """
+        if not isinstance(payload, dict):
+            raise ApiError(400, "The request body must be a JSON object", "invalid_json")
+        if "messages" in payload and not isinstance(payload["messages"], list):
+            raise ApiError(400, "'messages' must be a list of message objects", "invalid_value", "messages")
+        try:
+            body = ChatRequest.model_validate(payload)
+        except ValidationError as exc:
+            raise format_validation_error(exc) from None
+        model = body.model or self.settings.model_names[0]
+        if model not in self.settings.model_names:
+            raise ApiError(
+                404,
+                f"The model {model!r} does not exist; this server serves {', '.join(self.settings.model_names)}",
+                "model_not_found",
+                "model",
+            )
+        if body.top_logprobs and not body.logprobs:
+            raise ApiError(400, "top_logprobs needs logprobs=true", "invalid_value", "top_logprobs")
+        messages = normalize_messages(body.messages)
+        tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+        if body.tool_choice == "none":
+            tools = None
+        prompt_ids = self._render(messages, tools)
+        limit = self.context_limit
+        if len(prompt_ids) >= limit:
+            raise ApiError(
+                400,
+                f"This model's maximum context length is {limit} tokens; the messages take "
+                f"{len(prompt_ids)} tokens, which leaves no room for a completion. Shorten the conversation.",
+                "context_length_exceeded",
+                "messages",
+            )
+        asked = body.max_completion_tokens or body.max_tokens or self.settings.default_max_tokens
+        max_new = min(asked, self.settings.max_tokens_cap, limit - len(prompt_ids))
+        sampling = SamplingParams(
+            temperature=self.settings.default_temperature
+            if body.temperature is None
+            else float(body.temperature),
+            top_p=self.settings.default_top_p if body.top_p is None else float(body.top_p),
+            top_k=body.top_k or 0,
+            max_new_tokens=max_new,
+            stop=list(body.stop or []),
+            seed=body.seed,
+        )
+        from openclaw_trl.sessions import SessionRequestError
+
+        try:
+            ctx = self.collector.begin(messages, tools=tools, headers=headers or {}, body=payload)
+        except SessionRequestError as exc:
+            raise ApiError(400, str(exc), "invalid_session") from None
+        return PreparedChat(
+            model=model,
+            messages=messages,
+            tools=tools,
+            prompt_ids=prompt_ids,
+            sampling=sampling,
+            ctx=ctx,
+            logprobs=body.logprobs,
+            top_logprobs=body.top_logprobs or 0,
+            stream=body.stream,
+            include_usage=bool((body.stream_options or {}).get("include_usage")),
+        )
+
+    def _render(self, messages: list[dict], tools: list[dict] | None) -> list[int]:
+        from openclaw_trl.chat import render_prompt_ids
+
+        try:
+            return list(render_prompt_ids(self.tokenizer, messages, tools))
+        except Exception as exc:
+            # a template that rejects this conversation is the client's input, not a server crash
+            raise ApiError(
+                400, f"The chat template cannot render these messages: {exc}", "invalid_messages"
+            ) from exc
+
+    # -- generation --------------------------------------------------------------------------------
+
+    def generate(self, prep: PreparedChat, on_token: Callable[[int], None] | None = None) -> Completion:
+        """Blocking: one request through the engine (the engine batches concurrent callers)."""
+        request = GenerationRequest(prompt_ids=prep.prompt_ids, sampling=prep.sampling, weights="policy")
+        callback = (lambda _index, token_id: on_token(token_id)) if on_token else None
+        return self.engine.generate([request], on_token=callback)[0]
+
+    def stream_parser(self, prep: PreparedChat) -> StreamDecoder:
+        return StreamDecoder(
+            self.tokenizer, prep.sampling.stop, start_in_reasoning=self._prompt_opens_think(prep)
+        )
+
+    def _prompt_opens_think(self, prep: PreparedChat) -> bool:
+        """Qwen3-style templates may open ``<think>`` in the generation prompt: the stream starts in reasoning."""
+        tail = self.tokenizer.decode(prep.prompt_ids[-8:], skip_special_tokens=False).rstrip()
+        return tail.endswith("<think>")
+
+    def finish(self, prep: PreparedChat, completion: Completion, streamed: dict | None = None) -> TurnResult:
+        """Blocking: parse the completion, compute requested logprobs and store the turn (before replying).
+
+        ``streamed``: the message a stream already sent (``StreamDecoder.message()``), stored as sent.
+        """
+        if streamed is None:
+            from openclaw_trl.chat import decode_completion
+
+            streamed = decode_completion(self.tokenizer, completion.token_ids)
+            if prep.sampling.stop and streamed.get("content"):
+                streamed["content"] = _StopTrimmer(prep.sampling.stop).feed(streamed["content"], final=True)
+        parsed = _as_message(streamed)
+        finish = completion.finish_reason
+        if parsed.get("tool_calls") and finish == "stop":
+            finish = "tool_calls"
+        logprobs = self._logprobs(prep, completion) if prep.logprobs else None
+        turn_id = self.record(prep, completion, parsed)
+        return TurnResult(completion, parsed, finish, turn_id, completion.policy_version, logprobs)
+
+    def record(self, prep: PreparedChat, completion: Completion, message: dict) -> int:
+        """Commit the turn through the collector (before the reply goes out); returns its id.
+
+        The stored temperature is the one the sampling log-probs are at (1.0 for greedy requests, see
+        ``engines/base.py``), which is what the trainer compares with its own to reuse or recompute them.
+        ``message`` is the assistant message exactly as the client received it.
+        """
+        return self.collector.record_turn(
+            prep.ctx,
+            prep.prompt_ids,
+            completion,
+            prep.sampling.logprob_temperature,
+            completion_text=self.tokenizer.decode(list(completion.token_ids), skip_special_tokens=False),
+            response_message=message,
+        )
+
+    def abort(self, prep: PreparedChat) -> None:
+        """Generation failed or the client left before the turn was stored (honours ``session_done``)."""
+        try:
+            self.collector.abort(prep.ctx)
+        except Exception:  # bookkeeping of a failed request must not mask the original error
+            logger.exception("collector.abort failed")
+
+    def _logprobs(self, prep: PreparedChat, completion: Completion) -> dict:
+        """OpenAI ``choices[].logprobs``: the sampling log-probs, plus the policy's top-K when asked."""
+        ids = completion.token_ids
+        top_ids = top_lps = None
+        if prep.top_logprobs and ids:
+            scores = self.engine.score(
+                [prep.prompt_ids],
+                [ids],
+                weights="policy",
+                top_k=prep.top_logprobs,
+                temperature=prep.sampling.logprob_temperature,
+            )
+            top_ids, top_lps = scores.topk_ids[0], scores.topk_logprobs[0]
+        content = []
+        for t, (tid, lp) in enumerate(zip(ids, completion.logprobs, strict=False)):
+            tok = self.tokenizer.decode([tid])
+            entry = {"token": tok, "logprob": _lp(lp), "bytes": list(tok.encode()), "top_logprobs": []}
+            if top_ids is not None:
+                entry["top_logprobs"] = [
+                    {
+                        "token": (s := self.tokenizer.decode([i])),
+                        "logprob": _lp(v),
+                        "bytes": list(s.encode()),
+                    }
+                    for i, v in zip(top_ids[t], top_lps[t], strict=False)
+                ]
+            content.append(entry)
+        return {"content": content, "refusal": None}
+
+    # -- feedback, sessions, status ------------------------------------------------------------------
+
+    def feedback(self, turn_id, rating: int | None, text: str | None = None):
+        """👍/👎/correction on a turn = its next state; ``ApiError`` 400/404 for bad or unknown turns."""
+        from openclaw_trl.sessions import FeedbackError, UnknownTurnError
+
+        try:
+            return self.collector.feedback(turn_id, rating, text)
+        except UnknownTurnError as exc:
+            raise ApiError(404, str(exc), "turn_not_found", "turn_id") from None
+        except FeedbackError as exc:
+            raise ApiError(400, str(exc), "invalid_value") from None
+
+    def end_session(self, session_key: str) -> bool:
+        return self.collector.end_session(session_key)
+
+    def set_private(self, session_key: str, private: bool) -> None:
+        self.collector.set_private(session_key, private)
+
+    def status(self) -> dict:
+        out = dict(self._status() if self._status else {})
+        out.setdefault("policy_version", getattr(self.engine, "policy_version", 0))
+        if "samples_waiting" not in out and hasattr(self.store, "count_waiting"):
+            out["samples_waiting"] = self.store.count_waiting()
+        return out
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    # -- a blocking token stream (the UI's path; the API uses ``stream_sse``) ----------------------
+
+    def iter_stream(self, prep: PreparedChat) -> Iterator[tuple[str, Any]]:
+        """Yields ``("delta", delta_dict)`` while tokens arrive, then ``("done", TurnResult)``."""
+        tokens: queue.Queue = queue.Queue()
+        future = self.executor.submit(self.generate, prep, tokens.put)
+        future.add_done_callback(lambda _f: tokens.put(None))
+        decoder = self.stream_parser(prep)
+        done = False
+        try:
+            while (tid := tokens.get()) is not None:
+                for delta in decoder.feed(tid):
+                    yield "delta", delta
+            completion = future.result()
+            for delta in decoder.finish():
+                yield "delta", delta
+            result = self.finish(prep, completion, decoder.message())
+            done = True
+            yield "done", result
+        finally:
+            if not done:
+                self.abort(prep)
+
+
+def _lp(value) -> float:
+    """A log-prob for JSON: -inf becomes -9999.0 (OpenAI's convention), NaN too."""
+    value = float(value)
+    return value if math.isfinite(value) else -9999.0
+
+
+def _context_limit(engine, configured: int) -> int:
+    """``max_context_len``, lowered to what the model supports (its ``max_position_embeddings``)."""
+    model_max = getattr(engine, "max_model_len", None)
+    if model_max is None and getattr(engine, "model_path", None):
+        try:
+            from transformers import AutoConfig
+
+            model_max = getattr(
+                AutoConfig.from_pretrained(engine.model_path), "max_position_embeddings", None
+            )
+        except Exception:  # an engine without a readable config keeps the configured limit
+            model_max = None
+    if isinstance(model_max, int) and 0 < model_max < configured:
+        logger.info("max_context_len %d lowered to the model's %d positions", configured, model_max)
+        return model_max
+    return configured
+
+
+def _as_message(parsed) -> dict:
+    """``decode_completion``'s result (dict or object) -> an OpenAI assistant message dict."""
+    get = parsed.get if isinstance(parsed, dict) else lambda k, d=None: getattr(parsed, k, d)
+    content = get("content")
+    msg: dict[str, Any] = {
+        "role": "assistant",
+        "content": content if content or get("tool_calls") else content or "",
+    }
+    if get("reasoning_content"):
+        msg["reasoning_content"] = get("reasoning_content")
+    if get("tool_calls"):
+        msg["tool_calls"] = list(get("tool_calls"))
+    return msg
+
+
+class StreamDecoder:
+    """Token ids -> OpenAI deltas (``content`` / ``reasoning_content`` / ``tool_calls`` with ``index``).
+
+    Wraps ``openclaw_trl.chat``'s incremental decoder + parser, applies the ``stop`` trimming to content
+    and accumulates what was streamed: the stored message is exactly what the client saw (tool-call ids
+    included, so the client's echo of them matches the stored turn).
+    """
+
+    def __init__(self, tokenizer, stops: list[str], start_in_reasoning: bool = False):
+        from openclaw_trl.chat import IncrementalDecoder, StreamParser, tokenizer_end_tokens
+
+        self.text = IncrementalDecoder(tokenizer)
+        self.parser = StreamParser(
+            start_in_reasoning=start_in_reasoning, end_tokens=tokenizer_end_tokens(tokenizer)
+        )
+        self.trim = _StopTrimmer(stops) if stops else None
+        self.content, self.reasoning, self.tool_calls = [], [], []
+
+    def _post(self, deltas: list[dict], final: bool = False) -> list[dict]:
+        out = []
+        for d in deltas:
+            if self.trim is not None and d.get("content") is not None:
+                d = {k: v for k, v in d.items() if k != "content"} | {"content": self.trim.feed(d["content"])}
+                if not d["content"]:
+                    del d["content"]
+            if d:
+                out.append(d)
+        if final and self.trim is not None and (rest := self.trim.feed("", final=True)):
+            out.append({"content": rest})
+        for d in out:
+            self.content.append(d.get("content") or "")
+            self.reasoning.append(d.get("reasoning_content") or "")
+            self.tool_calls.extend(
+                {k: v for k, v in c.items() if k != "index"} for c in d.get("tool_calls") or []
+            )
+        return out
+
+    def feed(self, token_id: int) -> list[dict]:
+        return self._post(self.parser.feed(self.text.push(token_id)))
+
+    def finish(self) -> list[dict]:
+        # text still held back by the decoder (e.g. an incomplete UTF-8 sequence) goes out before the end
+        return self._post(self.parser.feed(self.text.flush()) + self.parser.finish(), final=True)
+
+    def message(self) -> dict:
+        """The assistant message the stream spelled out (``decode_completion``'s shape)."""
+        content, reasoning = "".join(self.content), "".join(self.reasoning)
+        return {
+            "content": content if content or not self.tool_calls else None,
+            "reasoning_content": reasoning or None,
+            "tool_calls": list(self.tool_calls),
+        }
