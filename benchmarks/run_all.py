@@ -244,7 +244,12 @@ def summarize(reports: dict) -> list[dict]:
             "update_ratio",
             f"ratio of medians on {u['update_ratio_basis']} (wall ratio {u['update_ratio_wall']:.3f}); "
             f"batch {u['geometry']['batch']} x ~{u['geometry']['prompt_len']}+{u['geometry']['completion_len']} "
-            f"tokens, micro {u['geometry']['micro']}, {sum(len(s) - 1 for s in u['openclaw_steps'])} timed steps",
+            f"tokens, micro {u['geometry']['micro']}, {sum(len(s) - 1 for s in u['openclaw_steps'])} timed steps"
+            + (
+                " each, interleaved step by step"
+                if u.get("paired_steps")
+                else " each, one run after the other"
+            ),
         )
         if "openclaw_kd_step_s" in u:
             row(

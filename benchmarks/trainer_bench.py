@@ -60,12 +60,12 @@ GEOMETRY = {
 PLANS = {
     "quick": [
         ("tiny", "tiny", 6, 2, 20, True, True),
-        ("qwen3-0.6b-shaped", "qwen3-0.6b-shaped", 3, 1, 0, False, True),
+        ("qwen3-0.6b-shaped", "qwen3-0.6b-shaped", 4, 1, 0, False, True),
     ],
     "default": [("tiny", "tiny", 8, 3, 20, True, True), ("qwen3-0.6b-shaped", None, 0, 0, 0, False, True)],
     "full": [
         ("tiny", "tiny", 8, 3, 20, True, True),
-        ("qwen3-0.6b-shaped", "qwen3-0.6b-shaped", 4, 1, 20, False, True),
+        ("qwen3-0.6b-shaped", "qwen3-0.6b-shaped", 5, 1, 20, False, True),
     ],
     "gpu": [("qwen3-0.6b-shaped", "qwen3-0.6b-shaped-gpu", 8, 2, 20, True, True)],
 }
