@@ -99,6 +99,16 @@ def fill_store(store, tokenizer, n: int, completion_len: int, seed: int = 0) -> 
         )
 
 
+def _warm_up(engine, max_tokens: int) -> None:
+    """One generate and one score call before the clock starts (first calls pay lazy initialisation)."""
+    from openclaw_trl.engines.base import GenerationRequest, SamplingParams
+
+    prompt = list(range(10, 800))
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=max_tokens, seed=0)
+    engine.generate([GenerationRequest(prompt, sampling, weights="base")] * 4)
+    engine.score([prompt[:100]] * 4, [prompt[100:150]] * 4)
+
+
 def bench_scorer(model_dir: Path, m: int, turns: int, completion_len: int, judge_max_tokens: int) -> dict:
     from openclaw_trl.engines.hf import HFEngine
     from openclaw_trl.scorer import JudgeConfig, Scorer
@@ -120,6 +130,7 @@ def bench_scorer(model_dir: Path, m: int, turns: int, completion_len: int, judge
                 max_concurrency=4,
             )
             scorer = Scorer(store, config, engine=counting)
+            _warm_up(engine, judge_max_tokens)
             t0 = time.perf_counter()
             judged = scorer.run_until_idle()
             wall = time.perf_counter() - t0
