@@ -16,6 +16,9 @@ Protocol (why it is built this way):
   ``updates`` updates. The user talks in lock-step with the trainer: conversations run only while the next
   batch is incomplete, so (up to one conversation's overshoot) every batch is sampled by the policy it
   trains; RL, OPD and Combine differ only in which turns become samples and in the advantage.
+* A run also has a conversation budget (``max_conversations``). OPD only learns from turns the user
+  corrected, so the better it gets the more conversations one batch costs (at 97% it is ~30 per sample);
+  when the budget is spent the run ends early and its later points are missing (the summary says so).
 * Metric: after every update (and before the first), a fixed evaluation set of openings
   ("Tell me about <topic>." x ``eval_per_topic`` per topic) is answered **by the engine with the current
   policy adapter** (``weights="policy"``, not through the API, so evaluation turns never enter the
