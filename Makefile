@@ -12,7 +12,7 @@ export HF_HUB_DISABLE_TELEMETRY ?= 1
 export GRADIO_ANALYTICS_ENABLED ?= False
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install run test lint format test-vllm bench clean
+.PHONY: install run test lint format test-vllm bench bench-learning clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,12 @@ browser:
 		$$SUDO apt-get update && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y --no-install-recommends chromium chromium-driver; \
 	fi
+
+bench: install
+	$(PY) benchmarks/run_all.py --quick
+
+bench-learning: install
+	$(PY) benchmarks/learning/run.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache tests/artifacts
