@@ -1,7 +1,9 @@
 """Update time of ``OpenClawTrainer`` vs a stock TRL ``GRPOTrainer`` on the same tokens; publish vs merge-and-push.
 
-    .venv/bin/python benchmarks/trainer_bench.py            # tiny model: update ratio, KD step, publish
-    .venv/bin/python benchmarks/trainer_bench.py --full     # + Qwen3-0.6B-shaped model (slow on CPU)
+    .venv/bin/python benchmarks/trainer_bench.py --quick    # tiny + a short 0.6B-shaped run (~2-4 min, 2 cores)
+    .venv/bin/python benchmarks/trainer_bench.py            # tiny (more steps) + 0.6B-shaped publish only
+    .venv/bin/python benchmarks/trainer_bench.py --full     # + 0.6B-shaped update ratio and KD step (~5 min)
+    python benchmarks/trainer_bench.py --gpu                # 0.6B-shaped, batch 16 x 512 tokens, on the GPU
 
 Why these peers:
 
@@ -14,18 +16,21 @@ Why these peers:
   reward function that only looks them up. Our samples carry ``policy_version`` = the step that consumes
   them (on-policy, the live case), so neither side recomputes old log-probs. Steps are timed from one
   ``on_step_end`` to the next (data preparation + forward/backward + optimizer + logging); the first step of
-  each run is a warm-up and is dropped; the two trainers are run in alternation (``--rounds``) so drifting
-  machine load hits both alike; the figure is the ratio of the medians.
-* **Top-K distillation step.** The same update with ``w_kd > 0`` (teacher top-K ids stored on every hinted
-  sample): what the optional KD term adds.
+  each run is a warm-up and is dropped. Both trainers live in one process, each in a thread, and take one
+  optimizer step in turn (``Baton``): paired steps seconds apart see the same machine load, and the figure is
+  the median of the per-step ratios (process CPU time on a shared CPU, wall time on a GPU). Where two 0.6B
+  models do not fit with room to spare they run one after the other instead.
+* **Top-K distillation step** and **stale batch.** The same update with ``w_kd > 0`` (teacher top-K ids on
+  every hinted sample), and on samples drawn by an older adapter (truncated IS weight): what they add.
 * **Publish vs merge-and-push.** After each step we hand the LoRA state dict to the engine
   (``engine.publish_adapter``). TRL's ``VLLMGeneration.sync_weights`` instead merges the adapter into the base
   weights, pushes every base tensor to the engine (``load_weights``) and unmerges. Without vLLM we time exactly
   that work against the HF engine's own weight copy: ``merge_adapter`` + walk ``named_parameters`` with TRL's
   name fixing + ``copy_`` of every base tensor into the engine's copy + ``unmerge_adapter``.
 
-Peak memory of an update: the process' peak RSS over the measured steps (``VmHWM`` after resetting it via
-``/proc/self/clear_refs``) on CPU, ``torch.cuda.max_memory_allocated`` on GPU.
+Peak memory of an update (one trainer alone in the process): the peak RSS over the measured steps (``VmHWM``
+after ``malloc_trim`` and a reset via ``/proc/self/clear_refs``; model weights included) on CPU,
+``torch.cuda.max_memory_allocated`` on GPU.
 Results go to ``benchmarks/results/trainer_bench_<time>.json`` (git-ignored) unless ``--out`` is given.
 """
 
