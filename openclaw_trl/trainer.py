@@ -301,8 +301,7 @@ class OpenClawTrainer(GRPOTrainer):
                 states = body(input_ids=input_ids, attention_mask=attention).last_hidden_state
             rows, cols = kd_mask.bool().nonzero(as_tuple=True)
             picked = states[:, prompt_len - 1 : -1][rows, cols]  # [N, H], N = distilled positions
-            logits = head(picked) / self.temperature
-            student = torch.log_softmax(logits.float(), dim=-1).gather(-1, inputs["kd_topk_ids"][rows, cols])
+            student = _topk_logprobs(head, picked, inputs["kd_topk_ids"][rows, cols], self.temperature)
             teacher = inputs["kd_topk_logprobs"][rows, cols]
             ones = torch.ones_like(rows)[None]
             per_token = topk_distillation_loss(student[None], teacher[None], ones, cap=self.args.kd_cap)[0]
@@ -402,6 +401,30 @@ _HEAD_SCALINGS = (
     "output_multiplier",
     "lm_head_multiplier",
 )
+
+
+# Most positions x vocabulary logits the KD term holds at once (256 MB in float32). Beyond that the LM head
+# runs in chunks of positions that are recomputed in the backward pass instead of kept: a 16 x 512-token
+# batch with a 151,936 vocabulary would otherwise keep about 5 GB of log-probs for its gradient.
+KD_LOGITS_ELEMS = 1 << 26
+
+
+def _topk_logprobs(head, hidden: torch.Tensor, ids: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``log_softmax(head(hidden) / T)`` over the full vocabulary, gathered on ``ids``: ``[N, H] -> [N, K]``."""
+
+    def block(h, i):
+        return torch.log_softmax((head(h) / temperature).float(), dim=-1).gather(-1, i)
+
+    chunk = max(1, KD_LOGITS_ELEMS // head.weight.shape[0])
+    if hidden.shape[0] <= chunk:
+        return block(hidden, ids)
+    from torch.utils.checkpoint import checkpoint
+
+    parts = [
+        checkpoint(block, hidden[s : s + chunk], ids[s : s + chunk], use_reentrant=False)
+        for s in range(0, hidden.shape[0], chunk)
+    ]
+    return torch.cat(parts)
 
 
 @contextmanager
