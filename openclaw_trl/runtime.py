@@ -6,7 +6,8 @@
 * ``live``: the UI + API listen on ``host:port``; people chat; the trainer waits for judged samples.
 * ``simulated``: the same server, bound to a free local port, and a simulated user
   (``simulated_user``) that talks to it over HTTP in a background thread.
-* ``replay``: recorded conversations (``replay_path``, JSONL) go through the same collector and scorer.
+* ``replay``: recorded conversations (``replay_path``, JSONL) go through the same collector and scorer
+  (all judged before training starts, so a replay run is reproducible).
 
 Only the main process serves and scores; under ``accelerate launch`` with several processes the other
 ranks train on the batches the main process broadcasts (see ``OpenClawTrainer._take_batch``).
@@ -344,6 +345,11 @@ def run(runtime: Runtime, share: bool = False) -> dict:
             "--share needs source: live and api_key_env (a public endpoint must not be anonymous)"
         )
     if runtime.scorer is not None:
+        if config.source == "replay":
+            # Finite, recorded data: judge all of it first, so a run is reproducible; then train on it.
+            n = replay_conversations(runtime, config.replay_path)
+            judged = runtime.scorer.run_until_idle()
+            logger.info("replayed %d turns from %s, judged %d", n, config.replay_path, judged)
         runtime.scorer.start()
         if config.source == "live":
             start_server(runtime)
@@ -351,9 +357,6 @@ def run(runtime: Runtime, share: bool = False) -> dict:
                 share_publicly(runtime)
         elif config.source == "simulated":
             start_simulation(runtime)
-        elif config.source == "replay":
-            n = replay_conversations(runtime, config.replay_path)
-            logger.info("replayed %d turns from %s", n, config.replay_path)
     try:
         trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
     except KeyboardInterrupt:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -267,8 +268,14 @@ def test_stale_batch_gradient_carries_the_truncated_is_weight(tiny_model_dir, tm
         torch.testing.assert_close(got[n], want[n], atol=1e-5, rtol=1e-4)
 
 
-def test_topk_distillation_gradient(tiny_model_dir, tmp_path):
-    """OPD with teacher == student (advantage 0): the whole gradient is the top-K KD term's."""
+@pytest.mark.parametrize("chunked", [False, True], ids=["one-block", "chunked"])
+def test_topk_distillation_gradient(tiny_model_dir, tmp_path, monkeypatch, chunked):
+    """OPD with teacher == student (advantage 0): the whole gradient is the top-K KD term's, whether the
+    LM head runs on all distilled positions at once or in checkpointed chunks (large batches)."""
+    if chunked:
+        import openclaw_trl.trainer as trainer_module
+
+        monkeypatch.setattr(trainer_module, "KD_LOGITS_ELEMS", 3 * 2048)  # 3 positions per chunk
     samples = _sampled(tiny_model_dir, 4, hint=True, rewards=[0.0] * 4)
     gen = torch.Generator().manual_seed(3)
     for s in samples:  # a teacher that prefers other tokens: random top-3 ids with a peaked distribution
@@ -291,3 +298,31 @@ def test_topk_distillation_gradient(tiny_model_dir, tmp_path):
     assert sum(g.abs().sum() for g in want.values()) > 0
     for n in want:
         torch.testing.assert_close(got[n], want[n], atol=1e-5, rtol=1e-4)
+
+
+def test_engine_serves_the_trained_adapter(tiny_model_dir, tmp_path):
+    """After each update the HF engine's ``policy`` weights are exactly the trainer's adapter."""
+    from openclaw_trl.engines.hf import HFEngine
+
+    store = Store(tmp_path / "store.sqlite")
+    samples = _sampled(tiny_model_dir, 8)
+    for s in samples:
+        store.add_sample(s)
+    engine = HFEngine(tiny_model_dir, lora_config=LoraConfig(**LORA), dtype=torch.float32)
+    try:
+        trainer = _trainer(tiny_model_dir, tmp_path, store, max_steps=2, learning_rate=1e-2)
+        trainer.engine = engine
+        trainer.train()
+        assert engine.policy_version == 2
+        probe = samples[0]
+        served = engine.score([probe.prompt_ids], [probe.completion_ids], weights="policy").logprobs[0]
+        batch = collate_samples([probe], pad_token_id=0)
+        with torch.no_grad():
+            ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+            logits = trainer.model(input_ids=ids).logits[:, len(probe.prompt_ids) - 1 : -1]
+        trained = torch.log_softmax(logits, -1).gather(-1, batch["completion_ids"][..., None])[0, :, 0]
+        torch.testing.assert_close(torch.tensor(served), trained, atol=1e-4, rtol=0)
+        base = engine.score([probe.prompt_ids], [probe.completion_ids], weights="base").logprobs[0]
+        assert max(abs(a - b) for a, b in zip(served, base)) > 1e-3  # the update did change the policy
+    finally:
+        engine.close()
