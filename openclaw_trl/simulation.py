@@ -120,11 +120,13 @@ def run_conversations(
     api_key: str | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     timeout: float = 600.0,
+    feedback: bool = False,
 ) -> list[ConversationLog]:
     """Run ``n`` simulated conversations through ``POST /v1/chat/completions`` with session headers.
 
     Each conversation: the opening request, then the user's reaction to each reply, until the user is
     satisfied (its "thanks" is sent as the final request with ``X-Session-Done``) or ``max_turns``.
+    With ``feedback`` (a :class:`FeedbackUser`), each reply is first rated with ``POST /v1/feedback``.
     """
     rng = random.Random(seed)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -140,6 +142,8 @@ def run_conversations(
                 last = turn == user.max_turns - 1
                 reply, turn_id = _chat(client, model, messages, session, max_tokens, done=False)
                 turn_ids.append(turn_id)
+                if feedback and turn_id:
+                    _rate(client, user, reply, int(turn_id))
                 reaction = user.react(reply, rng)
                 first_ok = reaction.satisfied if first_ok is None else first_ok
                 messages += [
@@ -153,6 +157,14 @@ def run_conversations(
                     break
             logs.append(ConversationLog(session, bool(first_ok), len(turn_ids), turn_ids))
     return logs
+
+
+def _rate(client: httpx.Client, user, reply: str, turn_id: int) -> None:
+    rating, text = user.rate(reply)
+    body = {"turn_id": turn_id, "rating": rating}
+    if text:
+        body["text"] = text
+    client.post("/v1/feedback", json=body).raise_for_status()
 
 
 def _chat(client: httpx.Client, model: str, messages: list, session: str, max_tokens: int, done: bool):
@@ -202,35 +214,16 @@ def run_feedback_conversations(
     The feedback arrives first, so it is the turn's next state; the reply that follows is then only the
     conversation going on (the collector does not replace a next state with a later request).
     """
-    rng = random.Random(seed)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    logs = []
-    with httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout, headers=headers) as client:
-        for i in range(n):
-            if should_stop():
-                break
-            session = f"{session_prefix}-{seed}-{i}"
-            messages = [{"role": "user", "content": user.opening(rng)}]
-            first_ok, turn_ids = None, []
-            for turn in range(user.max_turns):
-                last = turn == user.max_turns - 1
-                reply, turn_id = _chat(client, model, messages, session, max_tokens, done=False)
-                turn_ids.append(turn_id)
-                rating, text = user.rate(reply)
-                if turn_id:
-                    body = {"turn_id": int(turn_id), "rating": rating}
-                    if text:
-                        body["text"] = text
-                    client.post("/v1/feedback", json=body).raise_for_status()
-                reaction = user.react(reply, rng)
-                first_ok = reaction.satisfied if first_ok is None else first_ok
-                messages += [
-                    {"role": "assistant", "content": reply},
-                    {"role": "user", "content": reaction.text},
-                ]
-                if reaction.satisfied or last:
-                    _, turn_id = _chat(client, model, messages, session, max_tokens, done=True)
-                    turn_ids.append(turn_id)
-                    break
-            logs.append(ConversationLog(session, bool(first_ok), len(turn_ids), turn_ids))
-    return logs
+    return run_conversations(
+        base_url,
+        user,
+        n,
+        seed=seed,
+        session_prefix=session_prefix,
+        max_tokens=max_tokens,
+        model=model,
+        api_key=api_key,
+        should_stop=should_stop,
+        timeout=timeout,
+        feedback=True,
+    )
