@@ -12,11 +12,11 @@ The store is read only through its public export API (``Store.iter_sessions / it
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from openclaw_trl.fsutil import staged_directory
 
 SPLITS = ("sessions", "turns", "samples")
 
@@ -256,16 +256,8 @@ def export_store(
     )
 
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.exporting-", dir=out.parent))
-        try:
+        with staged_directory(out, "exporting") as staging:
             dataset.save_to_disk(str(staging))
-            if out.exists():
-                shutil.rmtree(out)
-            staging.rename(out)
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
         result.out = out
 
     if push_to_hub is not None:

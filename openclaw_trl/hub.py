@@ -14,11 +14,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from openclaw_trl.fsutil import staged_directory
 
 RUN_FILE = "openclaw_run.json"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -339,9 +339,7 @@ def merge_adapter(
     merged = model.merge_and_unload()
     tokenizer = _load_tokenizer(adapter_dir, base)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.merging-", dir=out.parent))
-    try:
+    with staged_directory(out, "merging") as staging:
         merged.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
         info = dict(run_info)
@@ -352,12 +350,6 @@ def merge_adapter(
         )
         info.setdefault("base_model", trained_on or base)
         (staging / RUN_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        staging.rename(out)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
     notes = []
     if trained_on and base != trained_on:
         notes.append(

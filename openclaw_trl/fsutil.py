@@ -1,0 +1,28 @@
+"""Writing an output directory all at once: a failure never leaves a half-written or mixed directory."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def staged_directory(out: Path, purpose: str) -> Iterator[Path]:
+    """Yield a new temporary directory beside ``out``; when the block succeeds it replaces ``out``.
+
+    If the block raises, ``out`` is untouched and the temporary directory is removed. The swap is a
+    rename on the same filesystem, so readers see the old directory or the new one, never a mix.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.{purpose}-", dir=out.parent))
+    try:
+        yield staging
+        if out.exists():
+            shutil.rmtree(out)
+        staging.rename(out)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
