@@ -138,7 +138,14 @@ def build_runtime(
 
     model_path = resolve_model_path(model_args, config)
     peft_config = lora_config(model_args)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+    except OSError as err:
+        raise OSError(
+            f"could not load the model {model_path!r} ({str(err).splitlines()[0]}). It is downloaded from the "
+            "Hugging Face Hub on first use: check the connection, or point model_name_or_path at a local "
+            f"copy. Offline, try the tiny demo: make run RECIPE=recipes/tiny_offline.yaml"
+        ) from err
     Path(config.store_path).parent.mkdir(parents=True, exist_ok=True)
     store = Store(config.store_path)
     main = PartialState().is_main_process
