@@ -127,3 +127,24 @@ def test_publish_waits_for_in_flight_batch(engine, tiny_tokenizer, adapters):
     assert not second.is_alive()
     assert result["out"].token_ids == ref_a.token_ids
     assert result["out"].policy_version == ref_a.policy_version
+
+
+def test_identical_prompts_share_one_prefill(tiny_model_dir, tiny_tokenizer):
+    """The m judge votes of a turn have one prompt: it is prefilled once, and each vote still samples on its own
+    (same tokens and log-probs as when the requests run alone)."""
+    eng = create_engine("hf", tiny_model_dir, dtype="float32", batch_wait_s=0.05, max_batch_size=8)
+    try:
+        a, b = contract.prompts(tiny_tokenizer, 2)
+        reqs = [
+            GenerationRequest(p, SamplingParams(max_new_tokens=6, seed=s))
+            for p, s in [(a, 1), (a, 2), (b, 3), (a, 4)]
+        ]
+        together = eng.generate(reqs)
+        assert eng.stats["prefill_rows"] == 2 and eng.stats["batches"] == 1
+        for req, out in zip(reqs, together):
+            alone = eng.generate([req])[0]
+            assert alone.token_ids == out.token_ids
+            assert max(abs(x - y) for x, y in zip(alone.logprobs, out.logprobs)) < 1e-4
+        assert together[0].token_ids != together[1].token_ids or together[0].logprobs != together[1].logprobs
+    finally:
+        eng.close()

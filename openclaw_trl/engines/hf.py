@@ -162,7 +162,12 @@ class HFEngine:
         if lora_config is not None:
             self._wrap(lora_config)
 
-        self.stats = {"batches": 0, "requests": 0, "decode_steps": 0}  # counters, for tests and benchmarks
+        self.stats = {
+            "batches": 0,
+            "requests": 0,
+            "decode_steps": 0,
+            "prefill_rows": 0,
+        }  # counters, for tests and benchmarks
         self._queue: queue.Queue = queue.Queue()
         self._closed = False
         self._worker = threading.Thread(target=self._worker_loop, name="hf-engine-worker", daemon=True)
@@ -407,19 +412,29 @@ class HFEngine:
             if row.request.sampling.max_new_tokens <= 0:
                 row.finish_reason = "length"
         live = [r.finish_reason is None for r in rows]
-        step_ids, step_pos = ids, positions
-        for _ in range(budget):
+        # Rows with the same prompt (the m votes of one judged turn) share one prefill: prefill each distinct
+        # prompt once, then give every row a copy of its prompt's cache and last hidden state.
+        distinct: dict[tuple, int] = {}
+        owner = [distinct.setdefault(tuple(r.request.prompt_ids), len(distinct)) for r in rows]
+        first = [owner.index(u) for u in range(len(distinct))]
+        step_ids, step_mask, step_pos = ids[first], mask[first], positions[first]
+        self.stats["prefill_rows"] += len(first)
+        for step in range(budget):
             if not any(live):
                 break
             self.stats["decode_steps"] += 1
             hidden = self._forward_hidden(
                 selected,
                 input_ids=step_ids,
-                attention_mask=mask,
+                attention_mask=step_mask,
                 position_ids=step_pos,
                 use_cache=True,
                 **{self._cache_kw: cache},
             )
+            if step == 0 and len(first) < len(rows):
+                index = torch.tensor(owner, device=self.device)
+                cache.batch_select_indices(index)
+                hidden, step_pos = hidden[index], positions
             with torch.inference_mode():
                 logits = self._logits(hidden[:, -1, :])
             next_ids = []
@@ -441,6 +456,7 @@ class HFEngine:
             step_ids = torch.tensor(next_ids, dtype=torch.long, device=self.device)[:, None]
             step_pos = step_pos[:, -1:] + 1
             mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=self.device)], dim=1)
+            step_mask = mask
 
     def _check_finished(self, row: _Row) -> None:
         sp = row.request.sampling
