@@ -91,6 +91,35 @@ def _params(model, lora: bool):
     return {n: p.detach().clone() for n, p in model.named_parameters() if ("lora_" in n) == lora}
 
 
+def _direct_grads(model_dir, init_lora, samples, loss_fn):
+    """Gradients of ``loss_fn(logp, logits, batch, mask)`` for a fresh PEFT model holding ``init_lora``."""
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = get_peft_model(base, LoraConfig(**LORA))
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_" in n:
+                p.copy_(init_lora[n])
+    batch = collate_samples(samples, pad_token_id=0)
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    att = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    logits = model(input_ids=ids, attention_mask=att).logits[:, batch["prompt_ids"].size(1) - 1 : -1]
+    logp = torch.log_softmax(logits, -1).gather(-1, batch["completion_ids"][..., None]).squeeze(-1)
+    loss_fn(logp, logits, batch, batch["completion_mask"].float()).backward()
+    return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _train_and_capture(model_dir, tmp_path, samples, **overrides):
+    store = Store(tmp_path / "store.sqlite")
+    for s in samples:
+        store.add_sample(s)
+    trainer = _trainer(model_dir, tmp_path, store, **overrides)
+    init = _params(trainer.model, True)
+    capture = _GradCapture(trainer.model)
+    trainer.add_callback(capture)
+    trainer.train()
+    return trainer, init, capture.grads[0]
+
+
 def test_update_changes_adapter_not_base_and_marks_consumed(tiny_model_dir, tmp_path):
     store = Store(tmp_path / "store.sqlite")
     ids = [store.add_sample(s) for s in _sampled(tiny_model_dir, 6)]
@@ -118,36 +147,16 @@ def test_update_changes_adapter_not_base_and_marks_consumed(tiny_model_dir, tmp_
 
 
 def test_rl_gradient_equals_direct_policy_gradient(tiny_model_dir, tmp_path):
-    store = Store(tmp_path / "store.sqlite")
     samples = _sampled(tiny_model_dir, 4, rewards=[1.0, -1.0, -1.0, 1.0])
-    for s in samples:
-        store.add_sample(s)
-    trainer = _trainer(tiny_model_dir, tmp_path, store, method="rl")
-    init_lora = _params(trainer.model, True)
-    capture = _GradCapture(trainer.model)
-    trainer.add_callback(capture)
-    trainer.train()
-    got = capture.grads[0]
+    _, init, got = _train_and_capture(tiny_model_dir, tmp_path, samples, method="rl")
 
-    # Direct computation: same initial adapter, loss = mean_b mean_t(-r_b * logp) (ratio 1 on the first pass).
-    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-    model = get_peft_model(base, LoraConfig(**LORA))
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if "lora_" in n:
-                p.copy_(init_lora[n])
-    batch = collate_samples(samples, pad_token_id=0)
-    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
-    att = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
-    logits = model(input_ids=ids, attention_mask=att).logits[:, batch["prompt_ids"].size(1) - 1 : -1]
-    logp = torch.log_softmax(logits, -1).gather(-1, batch["completion_ids"][..., None]).squeeze(-1)
-    mask = batch["completion_mask"].float()
-    ratio = torch.exp(logp - logp.detach())
-    adv = batch["rewards"][:, None]
-    per_token = -torch.min(ratio * adv, ratio.clamp(0.8, 1.28) * adv)
-    loss = ((per_token * mask).sum(1) / mask.sum(1)).mean()
-    loss.backward()
-    want = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    def loss_fn(logp, logits, batch, mask):  # the clipped objective; ratio 1 on the first pass
+        ratio = torch.exp(logp - logp.detach())
+        adv = batch["rewards"][:, None]
+        per_token = -torch.min(ratio * adv, ratio.clamp(0.8, 1.28) * adv)
+        return ((per_token * mask).sum(1) / mask.sum(1)).mean()
+
+    want = _direct_grads(tiny_model_dir, init, samples, loss_fn)
     assert set(want) == set(got)
     for n in want:
         torch.testing.assert_close(got[n], want[n], atol=1e-5, rtol=1e-4)
@@ -155,15 +164,9 @@ def test_rl_gradient_equals_direct_policy_gradient(tiny_model_dir, tmp_path):
 
 
 def test_opd_with_teacher_equal_to_student_is_a_no_op(tiny_model_dir, tmp_path):
-    store = Store(tmp_path / "store.sqlite")
-    for s in _sampled(tiny_model_dir, 4, hint=True, rewards=[0.0] * 4):
-        store.add_sample(s)
-    trainer = _trainer(tiny_model_dir, tmp_path, store, method="opd")
-    before = _params(trainer.model, True)
-    capture = _GradCapture(trainer.model)
-    trainer.add_callback(capture)
-    trainer.train()
-    assert all(g.abs().max() == 0 for g in capture.grads[0].values())
+    samples = _sampled(tiny_model_dir, 4, hint=True, rewards=[0.0] * 4)
+    trainer, before, grads = _train_and_capture(tiny_model_dir, tmp_path, samples, method="opd")
+    assert all(g.abs().max() == 0 for g in grads.values())
     after = _params(trainer.model, True)
     assert all(torch.equal(before[n], after[n]) for n in before)
     assert trainer.state.log_history[0]["opd/hint_accept_rate"] == 1.0
@@ -216,35 +219,6 @@ def test_truncated_is_weight_modes():
     torch.testing.assert_close(w, torch.tensor([[0.0, 1.0, 0.0]]))
     w = truncated_is_weight(old, sampling, mask, "sequence_truncate", None, 3.0)
     assert w.shape == (1, 1) and w.item() == 1.0
-
-
-def _direct_grads(model_dir, init_lora, samples, loss_fn):
-    """Gradients of ``loss_fn(logp, logits, batch, mask)`` for a fresh PEFT model holding ``init_lora``."""
-    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    model = get_peft_model(base, LoraConfig(**LORA))
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if "lora_" in n:
-                p.copy_(init_lora[n])
-    batch = collate_samples(samples, pad_token_id=0)
-    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
-    att = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
-    logits = model(input_ids=ids, attention_mask=att).logits[:, batch["prompt_ids"].size(1) - 1 : -1]
-    logp = torch.log_softmax(logits, -1).gather(-1, batch["completion_ids"][..., None]).squeeze(-1)
-    loss_fn(logp, logits, batch, batch["completion_mask"].float()).backward()
-    return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-
-
-def _train_and_capture(model_dir, tmp_path, samples, **overrides):
-    store = Store(tmp_path / "store.sqlite")
-    for s in samples:
-        store.add_sample(s)
-    trainer = _trainer(model_dir, tmp_path, store, **overrides)
-    init = _params(trainer.model, True)
-    capture = _GradCapture(trainer.model)
-    trainer.add_callback(capture)
-    trainer.train()
-    return trainer, init, capture.grads[0]
 
 
 def test_stale_batch_gradient_carries_the_truncated_is_weight(tiny_model_dir, tmp_path):
