@@ -112,6 +112,7 @@ class OpenClawConfig(GRPOConfig):
 
     The serving temperature of trainable turns is `temperature` (a `GRPOConfig` field): the PPO ratio
     and the OPD advantage need the log-probs of the distribution that was actually sampled (notes §7.26).
+    With `engine: vllm` and an OPD term it must be 1.0: vLLM's prompt log-probs (the teacher) are at T = 1.
     """
 
     # Learning method
@@ -229,6 +230,11 @@ class OpenClawConfig(GRPOConfig):
             (
                 self.method != "rl" or self.w_kd == 0,
                 "top-K distillation needs hints: use method opd or combine",
+            ),
+            (
+                self.engine != "vllm" or self.method == "rl" or self.temperature == 1.0,
+                "engine vllm scores the OPD teacher with prompt log-probs, which vLLM computes at temperature 1: "
+                "set temperature: 1.0 so teacher and student use the same temperature (or use engine: hf)",
             ),
         ]
         for ok, message in checks:

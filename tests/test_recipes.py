@@ -63,3 +63,14 @@ def test_accelerate_configs_load(path):
 
     cfg = load_config_from_file(str(path))
     assert cfg.num_processes >= 1 and yaml.safe_load(path.read_text())["distributed_type"]
+
+
+def test_vllm_opd_needs_temperature_one(tmp_path):
+    from openclaw_trl.config import OpenClawConfig
+
+    with pytest.raises(ValueError, match="temperature: 1.0"):
+        OpenClawConfig(output_dir=str(tmp_path), engine="vllm", method="combine", temperature=0.6)
+    assert (
+        OpenClawConfig(output_dir=str(tmp_path), engine="vllm", method="rl", temperature=0.6).temperature
+        == 0.6
+    )
