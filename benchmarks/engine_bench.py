@@ -13,7 +13,6 @@ Random-init models: the numbers measure compute, not text quality. Results go to
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -27,6 +26,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _results import write_results  # noqa: E402  (benchmarks/ is on sys.path from here on)
 
 
 def _best_time(fn, repeats: int) -> float:
@@ -215,12 +217,6 @@ def main() -> None:
             f"{r['score']['tok_per_s']:.0f} | {r['forward']['tok_per_s']:.0f} | {r['score_over_forward']:.2f} | "
             f"{r['publish_s']:.3f} |"
         )
-    out = (
-        Path(args.out)
-        if args.out
-        else ROOT / "benchmarks" / "results" / f"engine_bench_{time.strftime('%Y%m%d-%H%M%S')}.json"
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
     meta = {
         "python": sys.version.split()[0],
         "torch": torch.__version__,
@@ -228,8 +224,7 @@ def main() -> None:
         "machine": platform.machine(),
         "quick": args.quick,
     }
-    out.write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
-    print(f"\nwrote {out}")
+    write_results({"meta": meta, "results": rows}, "engine_bench", args.out)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ Results go to ``benchmarks/results/judge_bench_<time>.json`` (git-ignored) unles
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
@@ -25,6 +24,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _results import write_results  # noqa: E402  (benchmarks/ is on sys.path from here on)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -185,7 +188,6 @@ def main(argv: list[str] | None = None) -> dict:
     if args.model_dir:
         path = Path(args.model_dir)
     else:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         from trainer_bench import model_dir
 
         path = model_dir(args.model)
@@ -195,14 +197,7 @@ def main(argv: list[str] | None = None) -> dict:
     ]
     print_table(rows)
     report = {"model": args.model_dir or args.model, "rows": rows}
-    out = (
-        Path(args.out)
-        if args.out
-        else ROOT / "benchmarks" / "results" / f"judge_bench_{time.strftime('%Y%m%d-%H%M%S')}.json"
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
-    print(f"\nwrote {out}")
+    write_results(report, "judge_bench", args.out)
     return report
 
 

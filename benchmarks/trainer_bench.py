@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import random
 import statistics
@@ -49,6 +48,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _results import write_results  # noqa: E402  (benchmarks/ is on sys.path from here on)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -673,14 +676,7 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"[{label}] publish vs merge-and-push ...", flush=True)
             report["publish"].append(bench_publish(label))
     print_report(report)
-    out = (
-        Path(args.out)
-        if args.out
-        else ROOT / "benchmarks" / "results" / f"trainer_bench_{time.strftime('%Y%m%d-%H%M%S')}.json"
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
-    print(f"\nwrote {out}")
+    write_results(report, "trainer_bench", args.out)
     return report
 
 
