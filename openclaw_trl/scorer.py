@@ -262,12 +262,14 @@ class Scorer:
         self.judge_fn = judge_fn
         if config.backend == "callable" and judge_fn is None:
             self.judge_fn = load_callable(config.callable)
-        self._http = http_client
-        self._owns_http = config.backend == "openai" and http_client is None
-        if self._owns_http:
-            import httpx
+        self._openai = None
+        if config.backend == "openai":
+            from openclaw_trl.openai_client import OpenAIClient
 
-            self._http = httpx.Client(timeout=config.timeout_s)
+            key = os.environ.get(config.openai_api_key_env) if config.openai_api_key_env else None
+            self._openai = OpenAIClient(
+                config.openai_base_url, config.openai_model, key, config.timeout_s, http=http_client
+            )
         self._pool = cf.ThreadPoolExecutor(config.max_concurrency, thread_name_prefix="openclaw-judge")
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -295,8 +297,8 @@ class Scorer:
     def close(self) -> None:
         self.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
-        if self._owns_http:
-            self._http.close()
+        if self._openai is not None:
+            self._openai.close()
 
     def wake(self) -> None:
         self._wake.set()
@@ -511,22 +513,12 @@ class Scorer:
 
     def _openai_votes(self, items: list[JudgeInput]) -> list[list[Vote]]:
         cfg = self.config
-        key = os.environ.get(cfg.openai_api_key_env) if cfg.openai_api_key_env else None
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        url = cfg.openai_base_url.rstrip("/") + "/chat/completions"
 
         def call(messages: list[dict]) -> str:
-            body = {
-                "model": cfg.openai_model,
-                "messages": messages,
-                "temperature": cfg.temperature,
-                "top_p": cfg.top_p,
-                "max_tokens": cfg.max_tokens,
-            }
-            response = self._http.post(url, json=body, headers=headers, timeout=cfg.timeout_s)
-            response.raise_for_status()
-            content = response.json()["choices"][0]["message"].get("content")
-            return judge.flatten_content(content)
+            message, _ = self._openai.chat(
+                messages, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens
+            )
+            return judge.flatten_content(message.get("content"))
 
         jobs = []
         for i, item in enumerate(items):

@@ -98,13 +98,13 @@ def scripted_persona(script: list[str]):
 
 @pytest.mark.parametrize("persona", ["student", "teacher"])
 def test_conversation_against_our_server(engine, tmp_path, persona):
-    from openclaw_trl.eval import ChatEndpoint, EvalSettings, evaluate, load_problems
+    from openclaw_trl.eval import EvalSettings, OpenAIClient, evaluate, load_problems
 
     sentinel = "HOMEWORK_DONE" if persona == "student" else "GRADING_DONE"
     client, calls = scripted_persona(["no bold please, keep the steps", f"great, thanks\n{sentinel}"])
     with running_stack(engine, tmp_path / "s.sqlite") as stack:
-        server = ChatEndpoint(stack.url + "/v1", "openclaw")
-        user_llm = ChatEndpoint("http://persona.test/v1", "persona", client=client)
+        server = OpenAIClient(stack.url + "/v1", "openclaw")
+        user_llm = OpenAIClient("http://persona.test/v1", "persona", http=client)
         settings = EvalSettings(persona=persona, max_turns=4, server_max_tokens=6)
         result = evaluate(server, user_llm, load_problems(1, offset=3), settings, offset=3)
         problem = result.problems[0]
