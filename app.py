@@ -18,14 +18,11 @@ DEFAULT_RECIPE = "recipes/combine_qwen3_0.6b_lora.yaml"
 
 
 def main(argv: list[str]) -> int:
-    from openclaw_trl.cli import quiet_openmp
-
-    quiet_openmp()
-    from openclaw_trl.commands.train import run_argv
+    from openclaw_trl.cli import main as cli_main
 
     if "--config" not in argv:
         argv = ["--config", DEFAULT_RECIPE, *argv]
-    return run_argv(argv)
+    return cli_main(["train", *argv])
 
 
 if __name__ == "__main__":

@@ -16,13 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from openclaw_trl.errors import UserError
 from openclaw_trl.fsutil import staged_directory
 
 SPLITS = ("sessions", "turns", "samples")
-
-
-class ExportError(Exception):
-    """A problem the user can fix; the message says how."""
 
 
 def _json_feature():
@@ -187,11 +184,11 @@ def open_store(path: str | os.PathLike):
 
     path = Path(path).expanduser()
     if not path.is_file():
-        raise ExportError(f"store not found: {path} does not exist (pass the store path of your recipe)")
+        raise UserError(f"store not found: {path} does not exist (pass the store path of your recipe)")
     try:
         return Store(path)
     except (sqlite3.DatabaseError, StoreError) as err:
-        raise ExportError(f"cannot read the store {path}: {err}") from err
+        raise UserError(f"cannot read the store {path}: {err}") from err
 
 
 def build_dataset(store_path: str | os.PathLike, include_private: bool = False):
@@ -242,14 +239,14 @@ def export_store(
     non-empty ``out`` is only replaced with ``force``, and only once the new export is complete.
     """
     if out is None and push_to_hub is None:
-        raise ExportError("nothing to do: pass --out <dir> and/or --push-to-hub <user/name>")
+        raise UserError("nothing to do: pass --out <dir> and/or --push-to-hub <user/name>")
     if out is not None:
-        from openclaw_trl.hub import HubError, check_output_dir
+        from openclaw_trl.hub import check_output_dir
 
         try:
             out = check_output_dir(out, force)
-        except HubError as err:
-            raise ExportError(str(err)) from err
+        except UserError as err:
+            raise UserError(str(err)) from err
     dataset = build_dataset(store_path, include_private=include_private)
     result = ExportResult(
         counts={name: len(dataset[name]) for name in SPLITS}, include_private=include_private
@@ -270,7 +267,7 @@ def export_store(
                 commit_message=commit_message or "Export conversations with openclaw-trl",
             )
         except (HfHubHTTPError, LocalTokenNotFoundError, OfflineModeIsEnabled) as err:
-            raise ExportError(
+            raise UserError(
                 f"pushing to {push_to_hub!r} failed: {err}. Log in with `hf auth login` (or set HF_TOKEN) "
                 "and unset HF_HUB_OFFLINE."
             ) from err

@@ -6,7 +6,7 @@ works from that layout, or from a bare adapter dir. Heavy libraries are imported
 that importing this module (and ``openclaw-trl --help``) stays cheap.
 
 Errors the user can fix (wrong path, adapter for another base, output dir in the way) are raised as
-:class:`HubError` with a message that says what to do; the CLI prints it and exits non-zero.
+:class:`UserError` with a message that says what to do; the CLI prints it and exits non-zero.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from openclaw_trl.errors import UserError
 from openclaw_trl.fsutil import staged_directory
 
 RUN_FILE = "openclaw_run.json"
@@ -50,10 +51,6 @@ METHOD_DESCRIPTIONS = {
 }
 
 
-class HubError(Exception):
-    """A problem the user can fix; the message says how."""
-
-
 # --------------------------------------------------------------------------------------------- locating
 
 
@@ -70,9 +67,11 @@ def resolve_adapter_dir(path: str | os.PathLike) -> Path:
     """
     path = Path(path).expanduser()
     if not path.exists():
-        raise HubError(f"adapter not found: {path} does not exist (pass a run dir or a checkpoint dir)")
+        raise UserError(f"adapter not found: {path} does not exist (pass a run dir or a checkpoint dir)")
     if not path.is_dir():
-        raise HubError(f"adapter not found: {path} is a file; pass the directory that holds {ADAPTER_CONFIG}")
+        raise UserError(
+            f"adapter not found: {path} is a file; pass the directory that holds {ADAPTER_CONFIG}"
+        )
     if (path / ADAPTER_CONFIG).is_file():
         return path
     checkpoints = sorted(
@@ -81,7 +80,7 @@ def resolve_adapter_dir(path: str | os.PathLike) -> Path:
     )
     if checkpoints:
         return checkpoints[-1]
-    raise HubError(
+    raise UserError(
         f"no LoRA adapter in {path}: it has no {ADAPTER_CONFIG} and no checkpoint-<step>/ with one. "
         "Pass the output_dir of an openclaw-trl training run, one of its checkpoint-<step> dirs, "
         "or a directory written by PEFT's save_pretrained."
@@ -96,7 +95,7 @@ def load_run_info(folder: str | os.PathLike) -> dict[str, Any] | None:
             try:
                 return json.loads(candidate.read_text())
             except json.JSONDecodeError as err:
-                raise HubError(f"{candidate} is not valid JSON ({err}); fix or delete it") from err
+                raise UserError(f"{candidate} is not valid JSON ({err}); fix or delete it") from err
     return None
 
 
@@ -105,9 +104,9 @@ def read_adapter_config(adapter_dir: str | os.PathLike) -> dict[str, Any]:
     try:
         return json.loads((adapter_dir / ADAPTER_CONFIG).read_text())
     except FileNotFoundError as err:
-        raise HubError(f"no {ADAPTER_CONFIG} in {adapter_dir}") from err
+        raise UserError(f"no {ADAPTER_CONFIG} in {adapter_dir}") from err
     except json.JSONDecodeError as err:
-        raise HubError(f"{adapter_dir / ADAPTER_CONFIG} is not valid JSON ({err})") from err
+        raise UserError(f"{adapter_dir / ADAPTER_CONFIG} is not valid JSON ({err})") from err
 
 
 def adapter_base_model(adapter_dir: str | os.PathLike, run_info: dict | None = None) -> str | None:
@@ -120,7 +119,7 @@ def _adapter_weights_file(adapter_dir: Path) -> Path:
     for name in ADAPTER_WEIGHTS:
         if (adapter_dir / name).is_file():
             return adapter_dir / name
-    raise HubError(
+    raise UserError(
         f"{adapter_dir} has {ADAPTER_CONFIG} but no adapter weights ({' or '.join(ADAPTER_WEIGHTS)})"
     )
 
@@ -147,17 +146,17 @@ def check_output_dir(out: str | os.PathLike, force: bool = False) -> Path:
     """Refuse to write into a non-empty ``out`` unless ``force``: a merge must never mix two models' files."""
     out = Path(out).expanduser()
     if out.exists() and not out.is_dir():
-        raise HubError(f"output path {out} exists and is a file; choose a directory")
+        raise UserError(f"output path {out} exists and is a file; choose a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
-        raise HubError(
+        raise UserError(
             f"output directory {out} is not empty; choose another --out or pass --force to replace it"
         )
     return out
 
 
-def _base_mismatch(adapter_dir: Path, base: str, trained_on: str | None, detail: str) -> HubError:
+def _base_mismatch(adapter_dir: Path, base: str, trained_on: str | None, detail: str) -> UserError:
     expected = f"it was trained on {trained_on!r}" if trained_on else "its adapter_config.json names no base"
-    return HubError(
+    return UserError(
         f"the adapter in {adapter_dir} does not fit the base model {base!r}: {detail}. "
         f"This adapter belongs to a different base: {expected}. "
         "Pass that model (or a local copy of it) with --base."
@@ -246,7 +245,7 @@ def _check_not_prequantized(base: str) -> None:
         method = (
             quant.get("quant_method", "?") if isinstance(quant, dict) else getattr(quant, "quant_method", "?")
         )
-        raise HubError(
+        raise UserError(
             f"the base model {base!r} is stored quantized ({method}); merging into quantized weights would "
             "round the LoRA update away. Pass the full-precision model it was quantized from with --base "
             "(a 4-bit-trained adapter is an ordinary LoRA adapter and merges into it)."
@@ -276,7 +275,7 @@ def _resolve_dtype(dtype: str, base: str):
         value = getattr(AutoConfig.from_pretrained(base), "dtype", None) or torch.float32
         return getattr(torch, value) if isinstance(value, str) else value
     if not isinstance(getattr(torch, dtype, None), torch.dtype):
-        raise HubError(f"unknown --dtype {dtype!r}; use auto, float32, bfloat16 or float16")
+        raise UserError(f"unknown --dtype {dtype!r}; use auto, float32, bfloat16 or float16")
     return getattr(torch, dtype)
 
 
@@ -312,20 +311,20 @@ def merge_adapter(
     adapter_dir = resolve_adapter_dir(adapter)
     out = check_output_dir(out, force)
     if adapter_dir.resolve().is_relative_to(out.resolve()):
-        raise HubError(
+        raise UserError(
             f"--out {out} would overwrite the adapter in {adapter_dir}; write the merged model elsewhere"
         )
     run_info = load_run_info(adapter_dir) or {}
     trained_on = adapter_base_model(adapter_dir, run_info)
     base = base or trained_on
     if not base:
-        raise HubError(f"{adapter_dir / ADAPTER_CONFIG} names no base model; pass it with --base")
+        raise UserError(f"{adapter_dir / ADAPTER_CONFIG} names no base model; pass it with --base")
     try:
         _check_not_prequantized(base)
     except OSError as err:
-        raise HubError(f"cannot load the base model {base!r}: {err}") from err
+        raise UserError(f"cannot load the base model {base!r}: {err}") from err
     if Path(base).is_dir() and Path(base).resolve().is_relative_to(out.resolve()):
-        raise HubError(
+        raise UserError(
             f"--out {out} would overwrite the base model in {base}; write the merged model elsewhere"
         )
     check_adapter_fits(adapter_dir, base, trained_on)
@@ -594,13 +593,13 @@ def build_model_card(
 def _check_merged_dir(folder: str | os.PathLike) -> Path:
     folder = Path(folder).expanduser()
     if not folder.is_dir():
-        raise HubError(f"merged model not found: {folder} is not a directory")
+        raise UserError(f"merged model not found: {folder} is not a directory")
     if (folder / ADAPTER_CONFIG).is_file():
-        raise HubError(f"{folder} holds a LoRA adapter, not a merged model; push it with --adapter instead")
+        raise UserError(f"{folder} holds a LoRA adapter, not a merged model; push it with --adapter instead")
     if not (folder / "config.json").is_file() or not (
         any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))
     ):
-        raise HubError(
+        raise UserError(
             f"{folder} is not a saved model (config.json + weights); create one with `openclaw-trl merge`"
         )
     return folder
@@ -657,7 +656,7 @@ def push_to_hub(
             ignore_patterns=ignore,
         )
     except (HfHubHTTPError, LocalTokenNotFoundError, OfflineModeIsEnabled) as err:
-        raise HubError(
+        raise UserError(
             f"pushing to {repo_id!r} failed: {err}. Log in with `hf auth login` (or set HF_TOKEN to a token "
             "with write access), and unset HF_HUB_OFFLINE, which the Makefile sets for tests."
         ) from err

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from openclaw_trl.config import OpenClawConfig
+from openclaw_trl.errors import UserError
 from openclaw_trl.trainer import last_step_metrics
 
 logger = logging.getLogger(__name__)
@@ -35,7 +36,10 @@ def load_recipe(argv: list[str] | None = None):
     from trl import ModelConfig, TrlParser
 
     parser = TrlParser((OpenClawConfig, ModelConfig))
-    config, model_args = parser.parse_args_and_config(argv)
+    try:
+        config, model_args = parser.parse_args_and_config(argv)
+    except ValueError as err:  # OpenClawConfig.__post_init__ says what is wrong and how to fix it
+        raise UserError(f"invalid recipe: {err}") from err
     recipe_yaml = None
     if argv and "--config" in argv:
         recipe_yaml = Path(argv[argv.index("--config") + 1]).read_text()
@@ -141,7 +145,7 @@ def build_runtime(
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_path)
     except OSError as err:
-        raise OSError(
+        raise UserError(
             f"could not load the model {model_path!r} ({str(err).splitlines()[0]}). It is downloaded from the "
             "Hugging Face Hub on first use: check the connection, or point model_name_or_path at a local "
             f"copy. Offline, try the tiny demo: make run RECIPE=recipes/tiny_offline.yaml"

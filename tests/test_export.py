@@ -170,18 +170,18 @@ def test_empty_store_exports_typed_empty_splits(tmp_path):
 
 def test_bad_inputs_give_clear_errors(store_path, tmp_path, capsys):
     missing = tmp_path / "typo.sqlite"
-    assert main(["export", "--store", str(missing), "--out", str(tmp_path / "o")]) == 1
+    assert main(["export", "--store", str(missing), "--out", str(tmp_path / "o")]) == 2
     assert "store not found" in capsys.readouterr().err and not missing.exists()  # no empty store created
 
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "keep.txt").write_text("mine")
-    assert main(["export", "--store", str(store_path), "--out", str(busy)]) == 1
+    assert main(["export", "--store", str(store_path), "--out", str(busy)]) == 2
     assert "is not empty" in capsys.readouterr().err and (busy / "keep.txt").exists()
     assert main(["export", "--store", str(store_path), "--out", str(busy), "--force"]) == 0
     assert not (busy / "keep.txt").exists()
 
-    assert main(["export", "--store", str(store_path)]) == 1
+    assert main(["export", "--store", str(store_path)]) == 2
     assert "--push-to-hub" in capsys.readouterr().err
 
 

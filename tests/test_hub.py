@@ -16,6 +16,7 @@ import torch
 
 from openclaw_trl import hub
 from openclaw_trl.cli import main
+from openclaw_trl.errors import UserError
 
 RECIPE = "method: combine\nw_rl: 1.0\nw_opd: 1.0\nbatch_size: 16\nlearning_rate: 1.0e-5\n"
 
@@ -140,7 +141,7 @@ def test_prequantized_base_is_refused(tiny_model_dir, run_dir, tmp_path):
     config = json.loads((quantized / "config.json").read_text())
     config["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True}
     (quantized / "config.json").write_text(json.dumps(config))
-    with pytest.raises(hub.HubError, match="stored quantized.*full-precision model"):
+    with pytest.raises(UserError, match="stored quantized.*full-precision model"):
         hub.merge_adapter(run_dir, tmp_path / "out", base=str(quantized))
 
 
@@ -152,7 +153,7 @@ def test_cli_merge_end_to_end_and_force(run_dir, tmp_path, capsys):
         p.name for p in out.iterdir()
     }
 
-    assert main(["merge", "--adapter", str(run_dir), "--out", str(out)]) == 1
+    assert main(["merge", "--adapter", str(run_dir), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "is not empty" in err and "--force" in err
     (out / "stale.bin").write_bytes(b"old")
@@ -169,7 +170,7 @@ def test_cli_merge_end_to_end_and_force(run_dir, tmp_path, capsys):
 )
 def test_cli_merge_bad_adapter_path(tmp_path, capsys, make_path, message):
     (tmp_path / "notes.txt").write_text("not an adapter")
-    assert main(["merge", "--adapter", str(make_path(tmp_path)), "--out", str(tmp_path / "o")]) == 1
+    assert main(["merge", "--adapter", str(make_path(tmp_path)), "--out", str(tmp_path / "o")]) == 2
     assert message in capsys.readouterr().err
 
 
@@ -182,7 +183,7 @@ def test_adapter_for_a_different_base_is_explained(tiny_model_dir, run_dir, tmp_
         {**tiny_config_kwargs(), "hidden_size": 32, "intermediate_size": 64},
     )
     argv = ["merge", "--adapter", str(run_dir), "--base", str(narrow), "--out", str(tmp_path / "o")]
-    assert main(argv) == 1
+    assert main(argv) == 2
     err = capsys.readouterr().err
     assert "does not fit the base model" in err and re.search(
         r"takes \d+ inputs, the adapter expects \d+", err
@@ -196,7 +197,7 @@ def test_vocabulary_mismatch_is_explained(tiny_model_dir, tmp_path):
 
     adapter = _save_adapter(tiny_model_dir, tmp_path / "emb", target_modules=["embed_tokens", "q_proj"])
     small_vocab = build_tiny_model(tmp_path / "small-vocab", vocab_size=1024)
-    with pytest.raises(hub.HubError, match=r"vocabulary size \d+ in the base, 2054 in the adapter"):
+    with pytest.raises(UserError, match=r"vocabulary size \d+ in the base, 2054 in the adapter"):
         hub.merge_adapter(adapter, tmp_path / "o", base=str(small_vocab))
 
 
@@ -298,7 +299,7 @@ def test_push_merged_to_a_private_branch(merged_dir, fake_hub, capsys):
 
 
 def test_push_refuses_a_merged_dir_that_is_an_adapter(run_dir, fake_hub, capsys):
-    assert main(["push", "--merged", str(run_dir), "--repo-id", "me/x"]) == 1
+    assert main(["push", "--merged", str(run_dir), "--repo-id", "me/x"]) == 2
     assert "push it with --adapter" in capsys.readouterr().err
     assert fake_hub.repos == {}
 
@@ -318,9 +319,9 @@ def test_model_card_metadata_names_a_hub_base_model():
 
 
 def test_unloadable_base_and_out_over_the_adapter_are_refused(run_dir, tmp_path):
-    with pytest.raises(hub.HubError, match="cannot load the base model"):
+    with pytest.raises(UserError, match="cannot load the base model"):
         hub.merge_adapter(run_dir, tmp_path / "o", base=str(tmp_path / "no-such-model"))
-    with pytest.raises(hub.HubError, match="would overwrite the adapter"):
+    with pytest.raises(UserError, match="would overwrite the adapter"):
         hub.merge_adapter(run_dir / "checkpoint-2", run_dir, force=True)
     assert (run_dir / "adapter_config.json").exists()
 
@@ -334,7 +335,7 @@ def test_tokenizer_larger_than_the_base_vocabulary_is_explained(tiny_model_dir, 
     shutil.copytree(run_dir, adapter, ignore=shutil.ignore_patterns("checkpoint-*"))
     AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(adapter)  # as HF Trainer checkpoints do
     small_vocab = build_tiny_model(tmp_path / "small-vocab", vocab_size=1024)  # same layer shapes
-    with pytest.raises(hub.HubError, match=r"tokenizer has 2054 tokens, the base's vocabulary 10\d\d"):
+    with pytest.raises(UserError, match=r"tokenizer has 2054 tokens, the base's vocabulary 10\d\d"):
         hub.merge_adapter(adapter, tmp_path / "o", base=str(small_vocab))
 
     same_shapes = build_tiny_model(tmp_path / "other-seed", seed=7)
