@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from openclaw_trl.engines.adapters import vllm_max_lora_rank
 from openclaw_trl.errors import UserError
 from openclaw_trl.fsutil import staged_directory
 
@@ -386,7 +387,6 @@ ADAPTER_FILES = [
     "tokenizer.model",
 ]
 MERGED_IGNORE = TRAINING_STATE_PATTERNS + ["*.sqlite", "*.sqlite-*", "*.db", "*.db-*", ".*", ".*/**"]
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 def library_versions() -> dict[str, str]:
@@ -405,10 +405,6 @@ def library_versions() -> dict[str, str]:
 def _is_hub_id(name: str | None) -> bool:
     """Does ``name`` look like a Hub repo id (``owner/name``) rather than a local path?"""
     return bool(name) and re.fullmatch(r"[\w.-]+/[\w.-]+", name) is not None and not Path(name).exists()
-
-
-def _vllm_rank(r: int | None) -> int:
-    return next((rank for rank in VLLM_LORA_RANKS if r is not None and rank >= r), 16 if r is None else r)
 
 
 def _usage(kind: str, repo_id: str, base: str, lora_rank: int | None) -> str:
@@ -446,7 +442,7 @@ print(outputs[0].outputs[0].text)
 ```
 """
     name = repo_id.split("/")[-1]
-    rank = _vllm_rank(lora_rank)
+    rank = vllm_max_lora_rank(lora_rank)
     return f"""### Transformers
 
 With `peft` installed, Transformers loads the base model and applies the adapter in one call:

@@ -63,7 +63,7 @@ def test_concurrent_callers_share_batches(tiny_model_dir, tiny_tokenizer):
 
 def test_publish_directory_without_config(tiny_model_dir, tiny_tokenizer, adapters, tmp_path):
     """With no LoraConfig the engine serves base, then takes the config from the first adapter directory."""
-    from openclaw_trl.engines.hf import adapter_state_dict_to_dir
+    from openclaw_trl.engines.adapters import adapter_state_dict_to_dir
 
     eng = create_engine("hf", tiny_model_dir, dtype="float32")
     try:

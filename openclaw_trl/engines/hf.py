@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from openclaw_trl.engines.adapters import load_adapter_dir
 from openclaw_trl.engines.base import Completion, GenerationRequest, SamplingParams, Scores, Weights
 
 logger = logging.getLogger(__name__)
@@ -66,27 +67,6 @@ class _Row:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish_reason: str | None = None
-
-
-def load_adapter_dir(path: str | Path):
-    """Read a PEFT adapter directory (``save_pretrained`` layout): returns ``(state_dict, LoraConfig)``."""
-    from peft import LoraConfig
-
-    path = Path(path)
-    if (path / "adapter_model.safetensors").exists():
-        from safetensors.torch import load_file
-
-        state_dict = load_file(str(path / "adapter_model.safetensors"))
-    elif (path / "adapter_model.bin").exists():
-        import torch
-
-        state_dict = torch.load(path / "adapter_model.bin", map_location="cpu", weights_only=True)
-    else:
-        raise FileNotFoundError(f"{path} holds no adapter_model.safetensors / adapter_model.bin")
-    config = None
-    if (path / "adapter_config.json").exists():
-        config = LoraConfig.from_pretrained(str(path))
-    return state_dict, config
 
 
 class HFEngine:
@@ -615,15 +595,3 @@ def _hits_stop(tokenizer, tokens: list[int], stops: list[str]) -> bool:
     window = 4 * max(len(s) for s in stops) + 8
     text = tokenizer.decode(tokens[-window:], skip_special_tokens=False)
     return any(s and s in text for s in stops)
-
-
-def adapter_state_dict_to_dir(state_dict: dict, lora_config, path: str | Path) -> Path:
-    """Write a PEFT state dict + config in the ``save_pretrained`` layout (vLLM loads adapters from disk)."""
-    from safetensors.torch import save_file
-
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in state_dict.items()}
-    save_file(tensors, str(path / "adapter_model.safetensors"))
-    lora_config.save_pretrained(str(path))
-    return path

@@ -48,11 +48,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from openclaw_trl.engines.adapters import vllm_max_lora_rank
 from openclaw_trl.engines.base import Completion, GenerationRequest, Scores, Weights
 
 logger = logging.getLogger(__name__)
 
-_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 # vLLM fuses q/k/v and gate/up projections; LoRA targets are given by its (fused) module suffixes.
 _FUSED = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "gate_proj": "gate_up_proj"}
 _FUSED["up_proj"] = "gate_up_proj"
@@ -166,7 +166,7 @@ class VLLMEngine:
             kwargs["kv_cache_memory_bytes"] = kv_cache_memory_bytes
         if enable_lora:
             rank = max_lora_rank or (lora_config.r if lora_config is not None else 16)
-            kwargs.update(enable_lora=True, max_loras=max_loras, max_lora_rank=_round_rank(rank))
+            kwargs.update(enable_lora=True, max_loras=max_loras, max_lora_rank=vllm_max_lora_rank(rank))
             kwargs["lora_target_modules"] = lora_target_modules or vllm_lora_targets(lora_config)
         kwargs.update(llm_kwargs)
         self.llm = LLM(self.model_path, **kwargs)
@@ -260,7 +260,7 @@ class VLLMEngine:
                 raise ValueError(
                     "VLLMEngine has no LoraConfig: pass lora_config= or publish an adapter directory"
                 )
-            from openclaw_trl.engines.hf import adapter_state_dict_to_dir
+            from openclaw_trl.engines.adapters import adapter_state_dict_to_dir
 
             adapter_state_dict_to_dir(adapter, self.lora_config, path)
         self._submit(_Job("publish", (lora_id, path, int(version)), remaining=1))
@@ -619,8 +619,3 @@ def vllm_lora_targets(lora_config) -> list[str]:
     if not targets or isinstance(targets, str):
         return list(_DEFAULT_TARGETS)
     return sorted({_FUSED.get(t, t) for t in targets})
-
-
-def _round_rank(rank: int) -> int:
-    """vLLM only accepts some LoRA ranks as ``max_lora_rank``: the smallest allowed one >= ``rank``."""
-    return next((r for r in _LORA_RANKS if r >= rank), rank)
