@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-METHODS = ("rl", "opd", "combine")
-JUDGE_BACKENDS = ("engine", "openai", "callable", "feedback")
+from openclaw_trl.judge import JUDGE_BACKENDS, METHODS
+
 SOURCES = ("live", "replay", "simulated")
 
 

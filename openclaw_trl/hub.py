@@ -20,9 +20,8 @@ from typing import Any
 
 from openclaw_trl.engines.adapters import vllm_max_lora_rank
 from openclaw_trl.errors import UserError
-from openclaw_trl.fsutil import staged_directory
+from openclaw_trl.fsutil import RUN_INFO_FILE, staged_directory
 
-RUN_FILE = "openclaw_run.json"
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 CARD_TAGS = ["openclaw-trl", "trl", "lora", "online-rl", "on-policy-distillation", "text-generation"]
@@ -91,7 +90,7 @@ def resolve_adapter_dir(path: str | os.PathLike) -> Path:
 def load_run_info(folder: str | os.PathLike) -> dict[str, Any] | None:
     """``openclaw_run.json`` of the run that produced ``folder`` (looked up in it, then in its parent)."""
     folder = Path(folder)
-    for candidate in (folder / RUN_FILE, folder.parent / RUN_FILE):
+    for candidate in (folder / RUN_INFO_FILE, folder.parent / RUN_INFO_FILE):
         if candidate.is_file():
             try:
                 return json.loads(candidate.read_text())
@@ -349,7 +348,7 @@ def merge_adapter(
             merge_dtype=str(torch_dtype).removeprefix("torch."),
         )
         info.setdefault("base_model", trained_on or base)
-        (staging / RUN_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n")
+        (staging / RUN_INFO_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n")
     notes = []
     if trained_on and base != trained_on:
         notes.append(
@@ -375,7 +374,7 @@ ADAPTER_FILES = [
     "adapter_model.safetensors",
     "adapter_model.bin",
     "README.md",
-    RUN_FILE,
+    RUN_INFO_FILE,
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",

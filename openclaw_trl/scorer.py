@@ -58,9 +58,6 @@ from openclaw_trl.store import Store, Vote
 
 log = logging.getLogger(__name__)
 
-METHODS = ("rl", "opd", "combine")
-BACKENDS = ("engine", "openai", "callable", "feedback")
-
 
 @dataclass
 class JudgeConfig:
@@ -101,8 +98,11 @@ class JudgeConfig:
 
     def __post_init__(self):
         checks = [
-            (self.method in METHODS, f"method must be one of {METHODS}, got {self.method!r}"),
-            (self.backend in BACKENDS, f"backend must be one of {BACKENDS}, got {self.backend!r}"),
+            (self.method in judge.METHODS, f"method must be one of {judge.METHODS}, got {self.method!r}"),
+            (
+                self.backend in judge.JUDGE_BACKENDS,
+                f"backend must be one of {judge.JUDGE_BACKENDS}, got {self.backend!r}",
+            ),
             (self.m >= 1, f"m (votes per turn) must be >= 1, got {self.m}"),
             (self.teacher in ("base", "policy"), f"teacher must be 'base' or 'policy', got {self.teacher!r}"),
             (self.kd_topk >= 0, f"kd_topk must be >= 0, got {self.kd_topk}"),

@@ -36,12 +36,11 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from openclaw_trl.config import OpenClawConfig
+from openclaw_trl.fsutil import RUN_INFO_FILE
 from openclaw_trl.losses import combined_advantages, masked_mean, topk_distillation_loss
 from openclaw_trl.samples import TrainingSample
 
 logger = logging.getLogger(__name__)
-
-RUN_INFO_FILE = "openclaw_run.json"
 
 
 class OpenClawTrainer(GRPOTrainer):

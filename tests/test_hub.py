@@ -17,6 +17,7 @@ import torch
 from openclaw_trl import hub
 from openclaw_trl.cli import main
 from openclaw_trl.errors import UserError
+from openclaw_trl.fsutil import RUN_INFO_FILE
 
 RECIPE = "method: combine\nw_rl: 1.0\nw_opd: 1.0\nbatch_size: 16\nlearning_rate: 1.0e-5\n"
 
@@ -60,7 +61,7 @@ def run_dir(tiny_model_dir, tmp_path_factory) -> Path:
     """A run dir as the trainer leaves it: metadata, final adapter at the root, checkpoints, and a store."""
     run = tmp_path_factory.mktemp("run")
     _save_adapter(tiny_model_dir, run)
-    (run / hub.RUN_FILE).write_text(json.dumps(_run_info(str(tiny_model_dir))))
+    (run / RUN_INFO_FILE).write_text(json.dumps(_run_info(str(tiny_model_dir))))
     for step in (2, 10):
         checkpoint = run / f"checkpoint-{step}"
         checkpoint.mkdir()
@@ -114,7 +115,7 @@ def test_merged_dir_keeps_tokenizer_chat_template_and_generation_config(tiny_mod
     assert GenerationConfig.from_pretrained(merged_dir).eos_token_id == (
         GenerationConfig.from_pretrained(tiny_model_dir).eos_token_id
     )
-    info = json.loads((merged_dir / hub.RUN_FILE).read_text())
+    info = json.loads((merged_dir / RUN_INFO_FILE).read_text())
     assert info["method"] == "combine" and info["merged_into"] == str(tiny_model_dir)
 
 
@@ -129,9 +130,9 @@ def test_run_dir_without_final_adapter_uses_latest_checkpoint(run_dir, tmp_path)
 def test_adapter_trained_in_4bit_merges_into_full_precision_base(tiny_model_dir, run_dir, tmp_path):
     qlora_run = tmp_path / "qlora-run"
     shutil.copytree(run_dir, qlora_run, ignore=shutil.ignore_patterns("checkpoint-*"))
-    (qlora_run / hub.RUN_FILE).write_text(json.dumps(_run_info(str(tiny_model_dir), load_in_4bit=True)))
+    (qlora_run / RUN_INFO_FILE).write_text(json.dumps(_run_info(str(tiny_model_dir), load_in_4bit=True)))
     assert main(["merge", "--adapter", str(qlora_run), "--out", str(tmp_path / "merged")]) == 0
-    result_info = json.loads((tmp_path / "merged" / hub.RUN_FILE).read_text())
+    result_info = json.loads((tmp_path / "merged" / RUN_INFO_FILE).read_text())
     assert result_info["load_in_4bit"] is True and result_info["merge_dtype"] == "float32"
 
 
@@ -260,7 +261,7 @@ def test_push_adapter_uploads_adapter_files_and_a_model_card(tiny_model_dir, run
     assert "https://huggingface.co/me/tiny-lora/commit/0001" in capsys.readouterr().out
     repo = fake_hub.root / "me/tiny-lora/main"
     files = {p.relative_to(repo).as_posix() for p in repo.rglob("*") if p.is_file()}
-    assert files == {"adapter_config.json", "adapter_model.safetensors", "README.md", hub.RUN_FILE}
+    assert files == {"adapter_config.json", "adapter_model.safetensors", "README.md", RUN_INFO_FILE}
     assert fake_hub.repos == {"me/tiny-lora": {"private": False}}
 
     card = ModelCard.load(repo / "README.md")
