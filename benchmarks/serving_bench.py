@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     from openclaw_trl.commands.serve import build_serving
-    from openclaw_trl.server import ServerSettings, ServerThread
+    from openclaw_trl.serving.server import ServerSettings, ServerThread
 
     work = Path(tempfile.mkdtemp(prefix="serving-bench-"))
     model_dir = args.model_dir

@@ -136,7 +136,7 @@ def build_runtime(
     from transformers import AutoTokenizer
 
     from openclaw_trl.engines import create_engine
-    from openclaw_trl.scorer import JudgeConfig, Scorer
+    from openclaw_trl.judging.scorer import JudgeConfig, Scorer
     from openclaw_trl.sessions import SessionConfig, TurnCollector
     from openclaw_trl.store import Store
 
@@ -214,7 +214,7 @@ def _supported(kind: str, kwargs: dict) -> dict:
 
 
 def server_settings(config: OpenClawConfig, port: int | None = None, ui: bool = True):
-    from openclaw_trl.server import ServerSettings
+    from openclaw_trl.serving.server import ServerSettings
 
     return ServerSettings(
         host=config.host,
@@ -231,7 +231,7 @@ def server_settings(config: OpenClawConfig, port: int | None = None, ui: bool = 
 
 def start_server(runtime: Runtime, port: int | None = None, ui: bool = True):
     """The FastAPI app (+ Gradio UI) in a background uvicorn thread; returns the ServerThread."""
-    from openclaw_trl.server import ServerThread, create_app
+    from openclaw_trl.serving.server import ServerThread, create_app
 
     settings = server_settings(runtime.config, port=port, ui=ui)
     runtime.app = create_app(

@@ -43,7 +43,7 @@ Reference defects fixed here (notes §7):
   closed as ``history_diverged``. Parallel tool results are all kept (joined), not only the last one; a
   trailing message that is neither user nor tool is never a next state; a turn takes a next state once.
 * 13, 14 - no "at least one sample per session" promotion and no masked placeholder samples: a turn
-  without a usable verdict simply produces no sample (see :mod:`openclaw_trl.scorer`).
+  without a usable verdict simply produces no sample (see :mod:`openclaw_trl.judging.scorer`).
 * 15 - nothing is dropped at batch boundaries (see :mod:`openclaw_trl.store`).
 """
 

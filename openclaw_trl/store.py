@@ -28,7 +28,7 @@ Trainer API: :meth:`Store.take_samples`, :meth:`Store.wait_for_samples`, :meth:`
 :meth:`Store.requeue_after`; :meth:`Store.add_sample` inserts a sample directly (tests, replay).
 Export API: :meth:`Store.iter_sessions`, :meth:`Store.iter_turns`, :meth:`Store.iter_samples` (plain dicts).
 Session / scorer API: the remaining public methods, used by :mod:`openclaw_trl.sessions` and
-:mod:`openclaw_trl.scorer`.
+:mod:`openclaw_trl.judging.scorer`.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ class Stack:
 @contextlib.contextmanager
 def running_stack(engine, db_path, ui: bool = False, **settings):
     """Store + collector + app around ``engine``, served by uvicorn on 127.0.0.1 (a free port)."""
-    from openclaw_trl.server import ServerSettings, ServerThread, create_app
+    from openclaw_trl.serving.server import ServerSettings, ServerThread, create_app
     from openclaw_trl.sessions import TurnCollector
     from openclaw_trl.store import Store
 

@@ -12,7 +12,7 @@ import torch
 from openclaw_trl.chat import render_prompt_ids
 from openclaw_trl.engines.base import Completion
 from openclaw_trl.judge import append_hint
-from openclaw_trl.scorer import JudgeConfig, Scorer
+from openclaw_trl.judging.scorer import JudgeConfig, Scorer
 from openclaw_trl.sessions import SessionConfig, TurnCollector
 from openclaw_trl.store import Store
 

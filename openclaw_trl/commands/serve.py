@@ -50,7 +50,7 @@ def build_serving(
     """Engine (``HFEngine`` unless one is given) + ``Store`` + ``TurnCollector`` + ``create_app``."""
     from transformers import AutoTokenizer
 
-    from openclaw_trl.server import ServerSettings, create_app
+    from openclaw_trl.serving.server import ServerSettings, create_app
     from openclaw_trl.sessions import SessionConfig, TurnCollector
     from openclaw_trl.store import Store
 
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     if args.config:
         return _run_recipe(args)
 
-    from openclaw_trl.server import ServerSettings, ServerThread
+    from openclaw_trl.serving.server import ServerSettings, ServerThread
 
     model_dir = args.model_dir
     if model_dir == "tiny":

@@ -14,7 +14,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from openclaw_trl.chat_service import ChatService
+    from openclaw_trl.serving.chat_service import ChatService
 
 REASONING_TITLE = "💭 Reasoning"
 STATUS_EVERY_S = 2.0
@@ -109,7 +109,7 @@ def build_ui(service: "ChatService", title: str = "openclaw-trl"):
     """The ``gr.Blocks`` app (mounted at ``/`` by ``server.create_app``)."""
     import gradio as gr
 
-    from openclaw_trl.openai_schema import ApiError
+    from openclaw_trl.serving.openai_schema import ApiError
 
     model = service.settings.model_names[0]
 

@@ -2,7 +2,7 @@
 
 It renders the chat template to token ids, asks the engine for a completion (streaming through
 ``StreamDecoder``), parses reasoning and tool calls, and records the turn through the collector before the
-reply leaves. The HTTP layer (``openclaw_trl.server``) and the Gradio UI (``openclaw_trl.ui``) only adapt it.
+reply leaves. The HTTP layer (``openclaw_trl.serving.server``) and the Gradio UI (``openclaw_trl.serving.ui``) only adapt it.
 """
 
 from __future__ import annotations
@@ -20,10 +20,15 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from openclaw_trl.engines.base import Completion, GenerationRequest, SamplingParams
-from openclaw_trl.openai_schema import ApiError, ChatRequest, format_validation_error, normalize_messages
+from openclaw_trl.serving.openai_schema import (
+    ApiError,
+    ChatRequest,
+    format_validation_error,
+    normalize_messages,
+)
 
 if TYPE_CHECKING:
-    from openclaw_trl.server import ServerSettings
+    from openclaw_trl.serving.server import ServerSettings
 
 logger = logging.getLogger(__name__)
 

@@ -6,10 +6,10 @@
   tool-call deltas carry their ``index``, unlike the reference's two-chunk shim, notes §7.24);
 * ``POST /v1/feedback``: 👍/👎 + optional correction text for a turn = the next state of that turn;
 * ``GET /v1/models``, ``GET /healthz``, ``GET /v1/status``;
-* the Gradio UI mounted at ``/`` (``openclaw_trl.ui``), which calls the same ``ChatService`` in-process.
+* the Gradio UI mounted at ``/`` (``openclaw_trl.serving.ui``), which calls the same ``ChatService`` in-process.
 
-This module is the HTTP layer; the request schema and errors live in ``openclaw_trl.openai_schema`` and
-the turn itself (render, generate, parse, record) in ``openclaw_trl.chat_service``.
+This module is the HTTP layer; the request schema and errors live in ``openclaw_trl.serving.openai_schema`` and
+the turn itself (render, generate, parse, record) in ``openclaw_trl.serving.chat_service``.
 
 Why the server renders the chat template itself: the engine gets token ids and returns the sampled
 ids + log-probs, and those exact ids are stored (notes §7.4). The turn is written to the store
@@ -51,8 +51,8 @@ from typing import Any
 
 from fastapi import Request
 
-from openclaw_trl.chat_service import ChatService, PreparedChat, TurnResult
-from openclaw_trl.openai_schema import ApiError, error_response
+from openclaw_trl.serving.chat_service import ChatService, PreparedChat, TurnResult
+from openclaw_trl.serving.openai_schema import ApiError, error_response
 
 logger = logging.getLogger(__name__)
 
@@ -379,7 +379,7 @@ def create_app(
     if settings.ui:
         import gradio as gr
 
-        from openclaw_trl.ui import build_ui
+        from openclaw_trl.serving.ui import build_ui
 
         blocks = build_ui(service)
         # With an API key the UI asks for it too (any user name): the UI trains the model as much as the API.
