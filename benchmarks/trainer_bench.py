@@ -105,7 +105,7 @@ def make_samples(n: int, geometry: dict, vocab: int, kd_topk: int = 0, seed: int
 
     ``policy_version`` is the index of the update that consumes the sample, so every batch is on-policy.
     """
-    from openclaw_trl.samples import TrainingSample
+    from openclaw_trl.records import TrainingSample
 
     rng = random.Random(seed)
     out = []

@@ -43,7 +43,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from openclaw_trl.samples import TrainingSample
+from openclaw_trl.records import TrainingSample, Vote
 
 SCHEMA_VERSION = 1
 
@@ -169,18 +169,6 @@ class ResumePosition:
     last_consumed_step: int | None  # the highest training step that consumed samples; None if none did
     consumed: int  # samples consumed so far
     waiting: int  # judged samples not yet consumed
-
-
-@dataclass
-class Vote:
-    """One judge vote as stored: ``value`` is the parsed verdict (None = invalid, failed or timed out)."""
-
-    kind: str  # prm / hint
-    backend: str
-    raw_text: str | None
-    value: int | None
-    hint: str | None = None
-    error: str | None = None
 
 
 def _dumps(value) -> str | None:

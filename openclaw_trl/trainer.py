@@ -38,7 +38,7 @@ from trl import GRPOTrainer
 from openclaw_trl.config import OpenClawConfig
 from openclaw_trl.fsutil import RUN_INFO_FILE
 from openclaw_trl.losses import combined_advantages, masked_mean, topk_distillation_loss
-from openclaw_trl.samples import TrainingSample
+from openclaw_trl.records import TrainingSample
 
 logger = logging.getLogger(__name__)
 

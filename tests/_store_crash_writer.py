@@ -6,8 +6,8 @@ the parent knows what was durably committed before it sends SIGKILL.
 
 import sys
 
-from openclaw_trl.samples import TrainingSample
-from openclaw_trl.store import Store, Vote
+from openclaw_trl.records import TrainingSample, Vote
+from openclaw_trl.store import Store
 
 
 def main(path: str) -> None:

@@ -12,8 +12,8 @@ import pytest
 
 from openclaw_trl.cli import main
 from openclaw_trl.export import build_dataset, dataset_features, export_store
-from openclaw_trl.samples import TrainingSample
-from openclaw_trl.store import Store, Vote
+from openclaw_trl.records import TrainingSample, Vote
+from openclaw_trl.store import Store
 
 SYSTEM = {"role": "system", "content": "You are a helpful tutor."}
 ASK = {"role": "user", "content": "What is 2 + 3?"}

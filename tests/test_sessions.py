@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from openclaw_trl.engines.base import Completion
-from openclaw_trl.samples import TrainingSample
+from openclaw_trl.records import TrainingSample
 from openclaw_trl.sessions import (
     FeedbackError,
     SessionConfig,

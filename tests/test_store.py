@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_trl.samples import TrainingSample
-from openclaw_trl.store import SCHEMA_VERSION, Store, StoreError, Vote
+from openclaw_trl.records import TrainingSample, Vote
+from openclaw_trl.store import SCHEMA_VERSION, Store, StoreError
 
 
 def _sample(turn_id: int = 0, reward: float = 1.0, **kw) -> TrainingSample:
@@ -251,7 +251,8 @@ def test_store_survives_sigkill(tmp_path):
 
 
 def test_recent_hints_newest_last_without_private(tmp_path):
-    from openclaw_trl.store import Store, Vote
+    from openclaw_trl.records import Vote
+    from openclaw_trl.store import Store
 
     store = Store(tmp_path / "s.db")
     for i, private in enumerate([False, True, False, False]):

@@ -8,7 +8,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from openclaw_trl.config import OpenClawConfig
-from openclaw_trl.samples import TrainingSample
+from openclaw_trl.records import TrainingSample
 from openclaw_trl.store import Store
 from openclaw_trl.trainer import OpenClawTrainer, collate_samples, truncated_is_weight
 

@@ -53,8 +53,8 @@ from dataclasses import dataclass, field
 
 from openclaw_trl import judge
 from openclaw_trl.engines.base import GenerationRequest, SamplingParams
-from openclaw_trl.samples import TrainingSample
-from openclaw_trl.store import Store, Vote
+from openclaw_trl.records import TrainingSample, Vote
+from openclaw_trl.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,7 @@
-"""A judged training sample: what the scorer writes to the store and the trainer reads from it."""
+"""Typed records that travel between the layers: judge votes and judged training samples.
+
+The store returns them, the scorer writes them, the trainer reads their attributes; nothing here does I/O.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from dataclasses import dataclass, field
 
 @dataclass
 class TrainingSample:
-    """One assistant turn, judged, ready for a PPO update (DESIGN.md §1 notation).
+    """One assistant turn, judged, ready for a PPO update.
 
     The token ids are exactly those the engine saw and sampled (never re-tokenized text).
     ``teacher_logprobs`` is only meaningful when ``has_hint`` (the OPD term is masked off otherwise).
@@ -27,3 +30,15 @@ class TrainingSample:
     topk_logprobs: list[list[float]] | None = None  # [T][K] teacher log-probs on those ids
     sample_id: int | None = None  # assigned by the store
     meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class Vote:
+    """One judge vote as stored: ``value`` is the parsed verdict (None = invalid, failed or timed out)."""
+
+    kind: str  # prm / hint
+    backend: str
+    raw_text: str | None
+    value: int | None
+    hint: str | None = None
+    error: str | None = None
