@@ -111,7 +111,7 @@ class OpenClawConfig(GRPOConfig):
         SQLite store of sessions, turns and samples; defaults to `<output_dir>/openclaw.sqlite`.
 
     The serving temperature of trainable turns is `temperature` (a `GRPOConfig` field): the PPO ratio
-    and the OPD advantage need the log-probs of the distribution that was actually sampled (notes §7.26).
+    and the OPD advantage need the log-probs of the distribution that was actually sampled.
     With `engine: vllm` and an OPD term it must be 1.0: vLLM's prompt log-probs (the teacher) are at T = 1.
     """
 

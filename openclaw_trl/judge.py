@@ -11,7 +11,7 @@ message, or the result of a tool the assistant called):
   teacher context for hindsight OPD.
 
 Parsing ignores everything up to the last ``</think>``: a thinking judge's drafts never leak into
-its verdict (the reference parses the reasoning too, notes §7.8). Pure Python: importing this
+its verdict. Pure Python: importing this
 module must stay cheap.
 """
 

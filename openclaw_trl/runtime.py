@@ -282,7 +282,8 @@ def replay_conversations(runtime: Runtime, path: str | Path) -> int:
     prompt is the messages before it, rendered with the chat template; its completion ids are the template
     text of the message after that prompt (text data has no sampled ids), and its "sampling" log-probs are
     scored by the current policy, so the trainer treats it as on-policy data of that version. A message
-    whose rendering does not extend the prompt rendering is skipped (notes §7.5).
+    whose rendering does not extend the prompt rendering is skipped (its ids after the prompt would not be
+    the ids of the message alone).
     """
     from openclaw_trl.chat import render_prompt_ids
     from openclaw_trl.engines.base import Completion

@@ -28,23 +28,23 @@ The next state of a main turn *t* is what follows its response in the next main 
 session: the user message, or the tool result(s) of the tool calls it made. Explicit feedback on a turn
 (:meth:`TurnCollector.feedback`) is a next state too, and wins over a request one that was not judged yet.
 
-Reference defects fixed here (notes §7):
+Rules that keep every turn accounted for:
 
-* 9 - next-state attachment and scoring do not depend on any record/log switch: every main turn with a
+* next-state attachment and scoring do not depend on any record/log switch: every main turn with a
   next state is ``ready`` for the scorer.
-* 10 - sessions end on ``session_done`` *or* after ``session_idle_timeout`` s idle (:meth:`reap`), also when
+* sessions end on ``session_done`` *or* after ``session_idle_timeout`` s idle (:meth:`reap`), also when
   the response was empty; a turn without a next state is closed, never trained, and never leaks memory
   (the state lives in the store). Sessions are keyed by (id, generation): a reused id after the end
   starts a new generation and never overwrites earlier turns.
-* 11 - ``main`` is the default turn type; without any id a request is anonymous (never chained with other
+* ``main`` is the default turn type; without any id a request is anonymous (never chained with other
   users' requests under one ``"unknown"`` key) and not trained on unless ``train_anonymous``.
-* 12 - the next state is attached only when the new request's history extends turn *t* (same messages up
+* the next state is attached only when the new request's history extends turn *t* (same messages up
   to *t*'s prompt, then an assistant message); otherwise (an edit, a regeneration, a compaction) turn *t* is
   closed as ``history_diverged``. Parallel tool results are all kept (joined), not only the last one; a
   trailing message that is neither user nor tool is never a next state; a turn takes a next state once.
-* 13, 14 - no "at least one sample per session" promotion and no masked placeholder samples: a turn
-  without a usable verdict simply produces no sample (see :mod:`openclaw_trl.judging.scorer`).
-* 15 - nothing is dropped at batch boundaries (see :mod:`openclaw_trl.store`).
+* a turn without a usable verdict produces no sample (no "at least one sample per session" promotion, no
+  masked placeholder samples) (see :mod:`openclaw_trl.judging.scorer`).
+* nothing is dropped at batch boundaries (see :mod:`openclaw_trl.store`).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ method returns, so a turn recorded before the server answers survives a crash (p
 scorer and the trainer share one :class:`Store`); writers take ``BEGIN IMMEDIATE`` so concurrent writers
 queue on SQLite's lock instead of failing on a read-to-write upgrade.
 
-Nothing is ever deleted by the pipeline. Samples beyond a training batch stay queued (notes §7.15: the
-reference dropped them); a consumed sample is marked with the training step that used it.
+Nothing is ever deleted by the pipeline. Samples beyond a training batch stay queued for the next
+batch; a consumed sample is marked with the training step that used it.
 
 Turn life cycle (``turns.status``)::
 

@@ -1,10 +1,10 @@
-"""The engine contract shared by the Transformers and vLLM engines (DESIGN.md §4).
+"""The engine contract shared by the Transformers and vLLM engines.
 
 Token ids in, token ids + log-probs out: callers render chat templates themselves (see
 ``openclaw_trl.chat``) and the engine never re-tokenizes text, so what is trained is exactly what
-was sampled (notes §7.4, §7.6).
+was sampled.
 
-Temperature convention (one for the whole package, notes §7.2 / §7.26): every log-prob that an
+Temperature convention (one for the whole package: student, old policy and teacher alike): every log-prob that an
 engine returns is ``log_softmax(logits / T)`` over the full vocabulary, where ``T`` is the request's
 sampling temperature (``T = 1`` when the request is greedy, ``temperature == 0``). top-p / top-k
 truncation is applied when *sampling* but never to the returned log-probs, which is also what the

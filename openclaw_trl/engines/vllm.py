@@ -1,4 +1,4 @@
-"""Colocated vLLM engine: one in-process ``vllm.LLM`` serving the policy as a LoRA adapter (DESIGN.md §4).
+"""Colocated vLLM engine: one in-process ``vllm.LLM`` serving the policy as a LoRA adapter.
 
 Why it is built this way:
 

@@ -1,4 +1,4 @@
-"""The scorer: turns with a next state in, judged training samples out (DESIGN.md §2 step 4).
+"""The scorer: turns with a next state in, judged training samples out.
 
 A background worker (its own thread) polls the store for ``ready`` turns, a group of up to
 ``batch_turns`` at a time, and for each group:
@@ -10,11 +10,12 @@ A background worker (its own thread) polls the store for ``ready`` turns, a grou
 3. for turns with an accepted hint, builds the teacher context (:func:`~openclaw_trl.judge.append_hint` on
    the turn's own prompt messages, same tools, rendered with the policy tokenizer) and scores the
    **original completion ids** under it with one batched ``engine.score`` call per sampling temperature
-   (ids are concatenated, never re-tokenized: notes §7.1, §7.6); log-probs at the turn's sampling
-   temperature, the convention of ``engines/base.py`` (notes §7.2);
+   (ids are concatenated, never re-tokenized: decoding and re-encoding a reply does not give back the
+   sampled ids); log-probs at the turn's sampling temperature, the convention of ``engines/base.py``;
 4. commits votes, verdict and sample in one transaction (:meth:`Store.save_judgement`).
 
-Sample rules (a turn yields at most one sample; no placeholder samples, notes §7.13-14):
+Sample rules (a turn yields at most one sample; a turn without a usable verdict yields none, never a
+masked placeholder):
 
 ========  ==============================  ============================================================
 method    judges                          sample when
@@ -37,7 +38,7 @@ Judge backends (``JudgeConfig.backend``):
   reply next state gives no vote (and so no sample) under this backend.
 
 The judges see the response as the user saw it (content and tool calls, not the reasoning) and the next
-state with its role; never the rest of the conversation (as in the reference, notes §2.1).
+state with its role; never the rest of the conversation.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ``create_app(engine, collector, store, settings)`` returns a FastAPI app with
 
 * ``POST /v1/chat/completions``: OpenAI wire format, real token streaming over SSE (reasoning and
-  tool-call deltas carry their ``index``, unlike the reference's two-chunk shim, notes §7.24);
+  tool-call deltas carry their ``index``, as OpenAI clients require);
 * ``POST /v1/feedback``: 👍/👎 + optional correction text for a turn = the next state of that turn;
 * ``GET /v1/models``, ``GET /healthz``, ``GET /v1/status``;
 * the Gradio UI mounted at ``/`` (``openclaw_trl.serving.ui``), which calls the same ``ChatService`` in-process.
@@ -12,11 +12,11 @@ This module is the HTTP layer; the request schema and errors live in ``openclaw_
 the turn itself (render, generate, parse, record) in ``openclaw_trl.serving.chat_service``.
 
 Why the server renders the chat template itself: the engine gets token ids and returns the sampled
-ids + log-probs, and those exact ids are stored (notes §7.4). The turn is written to the store
+ids + log-probs, and those exact ids are stored. The turn is written to the store
 *before* the response is returned (for a stream: before the final chunk), so a client that reacts
 fast to a reply can never race the bookkeeping of the turn its next message is the next state of.
 
-Serving never answers 503 because training runs (notes §7.16): the engine serves from a published
+Serving never answers 503 because training runs: the engine serves from a published
 adapter copy. Generation is blocking torch work, so it runs in a thread pool and concurrent requests
 reach the engine together (which batches them).
 
@@ -82,10 +82,10 @@ class ServerSettings:
             one completion token is a 400 that states the limits; ``max_tokens`` is clamped to the room
             left (agent frameworks routinely ask for 8192).
         default_temperature / default_top_p / default_max_tokens: sampling values of requests that
-            omit them (the temperature is recorded with every turn, DESIGN.md §1).
+            omit them (the temperature is recorded with every turn).
         max_tokens_cap: upper bound on ``max_tokens`` whatever the client asks.
-        session_idle_timeout_s: a session idle this long ends without a next state for its last turn
-            (notes §7.10). The collector's reaper enforces it; the server only carries the value.
+        session_idle_timeout_s: a session idle this long ends without a next state for its last turn.
+            The collector's reaper enforces it; the server only carries the value.
         max_body_bytes: larger request bodies are a 413 before any parsing.
         generation_threads: threads running blocking engine calls (concurrent requests batch there).
         ui: mount the Gradio UI at ``/``.

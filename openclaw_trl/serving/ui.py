@@ -2,7 +2,7 @@
 
 Every conversation is one session (a fresh id per "New conversation"). Each message you send is the
 next state of the previous answer; 👍/👎 and a correction are explicit next states too, so the last
-answer of a conversation is not lost (DESIGN.md §2). The UI calls the server's ``ChatService``
+answer of a conversation is not lost. The UI calls the server's ``ChatService``
 in-process: the same template, engine, collector and store as the OpenAI API.
 
 Built lazily (``build_ui``) so that importing the server does not import gradio. No ``from __future__
