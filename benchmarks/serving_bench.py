@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     import torch
 
-    from openclaw_trl.commands.serve import build_serving
+    from openclaw_trl.runtime import build_serving
     from openclaw_trl.serving.server import ServerSettings, ServerThread
 
     work = Path(tempfile.mkdtemp(prefix="serving-bench-"))

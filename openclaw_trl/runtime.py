@@ -73,6 +73,51 @@ def lora_config(model_args):
 
 
 @dataclass
+class Serving:
+    """The serve-only stack: engine + store + collector + FastAPI app (the Gradio UI mounted at ``/``)."""
+
+    engine: object
+    store: object
+    collector: object
+    app: object
+    settings: object
+
+    def close(self) -> None:
+        self.engine.close()
+        self.store.close()
+
+
+def build_serving(
+    model_path: str | Path,
+    store_path: str | Path,
+    settings=None,
+    session_config=None,
+    engine=None,
+    status=None,
+    engine_kwargs: dict | None = None,
+) -> Serving:
+    """Engine (``HFEngine`` unless one is given) + ``Store`` + ``TurnCollector`` + ``create_app``."""
+    from transformers import AutoTokenizer
+
+    from openclaw_trl.serving.server import ServerSettings, create_app
+    from openclaw_trl.sessions import SessionConfig, TurnCollector
+    from openclaw_trl.store import Store
+
+    settings = settings or ServerSettings()
+    if engine is None:
+        from openclaw_trl.engines.hf import HFEngine
+
+        engine = HFEngine(model_path, **(engine_kwargs or {}))
+    Path(store_path).parent.mkdir(parents=True, exist_ok=True)
+    store = Store(store_path)
+    session_config = session_config or SessionConfig(session_idle_timeout=settings.session_idle_timeout_s)
+    tokenizer = getattr(engine, "tokenizer", None) or AutoTokenizer.from_pretrained(model_path)
+    collector = TurnCollector(store, session_config, tokenizer=tokenizer)
+    app = create_app(engine, collector, store, settings, status=status)
+    return Serving(engine, store, collector, app, settings)
+
+
+@dataclass
 class Runtime:
     config: OpenClawConfig
     model_path: str
@@ -339,7 +384,7 @@ def share_publicly(runtime: Runtime) -> str:
     refused unless the API requires a key (``api_key_env``)."""
     if not runtime.config.api_key_env:
         raise ValueError("--share exposes the API publicly: set api_key_env to a variable holding a key")
-    from openclaw_trl.commands.serve import open_share_link
+    from openclaw_trl.serving.server import open_share_link
 
     url = open_share_link(runtime.config.host, runtime.server.port)
     logger.info("public link: %s", url)

@@ -33,9 +33,8 @@ from pathlib import Path
 import torch
 from datasets import Dataset
 from transformers import TrainerCallback
-from trl import GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer
 
-from openclaw_trl.config import OpenClawConfig
 from openclaw_trl.fsutil import RUN_INFO_FILE
 from openclaw_trl.losses import combined_advantages, masked_mean, topk_distillation_loss
 from openclaw_trl.records import TrainingSample
@@ -50,7 +49,7 @@ class OpenClawTrainer(GRPOTrainer):
     def __init__(
         self,
         model,
-        args: OpenClawConfig,
+        args: GRPOConfig,  # an OpenClawConfig: the GRPOConfig fields plus the openclaw-trl ones
         store,
         engine=None,
         processing_class=None,

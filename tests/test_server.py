@@ -268,7 +268,7 @@ def test_bearer_auth(engine, tmp_path, monkeypatch):
 
 
 def test_build_serving_wires_a_working_stack(tiny_model_dir, tmp_path):
-    from openclaw_trl.commands.serve import build_serving
+    from openclaw_trl.runtime import build_serving
     from openclaw_trl.serving.server import ServerSettings, ServerThread
 
     serving = build_serving(

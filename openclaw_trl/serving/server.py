@@ -485,3 +485,12 @@ def serve(app, host: str = "127.0.0.1", port: int = 7860, log_level: str = "info
     import uvicorn
 
     uvicorn.run(app, host=host, port=port, log_level=log_level, ws="none")
+
+
+def open_share_link(host: str, port: int) -> str:
+    """A public ``*.gradio.live`` tunnel to ``host:port`` (needs internet access); returns its URL."""
+    import secrets
+
+    from gradio import networking
+
+    return networking.setup_tunnel(host, port, secrets.token_urlsafe(32), None, None)
