@@ -36,8 +36,9 @@ Judge backends (``JudgeConfig.backend``):
 * ``feedback``: explicit ratings only, no LLM: 👍/👎 map to +1/-1, the feedback text is the hint. A plain
   reply next state gives no vote (and so no sample) under this backend.
 
-The judges see the response as the user saw it (content and tool calls, not the reasoning) and the next
-state with its role; never the rest of the conversation (as in the reference, notes §2.1).
+The judges see the response as the user saw it (the served message: content after stop strings were cut,
+and tool calls, not the reasoning) and the next state with its role; never the rest of the conversation.
+A turn sampled greedily (temperature 0) gives no sample: its log-probs are not those of a sampled policy.
 """
 
 from __future__ import annotations
@@ -207,13 +208,17 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
 
 
-def _llm_vote(kind: str, backend: str, raw: str | None, error: str | None = None) -> Vote:
-    """Parse one LLM judge output into a vote (None value for garbage)."""
+def _llm_vote(
+    kind: str, backend: str, raw: str | None, error: str | None = None, opens_think: bool = False
+) -> Vote:
+    """Parse one LLM judge output into a vote (None value for garbage). ``opens_think``: the judge
+    prompt ended with ``<think>``, so the output starts inside the reasoning."""
     if raw is None:
         return Vote(kind, backend, None, None, None, error or "no output")
+    text = "<think>" + raw if opens_think else raw
     if kind == "prm":
-        return Vote(kind, backend, raw, judge.parse_prm_score(raw), None, error)
-    decision, hint = judge.parse_hint_vote(raw)
+        return Vote(kind, backend, raw, judge.parse_prm_score(text), None, error)
+    decision, hint = judge.parse_hint_vote(text)
     return Vote(kind, backend, raw, decision, hint or None, error)
 
 
@@ -472,7 +477,7 @@ class Scorer:
 
         cfg = self.config
         sampling = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_tokens)
-        slots, requests = [], []  # slots[i] = (item index, kind) of requests[i]
+        slots, requests = [], []  # slots[i] = (item index, kind, prompt opens <think>) of requests[i]
         out: list[list[Vote]] = [[] for _ in items]
         for i, item in enumerate(items):
             for kind in cfg.kinds:
@@ -481,21 +486,22 @@ class Scorer:
                 except Exception as exc:  # noqa: BLE001
                     out[i] += [_llm_vote(kind, "engine", None, _error_text(exc))] * cfg.m
                     continue
+                opens_think = self.tokenizer.decode(ids[-8:]).rstrip().endswith("<think>")
                 for _ in range(cfg.m):
-                    slots.append((i, kind))
+                    slots.append((i, kind, opens_think))
                     requests.append(GenerationRequest(prompt_ids=ids, sampling=sampling, weights="base"))
         if requests:
             texts, errors = self._generate(requests)
-            if all(t is None for t in texts) and len({i for i, _ in slots}) > 1:
+            if all(t is None for t in texts) and len({s[0] for s in slots}) > 1:
                 # one bad prompt (e.g. too long for the engine) must not void the other turns' votes
                 texts, errors = [], []
-                for i in dict.fromkeys(i for i, _ in slots):
-                    own = [r for (j, _), r in zip(slots, requests, strict=True) if j == i]
+                for i in dict.fromkeys(s[0] for s in slots):
+                    own = [r for s, r in zip(slots, requests, strict=True) if s[0] == i]
                     t, e = self._generate(own)
                     texts += t
                     errors += e
-            for (i, kind), text, error in zip(slots, texts, errors, strict=True):
-                out[i].append(_llm_vote(kind, "engine", text, error))
+            for (i, kind, opens_think), text, error in zip(slots, texts, errors, strict=True):
+                out[i].append(_llm_vote(kind, "engine", text, error, opens_think))
         return out
 
     def _generate(self, requests: list[GenerationRequest]) -> tuple[list[str | None], list[str | None]]:

@@ -433,14 +433,7 @@ class Store:
     @staticmethod
     def _turn_dict(row: sqlite3.Row) -> dict:
         d = dict(row)
-        for key in (
-            "prompt_messages",
-            "tools",
-            "prompt_ids",
-            "completion_ids",
-            "sampling_logprobs",
-            "next_state",
-        ):
+        for key in _TURN_JSON:
             d[key] = _loads(d[key])
         d["trainable"] = bool(d["trainable"])
         return d

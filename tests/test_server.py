@@ -100,7 +100,7 @@ def test_stream_real_tokens_and_turn_before_final_chunk(stack, client):
             assert _turn(stack, chunk.model_extra["openclaw"]["turn_id"]) is not None
     assert final is not None and usage is not None and usage.completion_tokens <= 8
     turn = _turn(stack, final.model_extra["openclaw"]["turn_id"])
-    assert json.loads(turn["response_message"])["content"] == text
+    assert turn["response_message"]["content"] == text
     assert content_chunks >= 2  # real streaming: one delta per (decodable) token, not one blob
 
 
