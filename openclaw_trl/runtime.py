@@ -109,6 +109,8 @@ class Runtime:
             "last_metrics": last,
             "history": history,
             "last_hints": self.store.recent_hints(5),
+            "turns_failed": self.store.counts()["turns_failed"],
+            "teacher_failed": self.store.count_teacher_failed(),
         }
 
     def close(self) -> None:
@@ -265,7 +267,9 @@ def start_simulation(runtime: Runtime) -> threading.Thread:
             done += len(logs)
             round_ += 1
 
-    thread = threading.Thread(target=_guard(loop, "simulation"), name="openclaw-simulation", daemon=True)
+    thread = threading.Thread(
+        target=_guard(loop, "simulation", runtime), name="openclaw-simulation", daemon=True
+    )
     thread.start()
     runtime.threads.append(thread)
     return thread
@@ -319,12 +323,16 @@ def replay_conversations(runtime: Runtime, path: str | Path) -> int:
     return recorded
 
 
-def _guard(fn, name: str):
+def _guard(fn, name: str, runtime: Runtime):
+    """``fn`` for a source thread: if it crashes, the trainer's wait for samples raises its error (the run
+    then ends with it) instead of waiting forever."""
+
     def run():
         try:
             fn()
-        except Exception:
+        except Exception as exc:
             logger.exception("%s thread failed", name)
+            runtime.store.fail_waiters(f"the {name} source crashed: {type(exc).__name__}: {exc}")
 
     return run
 

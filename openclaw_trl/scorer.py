@@ -14,6 +14,12 @@ A background worker (its own thread) polls the store for ``ready`` turns, a grou
    temperature, the convention of ``engines/base.py`` (notes §7.2);
 4. commits votes, verdict and sample in one transaction (:meth:`Store.save_judgement`).
 
+A turn whose judging raises (a broken judge callable, a malformed stored turn) is judged again alone, so
+the other turns of its group go on; after ``max_attempts`` failed attempts it is set aside as ``failed``
+with its error (:meth:`Store.record_judge_failure`) and never blocks later turns. A turn whose accepted
+hint could not be teacher-scored (the prompt does not render, or the engine refuses or fails the scoring)
+keeps at most its RL reward and is counted (``stats["teacher_failed"]``, :meth:`Store.count_teacher_failed`).
+
 Sample rules (a turn yields at most one sample; no placeholder samples, notes §7.13-14):
 
 ========  ==============================  ============================================================
@@ -55,7 +61,7 @@ from dataclasses import dataclass, field
 from openclaw_trl import judge
 from openclaw_trl.engines.base import GenerationRequest, SamplingParams
 from openclaw_trl.samples import TrainingSample
-from openclaw_trl.store import Store, Vote
+from openclaw_trl.store import TEACHER_ERROR_PREFIX, Store, Vote
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +86,8 @@ class JudgeConfig:
     max_concurrency: judge calls in flight at once (threads).
     timeout_s: per judge call (an engine batch, one HTTP vote, one callable call); a timeout is a None vote.
     batch_turns: turns judged (and teacher-scored) together.
+    max_attempts: failed judging attempts (an exception, not a None vote) after which a turn is set
+        aside as ``failed``.
     poll_interval_s: how often the worker looks for new ready turns when not woken.
     """
 
@@ -98,6 +106,7 @@ class JudgeConfig:
     max_concurrency: int = 4
     timeout_s: float = 120.0
     batch_turns: int = 8
+    max_attempts: int = 3
     poll_interval_s: float = 0.5
 
     def __post_init__(self):
@@ -110,6 +119,7 @@ class JudgeConfig:
             (self.max_concurrency >= 1, "max_concurrency must be >= 1"),
             (self.timeout_s > 0, "timeout_s must be > 0"),
             (self.batch_turns >= 1, "batch_turns must be >= 1"),
+            (self.max_attempts >= 1, f"max_attempts must be >= 1, got {self.max_attempts}"),
             (self.max_tokens >= 1, "max_tokens must be >= 1"),
             (
                 self.backend != "openai" or bool(self.openai_base_url and self.openai_model),
@@ -279,7 +289,17 @@ class Scorer:
         self._wake = threading.Event()
         self._in_flight: set[int] = set()
         self._lock = threading.Lock()  # one group at a time (worker thread vs run_until_idle)
-        self.stats = {"judged": 0, "samples": 0, "none_votes": 0, "votes": 0, "teacher_calls": 0, "errors": 0}
+        self.stats = {
+            "judged": 0,
+            "samples": 0,
+            "none_votes": 0,
+            "votes": 0,
+            "teacher_calls": 0,
+            "teacher_failed": 0,
+            "errors": 0,
+            "failed_attempts": 0,
+            "failed": 0,
+        }
 
     # ------------------------------------------------------------------ worker
     def start(self) -> Scorer:
@@ -332,29 +352,60 @@ class Scorer:
 
     # ------------------------------------------------------------------ one group
     def score_once(self) -> int:
-        """Judge one group of ready turns and commit the results; returns the number of turns judged."""
+        """Judge one group of ready turns and commit the results; returns the number of turns handled
+        (judged, or counted as a failed attempt)."""
         with self._lock:
             turns = self.store.ready_turns(self.config.batch_turns, exclude=self._in_flight)
             if not turns:
                 return 0
             self._in_flight.update(t["id"] for t in turns)
             try:
-                judgements = self.judge_turns(turns)
-                for j in judgements:
-                    sample_id = self.store.save_judgement(
-                        j.turn["id"],
-                        j.turn["judge_round"],
-                        j.votes,
-                        float(j.reward),
-                        j.hint,
-                        j.sample,
-                        j.error,
-                    )
-                    self.stats["judged"] += 1
-                    self.stats["samples"] += sample_id is not None
+                for turn, outcome in self._judge_each(turns):
+                    if isinstance(outcome, Exception):
+                        self._record_failure(turn, outcome)
+                        continue
+                    try:
+                        self._commit(outcome)
+                    except Exception as exc:  # noqa: BLE001 - e.g. a sample the store refuses
+                        self._record_failure(turn, exc)
             finally:
                 self._in_flight.difference_update(t["id"] for t in turns)
             return len(turns)
+
+    def _judge_each(self, turns: Sequence[dict]) -> list[tuple[dict, Judgement | Exception]]:
+        """``(turn, judgement or the exception its judging raised)``: a group that raises is judged again
+        turn by turn, so one poison turn does not take its group down with it."""
+        try:
+            return list(zip(turns, self.judge_turns(turns), strict=True))
+        except Exception as exc:  # noqa: BLE001
+            if len(turns) == 1:
+                return [(turns[0], exc)]
+            return [pair for turn in turns for pair in self._judge_each([turn])]
+
+    def _commit(self, j: Judgement) -> None:
+        turn = j.turn
+        sample_id = self.store.save_judgement(
+            turn["id"], turn["judge_round"], j.votes, float(j.reward), j.hint, j.sample, j.error
+        )
+        self.stats["judged"] += 1
+        self.stats["samples"] += sample_id is not None
+
+    def _record_failure(self, turn: dict, exc: Exception) -> None:
+        error = _error_text(exc)
+        self.stats["failed_attempts"] += 1
+        set_aside = self.store.record_judge_failure(
+            turn["id"], turn["judge_round"], error, self.config.max_attempts
+        )
+        if set_aside:
+            self.stats["failed"] += 1
+            log.error(
+                "scorer: turn %s failed %d judging attempts and is set aside: %s",
+                turn["id"],
+                self.config.max_attempts,
+                error,
+            )
+        else:
+            log.warning("scorer: judging turn %s failed (it will be retried): %s", turn["id"], error)
 
     def judge_turns(self, turns: Sequence[dict]) -> list[Judgement]:
         """Votes, verdicts, teacher scores and samples for a group of turns (nothing is written)."""
@@ -388,6 +439,9 @@ class Scorer:
 
     def _sample(self, j: Judgement) -> TrainingSample | None:
         method, turn = self.config.method, j.turn
+        if turn["temperature"] <= 0:
+            j.error = "greedy turn (temperature 0): its log-probs are not those of a sampled policy"
+            return None
         has_hint = j.hint is not None and j.teacher is not None
         if method == "rl":
             keep = j.reward != 0
@@ -562,9 +616,11 @@ class Scorer:
                 enhanced = judge.append_hint(turn["prompt_messages"], j.hint)
                 ids = render_prompt_ids(self.tokenizer, enhanced, turn["tools"])
             except Exception as exc:  # noqa: BLE001
-                j.error = f"teacher prompt: {_error_text(exc)}"
+                self._teacher_failed(j, f"{TEACHER_ERROR_PREFIX} prompt: {_error_text(exc)}")
                 continue
-            t = turn["temperature"] if turn["temperature"] > 0 else 1.0  # greedy turns: T = 1 (base.py)
+            if turn["temperature"] <= 0:
+                continue  # a greedy turn gives no sample (_sample): nothing to score
+            t = turn["temperature"]
             by_temperature.setdefault(t, []).append((j, ids))
         for temperature, group in by_temperature.items():
             self._score_group(group, temperature, split_on_failure=True)
@@ -590,7 +646,7 @@ class Scorer:
                 "scorer: teacher scoring failed for turn(s) %s: %s", [j.turn["id"] for j, _ in group], exc
             )
             for j, _ in group:
-                j.error = f"teacher: {_error_text(exc)}"
+                self._teacher_failed(j, f"{TEACHER_ERROR_PREFIX}: {_error_text(exc)}")
             return
         for n, (j, ids) in enumerate(group):
             teacher = {"logprobs": list(scores.logprobs[n]), "prompt_len": len(ids)}
@@ -598,6 +654,10 @@ class Scorer:
                 teacher["topk_ids"] = scores.topk_ids[n]
                 teacher["topk_logprobs"] = scores.topk_logprobs[n]
             if len(teacher["logprobs"]) != len(j.turn["completion_ids"]):
-                j.error = "teacher: wrong number of log-probs"
+                self._teacher_failed(j, f"{TEACHER_ERROR_PREFIX}: wrong number of log-probs")
                 continue
             j.teacher = teacher
+
+    def _teacher_failed(self, j: Judgement, error: str) -> None:
+        j.error = error
+        self.stats["teacher_failed"] += 1
