@@ -114,9 +114,13 @@ class OpenClawConfig(GRPOConfig):
     store_path (`str`):
         SQLite store of sessions, turns and samples; defaults to `<output_dir>/openclaw.sqlite`.
 
-    The serving temperature of trainable turns is `temperature` (a `GRPOConfig` field): the PPO ratio
-    and the OPD advantage need the log-probs of the distribution that was actually sampled (notes §7.26).
-    With `engine: vllm` and an OPD term it must be 1.0: vLLM's prompt log-probs (the teacher) are at T = 1.
+    One temperature: turns that can be trained on (main turns of trainable, non-private sessions) are
+    sampled at `temperature` (a `GRPOConfig` field) whatever the request asks, so the sampling log-probs,
+    the teacher's and the trainer's are at the same temperature and a trainable turn is never greedy; the
+    request's temperature applies only to turns that are never trained on (side turns, anonymous and
+    private sessions). Replies report the temperature used (`openclaw.temperature`). A turn recorded
+    greedily (temperature 0) is judged but never becomes a sample. With `engine: vllm` and an OPD term
+    `temperature` must be 1.0: vLLM's prompt log-probs (the teacher) are at T = 1.
     """
 
     # Learning method

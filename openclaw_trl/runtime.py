@@ -220,6 +220,7 @@ def server_settings(config: OpenClawConfig, port: int | None = None, ui: bool = 
         model_names=[config.served_model_name],
         api_key_env=config.api_key_env,
         default_temperature=config.temperature,
+        train_temperature=config.temperature,
         default_max_tokens=min(512, config.max_completion_length or 512),
         max_tokens_cap=max(config.max_completion_length or 512, 1),
         session_idle_timeout_s=config.session_idle_timeout,
