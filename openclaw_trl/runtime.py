@@ -324,6 +324,20 @@ def replay_conversations(runtime: Runtime, path: str | Path) -> int:
     return recorded
 
 
+def _replay_and_judge(runtime: Runtime) -> None:
+    """Finite, recorded data: judge all of it before training, so a replay run is reproducible. A replay
+    that fails (unreadable file, a bad row) raises :class:`SampleSourceError` with the cause."""
+    from openclaw_trl.store import SampleSourceError
+
+    path = runtime.config.replay_path
+    try:
+        n = replay_conversations(runtime, path)
+    except Exception as exc:
+        raise SampleSourceError(f"the replay source crashed: {type(exc).__name__}: {exc}") from exc
+    judged = runtime.scorer.run_until_idle()
+    logger.info("replayed %d turns from %s, judged %d", n, path, judged)
+
+
 def _guard(fn, name: str, runtime: Runtime):
     """``fn`` for a source thread: if it crashes, the trainer's wait for samples raises its error (the run
     then ends with it) instead of waiting forever."""
@@ -362,10 +376,7 @@ def run(runtime: Runtime, share: bool = False) -> dict:
         )
     if runtime.scorer is not None:
         if config.source == "replay":
-            # Finite, recorded data: judge all of it first, so a run is reproducible; then train on it.
-            n = replay_conversations(runtime, config.replay_path)
-            judged = runtime.scorer.run_until_idle()
-            logger.info("replayed %d turns from %s, judged %d", n, config.replay_path, judged)
+            _replay_and_judge(runtime)
         runtime.scorer.start()
         if config.source == "live":
             start_server(runtime)

@@ -110,3 +110,14 @@ def test_a_crashed_source_ends_the_run_with_its_error(tmp_path, capsys):
     assert run_argv(argv) == 1  # instead of the trainer waiting forever for samples
     err = capsys.readouterr().err
     assert "the simulation source crashed: RuntimeError: the simulated user broke" in err
+
+
+def test_a_failing_replay_ends_the_run_with_its_error(tmp_path, capsys):
+    from openclaw_trl.commands.train import run_argv
+
+    replay = tmp_path / "replay.jsonl"
+    replay.write_text(json.dumps(_conversation(0, satisfied=True)) + "\n{not json\n")
+    argv = ["--config", "recipes/tiny_simulated.yaml", "--source", "replay", "--replay_path", str(replay)]
+    argv += ["--output_dir", str(tmp_path / "run"), "--max_steps", "1", "--save_strategy", "no"]
+    assert run_argv(argv) == 1
+    assert "the replay source crashed: JSONDecodeError" in capsys.readouterr().err
