@@ -80,6 +80,10 @@ class OpenClawConfig(GRPOConfig):
         The `callable` backend: `package.module:function`.
     judge_max_concurrency (`int`, defaults to `4`), judge_timeout_s (`float`, defaults to `120`):
         Bounded concurrency and per-vote timeout; a failed or late vote counts as no vote.
+    judge_max_attempts (`int`, defaults to `3`):
+        Judging attempts of a turn that raise (a broken judge callable, a malformed turn) before the turn
+        is set aside as `failed` with its error (counted in `/v1/status`, kept in the export); the other
+        turns are judged meanwhile.
 
     > Parameters that control the engine
 
@@ -110,9 +114,13 @@ class OpenClawConfig(GRPOConfig):
     store_path (`str`):
         SQLite store of sessions, turns and samples; defaults to `<output_dir>/openclaw.sqlite`.
 
-    The serving temperature of trainable turns is `temperature` (a `GRPOConfig` field): the PPO ratio
-    and the OPD advantage need the log-probs of the distribution that was actually sampled.
-    With `engine: vllm` and an OPD term it must be 1.0: vLLM's prompt log-probs (the teacher) are at T = 1.
+    One temperature: turns that can be trained on (main turns of trainable, non-private sessions) are
+    sampled at `temperature` (a `GRPOConfig` field) whatever the request asks, so the sampling log-probs,
+    the teacher's and the trainer's are at the same temperature and a trainable turn is never greedy; the
+    request's temperature applies only to turns that are never trained on (side turns, anonymous and
+    private sessions). Replies report the temperature used (`openclaw.temperature`). A turn recorded
+    greedily (temperature 0) is judged but never becomes a sample. With `engine: vllm` and an OPD term
+    `temperature` must be 1.0: vLLM's prompt log-probs (the teacher) are at T = 1.
     """
 
     # Learning method
@@ -140,6 +148,9 @@ class OpenClawConfig(GRPOConfig):
     judge_callable: str | None = field(default=None, metadata={"help": "callable backend: module:function."})
     judge_max_concurrency: int = field(default=4, metadata={"help": "Concurrent judge calls."})
     judge_timeout_s: float = field(default=120.0, metadata={"help": "Per-vote timeout in seconds."})
+    judge_max_attempts: int = field(
+        default=3, metadata={"help": "Failed judging attempts before a turn is set aside as failed."}
+    )
     # Engine
     engine: str = field(default="hf", metadata={"help": "hf or vllm."})
     engine_max_batch_size: int = field(default=16, metadata={"help": "Requests per generation pass."})
@@ -213,6 +224,7 @@ class OpenClawConfig(GRPOConfig):
             (self.kd_topk_source in ("teacher", "student"), "kd_topk_source must be 'teacher' or 'student'"),
             (self.batch_size >= 1, "batch_size must be >= 1"),
             (self.judge_m >= 1, "judge_m must be >= 1"),
+            (self.judge_max_attempts >= 1, f"judge_max_attempts must be >= 1, got {self.judge_max_attempts}"),
             (self.w_kd >= 0 and self.kd_cap > 0, "w_kd must be >= 0 and kd_cap > 0"),
             (self.w_kd == 0 or self.kd_topk >= 1, "kd_topk must be >= 1 when w_kd > 0"),
             (self.num_generations in (None, 1), "num_generations must be 1: a live turn has one completion"),
@@ -276,6 +288,7 @@ class OpenClawConfig(GRPOConfig):
             "kd_topk": self.kd_topk if self.w_kd > 0 else 0,
             "max_concurrency": self.judge_max_concurrency,
             "timeout_s": self.judge_timeout_s,
+            "max_attempts": self.judge_max_attempts,
         }
 
 

@@ -78,6 +78,7 @@ def dataset_features() -> dict[str, Any]:
             temperature=float64,
             status=string,
             close_reason=string,
+            judge_error=string,
             private=boolean,
             prompt_ids=List(int32),
             completion_ids=List(int32),
@@ -142,8 +143,9 @@ def collect_rows(store, include_private: bool = False) -> dict[str, list[dict[st
             "hint": t["hint"],
             "policy_version": t["policy_version"],
             "temperature": t["temperature"],
-            "status": t["status"],
+            "status": t["status"],  # failed: judging kept raising (judge_error says why)
             "close_reason": t["close_reason"],
+            "judge_error": t["judge_error"],
             "private": t["private"],
             "prompt_ids": t["prompt_ids"],
             "completion_ids": t["completion_ids"],

@@ -10,9 +10,9 @@ message, or the result of a tool the assistant called):
   keeps the longest usable hint, which :func:`append_hint` adds to the turn's prompt to build the
   teacher context for hindsight OPD.
 
-Parsing ignores everything up to the last ``</think>``: a thinking judge's drafts never leak into
-its verdict. Pure Python: importing this
-module must stay cheap.
+Parsing ignores everything up to the last ``</think>``, and an output cut off inside ``<think>`` (no
+closing tag after the last ``<think>``) is no vote: a thinking judge's drafts never count as its verdict.
+Pure Python: importing this module must stay cheap.
 """
 
 from __future__ import annotations
@@ -121,11 +121,13 @@ def build_hint_messages(
 
 
 def _verdict_part(text: str | None) -> str:
-    """The part of a judge output that may hold the verdict: what follows the last ``</think>``."""
+    """The part of a judge output that may hold the verdict: what follows the last ``</think>``;
+    "" when the output ends inside an unterminated ``<think>`` (only drafts)."""
     if not text:
         return ""
     head, sep, tail = text.rpartition("</think>")
-    return tail if sep else text
+    verdict = tail if sep else text
+    return "" if "<think>" in verdict else verdict
 
 
 def _last_boxed(text: str) -> int | None:

@@ -158,6 +158,8 @@ class Runtime:
             "last_metrics": last,
             "history": history,
             "last_hints": self.store.recent_hints(5),
+            "turns_failed": self.store.counts()["turns_failed"],
+            "teacher_failed": self.store.count_teacher_failed(),
         }
 
     def close(self) -> None:
@@ -267,6 +269,7 @@ def server_settings(config: OpenClawConfig, port: int | None = None, ui: bool = 
         model_names=[config.served_model_name],
         api_key_env=config.api_key_env,
         default_temperature=config.temperature,
+        train_temperature=config.temperature,
         default_max_tokens=min(512, config.max_completion_length or 512),
         max_tokens_cap=max(config.max_completion_length or 512, 1),
         session_idle_timeout_s=config.session_idle_timeout,
@@ -314,7 +317,9 @@ def start_simulation(runtime: Runtime) -> threading.Thread:
             done += len(logs)
             round_ += 1
 
-    thread = threading.Thread(target=_guard(loop, "simulation"), name="openclaw-simulation", daemon=True)
+    thread = threading.Thread(
+        target=_guard(loop, "simulation", runtime), name="openclaw-simulation", daemon=True
+    )
     thread.start()
     runtime.threads.append(thread)
     return thread
@@ -369,12 +374,30 @@ def replay_conversations(runtime: Runtime, path: str | Path) -> int:
     return recorded
 
 
-def _guard(fn, name: str):
+def _replay_and_judge(runtime: Runtime) -> None:
+    """Finite, recorded data: judge all of it before training, so a replay run is reproducible. A replay
+    that fails (unreadable file, a bad row) raises :class:`SampleSourceError` with the cause."""
+    from openclaw_trl.store import SampleSourceError
+
+    path = runtime.config.replay_path
+    try:
+        n = replay_conversations(runtime, path)
+    except Exception as exc:
+        raise SampleSourceError(f"the replay source crashed: {type(exc).__name__}: {exc}") from exc
+    judged = runtime.scorer.run_until_idle()
+    logger.info("replayed %d turns from %s, judged %d", n, path, judged)
+
+
+def _guard(fn, name: str, runtime: Runtime):
+    """``fn`` for a source thread: if it crashes, the trainer's wait for samples raises its error (the run
+    then ends with it) instead of waiting forever."""
+
     def run():
         try:
             fn()
-        except Exception:
+        except Exception as exc:
             logger.exception("%s thread failed", name)
+            runtime.store.fail_waiters(f"the {name} source crashed: {type(exc).__name__}: {exc}")
 
     return run
 
@@ -403,10 +426,7 @@ def run(runtime: Runtime, share: bool = False) -> dict:
         )
     if runtime.scorer is not None:
         if config.source == "replay":
-            # Finite, recorded data: judge all of it first, so a run is reproducible; then train on it.
-            n = replay_conversations(runtime, config.replay_path)
-            judged = runtime.scorer.run_until_idle()
-            logger.info("replayed %d turns from %s, judged %d", n, config.replay_path, judged)
+            _replay_and_judge(runtime)
         runtime.scorer.start()
         if config.source == "live":
             start_server(runtime)

@@ -317,7 +317,8 @@ class TurnCollector:
         """Commit the served turn (call before replying); ends the session if the request said so.
 
         ``completion`` is the engine's result (ids, sampling log-probs, finish reason, policy version);
-        ``temperature`` the request's sampling temperature; ``completion_text`` defaults to the ids decoded
+        ``temperature`` the turn's sampling temperature (0 = greedy: such a turn is judged but never
+        trained on); ``completion_text`` defaults to the ids decoded
         with special tokens kept (needs ``tokenizer``); ``response_message`` is the parsed assistant message
         as the client received it (kept for export). An empty completion is stored but not trainable.
         """

@@ -12,8 +12,12 @@ batch; a consumed sample is marked with the training step that used it.
 Turn life cycle (``turns.status``)::
 
     awaiting --next state--> ready --scorer--> judged
-        \\                      (untrainable turns go to ``closed`` instead of ``ready``)
-         `--session ended / history diverged / side turn--> closed   (never trained; reason kept)
+        \\                     \\          (untrainable turns go to ``closed`` instead of ``ready``)
+         \\                     `--judging raised ``max_attempts`` times--> failed  (error in judge_error)
+          `--session ended / history diverged / side turn--> closed   (never trained; reason kept)
+
+A judged turn whose ``judge_error`` starts with ``teacher`` lost its teacher (the teacher prompt could not
+be built or the teacher scoring failed): it keeps at most its RL reward (:meth:`Store.count_teacher_failed`).
 
 Reopening a store resumes: ``ready`` turns are judged again (a judgement commits votes, the turn's new
 status and its sample in one transaction, so a crash never leaves half of one), and unconsumed samples
@@ -47,7 +51,8 @@ from openclaw_trl.records import TrainingSample, Vote
 
 SCHEMA_VERSION = 1
 
-TURN_STATUSES = ("awaiting", "ready", "judged", "closed")
+TURN_STATUSES = ("awaiting", "ready", "judged", "closed", "failed")
+TEACHER_ERROR_PREFIX = "teacher"  # judge_error of a turn that lost its teacher
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -92,6 +97,7 @@ CREATE TABLE IF NOT EXISTS turns (
     reward REAL,
     hint TEXT,
     judge_error TEXT,
+    judge_attempts INTEGER NOT NULL DEFAULT 0,  -- failed judging attempts of this judge_round
     UNIQUE(session_id, idx)
 );
 CREATE INDEX IF NOT EXISTS turns_status ON turns(status);
@@ -157,9 +163,16 @@ _TURN_JSON = (
     "next_state",
 )
 
+# Columns added after a store file may have been created: (table, column, declaration).
+_ADDED_COLUMNS = (("turns", "judge_attempts", "INTEGER NOT NULL DEFAULT 0"),)
+
 
 class StoreError(RuntimeError):
     """A store that cannot be used as asked (e.g. written by a newer openclaw-trl)."""
+
+
+class SampleSourceError(RuntimeError):
+    """The source of turns crashed: the samples waited for will never come (see :meth:`Store.fail_waiters`)."""
 
 
 @dataclass
@@ -220,6 +233,7 @@ class Store:
         self._conns_lock = threading.Lock()
         self._queue_lock = threading.Condition()
         self._handed_out: set[int] = set()  # sample ids taken by this process and not yet consumed
+        self._source_error: SampleSourceError | None = None
         self._closed = False
         self._init_schema()
 
@@ -266,6 +280,9 @@ class Store:
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     tx.execute(statement)
+            for table, column, declaration in _ADDED_COLUMNS:
+                if column not in {r["name"] for r in tx.execute(f"PRAGMA table_info({table})")}:
+                    tx.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
             tx.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def close(self) -> None:
@@ -421,14 +438,7 @@ class Store:
     @staticmethod
     def _turn_dict(row: sqlite3.Row) -> dict:
         d = dict(row)
-        for key in (
-            "prompt_messages",
-            "tools",
-            "prompt_ids",
-            "completion_ids",
-            "sampling_logprobs",
-            "next_state",
-        ):
+        for key in _TURN_JSON:
             d[key] = _loads(d[key])
         d["trainable"] = bool(d["trainable"])
         return d
@@ -492,7 +502,11 @@ class Store:
             reopenable = status == "closed" and reason in ("session_ended", "history_diverged")
             if status == "awaiting" or reopenable:
                 pass
-            elif replace and not has_sample and (status in ("ready", "judged") or reason == "untrainable"):
+            elif (
+                replace
+                and not has_sample
+                and (status in ("ready", "judged", "failed") or reason == "untrainable")
+            ):
                 pass
             else:
                 return False
@@ -500,7 +514,7 @@ class Store:
             tx.execute(
                 "UPDATE turns SET next_state = ?, next_state_source = ?, next_state_at = ?, status = ?,"
                 " close_reason = ?, judge_round = judge_round + 1, judged_at = NULL, reward = NULL,"
-                " hint = NULL, judge_error = NULL WHERE id = ?",
+                " hint = NULL, judge_error = NULL, judge_attempts = 0 WHERE id = ?",
                 (
                     _dumps(next_state),
                     source,
@@ -597,6 +611,38 @@ class Store:
             sample_id = self._insert_sample(tx, sample, origin="scorer", now=now)
         self._notify()
         return sample_id
+
+    def record_judge_failure(self, turn_id: int, judge_round: int, error: str, max_attempts: int) -> bool:
+        """Count one failed judging attempt of a ``ready`` turn (its error kept in ``judge_error``).
+
+        At ``max_attempts`` failures the turn becomes ``failed``: set aside, never judged again unless a new
+        next state (feedback) arrives. Returns True when the turn was set aside. A stale attempt (the next
+        state changed since ``judge_round``) changes nothing.
+        """
+        with self._tx() as tx:
+            tx.execute(
+                "UPDATE turns SET judge_attempts = judge_attempts + 1, judge_error = ?"
+                " WHERE id = ? AND status = 'ready' AND judge_round = ?",
+                (error, turn_id, judge_round),
+            )
+            cur = tx.execute(
+                "UPDATE turns SET status = 'failed', judged_at = ?"
+                " WHERE id = ? AND status = 'ready' AND judge_round = ? AND judge_attempts >= ?",
+                (time.time(), turn_id, judge_round, int(max_attempts)),
+            )
+            return cur.rowcount > 0
+
+    def count_teacher_failed(self) -> int:
+        """Judged turns with an accepted hint that lost their teacher (private sessions left out)."""
+        return (
+            self._conn()
+            .execute(
+                "SELECT COUNT(*) FROM turns t JOIN sessions s ON s.id = t.session_id"
+                " WHERE t.status = 'judged' AND t.hint IS NOT NULL AND t.judge_error LIKE ? AND s.private = 0",
+                (TEACHER_ERROR_PREFIX + "%",),
+            )
+            .fetchone()[0]
+        )
 
     def votes_for(self, turn_id: int) -> list[dict]:
         rows = (
@@ -711,12 +757,15 @@ class Store:
     ) -> list[TrainingSample]:
         """Block until ``n`` samples are waiting, then hand out exactly ``n`` (the surplus stays queued).
 
-        Raises ``TimeoutError`` after ``timeout`` seconds (nothing is handed out then).
+        Raises ``TimeoutError`` after ``timeout`` seconds, and :class:`SampleSourceError` as soon as
+        :meth:`fail_waiters` is called while too few are waiting (nothing is handed out then).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._queue_lock:
                 ids = self._available_ids(n)
+                if len(ids) < n and self._source_error is not None:
+                    raise self._source_error
                 if len(ids) >= n:
                     self._handed_out.update(ids)
                     break
@@ -725,6 +774,13 @@ class Store:
                     raise TimeoutError(f"only {len(ids)} of {n} samples waiting after {timeout} s")
                 self._queue_lock.wait(wait)  # woken early by samples written in this process
         return self.get_samples(ids)
+
+    def fail_waiters(self, error: str) -> None:
+        """The source of turns crashed: wake :meth:`wait_for_samples` (now and later), which raises
+        :class:`SampleSourceError` with ``error`` instead of waiting for samples that will never come."""
+        with self._queue_lock:
+            self._source_error = SampleSourceError(error)
+            self._queue_lock.notify_all()
 
     def get_samples(self, sample_ids: Sequence[int]) -> list[TrainingSample]:
         """Samples by id, in the order given."""

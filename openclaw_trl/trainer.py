@@ -196,6 +196,9 @@ class OpenClawTrainer(GRPOTrainer):
         self._log("rl/reward_mean", batch["rewards"].mean())
         self._log("rl/nonzero_reward_rate", (batch["rewards"] != 0).float().mean())
         self._log("opd/hint_accept_rate", opd.float().mean())
+        self._log(
+            "opd/teacher_failed", self.store.count_teacher_failed()
+        )  # turns so far that lost their teacher
         if opd.any():
             opd_rows = opd_adv[opd]
             self._log("opd/mean_advantage", masked_mean(opd_rows, mask[opd]))

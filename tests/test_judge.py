@@ -37,6 +37,9 @@ from openclaw_trl.judge import (
         ("<think>draft: \\boxed{1}</think>\nFinal: \\boxed{-1}", -1),
         ("<think>looks good \\boxed{1}</think>\nI cannot decide.", None),  # reasoning never leaks
         ("<think>a</think><think>b \\boxed{1}</think> \\boxed{0}", 0),
+        ("<think>cut off while drafting \\boxed{1}", None),  # unterminated think: drafts only, no vote
+        ("\\boxed{-1} <think>second thoughts \\boxed{1}", None),  # a think opened after the verdict
+        ("<think>a</think>\\boxed{1} <think>again \\boxed{-1}", None),  # the last think never closed
         ("Réponse correcte ✓ — \\boxed{1} 谢谢", 1),  # unicode around the box
         ("\\boxed{-1} and \\boxed{x}", -1),
     ],
@@ -75,6 +78,7 @@ def test_majority_vote(votes, expected):
         ("\\boxed{1} [HINT_START]never closed", (1, "")),  # unterminated hint block
         ("\\boxed{1} [HINT_START]multi\nline\nhint[HINT_END]", (1, "multi\nline\nhint")),
         ("<think>\\boxed{1} [HINT_START]draft hint in thinking[HINT_END]</think>\\boxed{-1}", (-1, "")),
+        ("<think>\\boxed{1} [HINT_START]a draft hint, cut off[HINT_END]", (None, "")),  # unterminated think
         (
             "\\boxed{1}[HINT_START]Écris en français, s'il te plaît 🙂[HINT_END]",
             (1, "Écris en français, s'il te plaît 🙂"),
@@ -168,3 +172,18 @@ def test_imports_are_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "opens_think", "expected"),
+    [
+        ("draft \\boxed{1}", True, None),  # the prompt opened <think>: still thinking when cut off
+        ("draft \\boxed{1}</think>final \\boxed{-1}", True, -1),
+        ("draft \\boxed{1}", False, 1),
+    ],
+)
+def test_engine_judge_whose_prompt_opens_think(text, opens_think, expected):
+    from openclaw_trl.judging.scorer import _llm_vote
+
+    vote = _llm_vote("prm", "engine", text, opens_think=opens_think)
+    assert vote.value == expected and vote.raw_text == text  # the raw text is stored as generated

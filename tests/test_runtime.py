@@ -91,3 +91,33 @@ def test_share_refuses_an_anonymous_public_endpoint(tmp_path):
     runtime = Runtime(config, "unused", None, None, None, None, None)
     with pytest.raises(ValueError, match="api_key_env"):
         run(runtime, share=True)
+
+
+class CrashingUser:
+    """A simulated user whose first message raises: the simulation source thread crashes."""
+
+    max_turns = 1
+
+    def opening(self, rng):
+        raise RuntimeError("the simulated user broke")
+
+
+def test_a_crashed_source_ends_the_run_with_its_error(tmp_path, capsys):
+    from openclaw_trl.commands.train import run_argv
+
+    argv = ["--config", "recipes/tiny_simulated.yaml", "--simulated_user", f"{__name__}:CrashingUser"]
+    argv += ["--output_dir", str(tmp_path / "run"), "--max_steps", "1", "--save_strategy", "no"]
+    assert run_argv(argv) == 1  # instead of the trainer waiting forever for samples
+    err = capsys.readouterr().err
+    assert "the simulation source crashed: RuntimeError: the simulated user broke" in err
+
+
+def test_a_failing_replay_ends_the_run_with_its_error(tmp_path, capsys):
+    from openclaw_trl.commands.train import run_argv
+
+    replay = tmp_path / "replay.jsonl"
+    replay.write_text(json.dumps(_conversation(0, satisfied=True)) + "\n{not json\n")
+    argv = ["--config", "recipes/tiny_simulated.yaml", "--source", "replay", "--replay_path", str(replay)]
+    argv += ["--output_dir", str(tmp_path / "run"), "--max_steps", "1", "--save_strategy", "no"]
+    assert run_argv(argv) == 1
+    assert "the replay source crashed: JSONDecodeError" in capsys.readouterr().err

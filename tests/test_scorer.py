@@ -368,3 +368,88 @@ def test_background_worker_and_resume_after_restart(tmp_path, tiny_tokenizer, en
             time.sleep(0.05)
         assert scorer.stats["judged"] == 6
         scorer.close()
+
+
+def _poisoned_conversation(store: Store, tokenizer) -> dict[str, int]:
+    """p1 has a malformed stored reply (a tool call that is a bare string), so judging it always raises;
+    p2, after it in the same session, is an ordinary turn."""
+    conv = Conversation(store, tokenizer, Clock())
+    h = {"X-Session-Id": "poison"}
+    m = [{"role": "user", "content": "what is 2 + 2?"}]
+    ctx = conv.col.begin(m, headers=h)
+    ids = tokenizer.encode("4", add_special_tokens=False)
+    broken = {"role": "assistant", "content": "4", "tool_calls": [{"function": "calc"}]}
+    conv.turns["p1"] = conv.col.record_turn(
+        ctx, render_prompt_ids(tokenizer, m), Completion(ids, [-0.5] * len(ids), "stop", 1), 0.7,
+        response_message=broken,
+    )  # fmt: skip
+    m += [{"role": "assistant", "content": "4"}, {"role": "user", "content": "wrong, answer in words"}]
+    m += [conv.say("p2", m, "four", headers=h)]
+    conv.say("p3", [*m, {"role": "user", "content": "thanks"}], "welcome", headers=h)
+    return conv.turns
+
+
+def test_poison_turn_is_set_aside_after_max_attempts_while_later_turns_are_judged(tmp_path, tiny_tokenizer):
+    from openclaw_trl.ui import _status_views
+
+    from openclaw_trl.config import OpenClawConfig
+    from openclaw_trl.export import collect_rows
+    from openclaw_trl.runtime import Runtime
+
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        turns = _poisoned_conversation(store, tiny_tokenizer)
+        scorer = Scorer(store, JudgeConfig(method="rl", backend="callable", callable=RULES, max_attempts=3))
+        assert scorer.score_once() == 2  # the group fails, is split: p2 is judged, p1 has failed once
+        (s,) = store.take_samples(5)
+        assert (s.turn_id, s.reward) == (turns["p2"], 1.0)
+        p1 = store.get_turn(turns["p1"])
+        assert (p1["status"], p1["judge_attempts"]) == ("ready", 1)
+        assert scorer.run_until_idle() == 2  # two more attempts, then it is set aside
+        assert scorer.run_until_idle() == 0
+        assert scorer.stats["failed"] == 1 and scorer.stats["failed_attempts"] == 3
+        scorer.close()
+    with Store(path) as store:  # persistent: a restart does not retry it
+        p1 = store.get_turn(turns["p1"])
+        assert (p1["status"], p1["judge_attempts"]) == ("failed", 3)
+        assert p1["judge_error"].startswith("AttributeError") and store.count_ready() == 0
+        row = next(t for t in collect_rows(store)["turns"] if t["turn_id"] == turns["p1"])
+        assert row["status"] == "failed" and row["judge_error"] == p1["judge_error"]
+        status = Runtime(OpenClawConfig(output_dir=str(tmp_path)), "", None, store, None, None, None).status()
+        assert (status["turns_failed"], status["teacher_failed"]) == (1, 0)
+        assert "1 turns failed judging" in _status_views(status)[0]
+
+
+def test_turns_that_lose_their_teacher_are_counted(tmp_path, tiny_tokenizer, engine):
+    with Store(tmp_path / "s.db") as store:
+        turns = scripted(store, tiny_tokenizer)
+        refusing = _FailingScoreEngine(engine, limit=0)  # refuses every teacher scoring
+        scorer = Scorer(
+            store, JudgeConfig(method="combine", backend="callable", callable=RULES), engine=refusing
+        )
+        scorer.run_until_idle()
+        assert scorer.stats["teacher_failed"] == 2 and store.count_teacher_failed() == 2  # a3 and b1
+        got = {s.turn_id: (s.reward, s.has_hint) for s in store.take_samples(10)}
+        assert got[turns["a3"]] == (-1.0, False) and turns["b1"] not in got  # a3 keeps its RL reward only
+        scorer.close()
+
+
+def test_greedy_turn_is_judged_but_never_a_sample(tmp_path, tiny_tokenizer, engine):
+    with Store(tmp_path / "s.db") as store:
+        col = TurnCollector(store, SessionConfig(), tokenizer=tiny_tokenizer)
+        m = [{"role": "user", "content": "hi"}]
+        ctx = col.begin(m, headers={"X-Session-Id": "g"})
+        ids = tiny_tokenizer.encode("hello", add_special_tokens=False)
+        turn_id = col.record_turn(
+            ctx, render_prompt_ids(tiny_tokenizer, m), Completion(ids, [0.0] * len(ids), "stop", 0), 0.0
+        )
+        col.begin([*m, {"role": "assistant", "content": "hello"}, {"role": "user", "content": "thanks"}],
+                  headers={"X-Session-Id": "g"})  # fmt: skip
+        scorer = Scorer(
+            store, JudgeConfig(method="combine", backend="callable", callable=RULES), engine=engine
+        )
+        assert scorer.run_until_idle() == 1
+        turn = store.get_turn(turn_id)
+        assert turn["status"] == "judged" and turn["reward"] == 1 and "greedy" in turn["judge_error"]
+        assert store.count_waiting() == 0
+        scorer.close()

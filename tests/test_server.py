@@ -100,7 +100,7 @@ def test_stream_real_tokens_and_turn_before_final_chunk(stack, client):
             assert _turn(stack, chunk.model_extra["openclaw"]["turn_id"]) is not None
     assert final is not None and usage is not None and usage.completion_tokens <= 8
     turn = _turn(stack, final.model_extra["openclaw"]["turn_id"])
-    assert json.loads(turn["response_message"])["content"] == text
+    assert turn["response_message"]["content"] == text
     assert content_chunks >= 2  # real streaming: one delta per (decodable) token, not one blob
 
 
@@ -189,6 +189,43 @@ def test_stop_strings_are_not_returned(client, script):
         c.choices[0].delta.content or "" for c in client.chat.completions.create(**kw, stream=True)
     )
     assert streamed == "alpha"
+
+
+def test_judge_reads_the_reply_as_served_after_stop_strings(stack, client, script):
+    from openclaw_trl.judging.scorer import response_text_for_judge
+
+    script.script = lambda _ids: "alpha beta gamma"
+    kw = dict(model="openclaw", messages=[{"role": "user", "content": "x"}], stop=[" beta"], max_tokens=20)
+    for stream in (False, True):
+        reply = client.chat.completions.create(
+            **kw, stream=stream, extra_headers={"X-Session-Id": f"stop-{stream}"}
+        )
+        last = list(reply)[-1] if stream else reply  # the final chunk carries the openclaw object
+        turn = _turn(stack, last.model_extra["openclaw"]["turn_id"])
+        assert "beta" in turn["completion_text"]  # the ids keep what the model sampled
+        assert turn["response_message"]["content"] == "alpha"
+        assert response_text_for_judge(turn) == "alpha"
+
+
+def test_trainable_turns_are_sampled_at_the_training_temperature(stack, client):
+    def ask(temperature, **headers):
+        raw = client.chat.completions.with_raw_response.create(
+            model="openclaw",
+            messages=[{"role": "user", "content": "one temperature"}],
+            max_tokens=3,
+            temperature=temperature,
+            extra_headers=headers,
+        )
+        used = raw.parse().model_extra["openclaw"]["temperature"]
+        return used, _turn(stack, raw.headers["x-openclaw-turn-id"])["temperature"]
+
+    train_t = stack.app.state.service.settings.train_temperature
+    assert ask(0.3, **{"X-Session-Id": "temp-main"}) == (train_t, train_t)
+    assert ask(0.0, **{"X-Session-Id": "temp-greedy"}) == (train_t, train_t)  # never greedy when trainable
+    assert ask(0.3) == (0.3, 0.3)  # anonymous: never trained on
+    assert ask(0.0) == (0.0, 0.0)  # recorded as greedy
+    assert ask(0.3, **{"X-Session-Id": "temp-side", "X-Turn-Type": "side"}) == (0.3, 0.3)
+    assert ask(0.3, **{"X-Session-Id": "temp-private", "X-Session-Private": "true"}) == (0.3, 0.3)
 
 
 def test_logprobs_and_top_logprobs(client):

@@ -137,13 +137,14 @@ def test_update_changes_adapter_not_base_and_marks_consumed(tiny_model_dir, tmp_
     for key in (
         "reward",
         "opd/hint_accept_rate",
+        "opd/teacher_failed",
         "clip_ratio/region_mean",
         "kl_old",
         "policy_version",
         "samples/waiting",
     ):
         assert key in logs, key
-    assert logs["samples/waiting"] == 2
+    assert logs["samples/waiting"] == 2 and logs["opd/teacher_failed"] == 0  # direct samples: no turns
 
 
 def test_rl_gradient_equals_direct_policy_gradient(tiny_model_dir, tmp_path):

@@ -38,7 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key-env", default=None, help="env var holding the bearer token of the API")
     parser.add_argument("--max-context-len", type=int, default=4096)
     parser.add_argument("--max-tokens", type=int, default=512, help="default max_tokens of a request")
-    parser.add_argument("--temperature", type=float, default=0.7, help="default sampling temperature")
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=0.7,
+        help="sampling temperature of trainable turns (> 0) and the default of the others",
+    )
     parser.add_argument("--no-ui", action="store_true", help="API only, no Gradio UI at /")
     parser.add_argument("--share", action="store_true", help="public Gradio link (requires --api-key-env)")
     parser.add_argument(
@@ -75,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         default_max_tokens=args.max_tokens,
         max_tokens_cap=max(args.max_tokens, 4096),
         default_temperature=args.temperature,
+        train_temperature=args.temperature,
         ui=not args.no_ui,
     )
     from openclaw_trl.runtime import build_serving

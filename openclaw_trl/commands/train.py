@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
+
+from openclaw_trl.store import SampleSourceError
 
 
 def run_argv(argv: list[str]) -> int:
@@ -18,7 +21,11 @@ def run_argv(argv: list[str]) -> int:
     share = "--share" in argv  # a public Gradio link (live source; needs api_key_env)
     config, model_args, recipe_yaml = load_recipe([a for a in argv if a != "--share"])
     runtime = build_runtime(config, model_args, recipe_yaml)
-    metrics = run(runtime, share=share)
+    try:
+        metrics = run(runtime, share=share)
+    except SampleSourceError as exc:
+        print(f"openclaw-trl: {exc}", file=sys.stderr)
+        return 1
     if runtime.trainer.accelerator.is_main_process:
         print(
             json.dumps({"policy_version": runtime.trainer.state.global_step, "metrics": metrics}, default=str)

@@ -14,6 +14,12 @@ A background worker (its own thread) polls the store for ``ready`` turns, a grou
    sampled ids); log-probs at the turn's sampling temperature, the convention of ``engines/base.py``;
 4. commits votes, verdict and sample in one transaction (:meth:`Store.save_judgement`).
 
+A turn whose judging raises (a broken judge callable, a malformed stored turn) is judged again alone, so
+the other turns of its group go on; after ``max_attempts`` failed attempts it is set aside as ``failed``
+with its error (:meth:`Store.record_judge_failure`) and never blocks later turns. A turn whose accepted
+hint could not be teacher-scored (the prompt does not render, or the engine refuses or fails the scoring)
+keeps at most its RL reward and is counted (``stats["teacher_failed"]``, :meth:`Store.count_teacher_failed`).
+
 Sample rules (a turn yields at most one sample; a turn without a usable verdict yields none, never a
 masked placeholder):
 
@@ -37,8 +43,9 @@ Judge backends (``JudgeConfig.backend``):
 * ``feedback``: explicit ratings only, no LLM: 👍/👎 map to +1/-1, the feedback text is the hint. A plain
   reply next state gives no vote (and so no sample) under this backend.
 
-The judges see the response as the user saw it (content and tool calls, not the reasoning) and the next
-state with its role; never the rest of the conversation.
+The judges see the response as the user saw it (the served message: content after stop strings were cut,
+and tool calls, not the reasoning) and the next state with its role; never the rest of the conversation.
+A turn sampled greedily (temperature 0) gives no sample: its log-probs are not those of a sampled policy.
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ from dataclasses import dataclass, field
 from openclaw_trl import judge
 from openclaw_trl.engines.base import GenerationRequest, SamplingParams
 from openclaw_trl.records import TrainingSample, Vote
-from openclaw_trl.store import Store
+from openclaw_trl.store import TEACHER_ERROR_PREFIX, Store
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +84,8 @@ class JudgeConfig:
     max_concurrency: judge calls in flight at once (threads).
     timeout_s: per judge call (an engine batch, one HTTP vote, one callable call); a timeout is a None vote.
     batch_turns: turns judged (and teacher-scored) together.
+    max_attempts: failed judging attempts (an exception, not a None vote) after which a turn is set
+        aside as ``failed``.
     poll_interval_s: how often the worker looks for new ready turns when not woken.
     """
 
@@ -95,6 +104,7 @@ class JudgeConfig:
     max_concurrency: int = 4
     timeout_s: float = 120.0
     batch_turns: int = 8
+    max_attempts: int = 3
     poll_interval_s: float = 0.5
 
     def __post_init__(self):
@@ -110,6 +120,7 @@ class JudgeConfig:
             (self.max_concurrency >= 1, "max_concurrency must be >= 1"),
             (self.timeout_s > 0, "timeout_s must be > 0"),
             (self.batch_turns >= 1, "batch_turns must be >= 1"),
+            (self.max_attempts >= 1, f"max_attempts must be >= 1, got {self.max_attempts}"),
             (self.max_tokens >= 1, "max_tokens must be >= 1"),
             (
                 self.backend != "openai" or bool(self.openai_base_url and self.openai_model),
@@ -208,13 +219,17 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
 
 
-def _llm_vote(kind: str, backend: str, raw: str | None, error: str | None = None) -> Vote:
-    """Parse one LLM judge output into a vote (None value for garbage)."""
+def _llm_vote(
+    kind: str, backend: str, raw: str | None, error: str | None = None, opens_think: bool = False
+) -> Vote:
+    """Parse one LLM judge output into a vote (None value for garbage). ``opens_think``: the judge
+    prompt ended with ``<think>``, so the output starts inside the reasoning."""
     if raw is None:
         return Vote(kind, backend, None, None, None, error or "no output")
+    text = "<think>" + raw if opens_think else raw
     if kind == "prm":
-        return Vote(kind, backend, raw, judge.parse_prm_score(raw), None, error)
-    decision, hint = judge.parse_hint_vote(raw)
+        return Vote(kind, backend, raw, judge.parse_prm_score(text), None, error)
+    decision, hint = judge.parse_hint_vote(text)
     return Vote(kind, backend, raw, decision, hint or None, error)
 
 
@@ -277,7 +292,17 @@ class Scorer:
         self._wake = threading.Event()
         self._in_flight: set[int] = set()
         self._lock = threading.Lock()  # one group at a time (worker thread vs run_until_idle)
-        self.stats = {"judged": 0, "samples": 0, "none_votes": 0, "votes": 0, "teacher_calls": 0, "errors": 0}
+        self.stats = {
+            "judged": 0,
+            "samples": 0,
+            "none_votes": 0,
+            "votes": 0,
+            "teacher_calls": 0,
+            "teacher_failed": 0,
+            "errors": 0,
+            "failed_attempts": 0,
+            "failed": 0,
+        }
 
     # ------------------------------------------------------------------ worker
     def start(self) -> Scorer:
@@ -330,29 +355,60 @@ class Scorer:
 
     # ------------------------------------------------------------------ one group
     def score_once(self) -> int:
-        """Judge one group of ready turns and commit the results; returns the number of turns judged."""
+        """Judge one group of ready turns and commit the results; returns the number of turns handled
+        (judged, or counted as a failed attempt)."""
         with self._lock:
             turns = self.store.ready_turns(self.config.batch_turns, exclude=self._in_flight)
             if not turns:
                 return 0
             self._in_flight.update(t["id"] for t in turns)
             try:
-                judgements = self.judge_turns(turns)
-                for j in judgements:
-                    sample_id = self.store.save_judgement(
-                        j.turn["id"],
-                        j.turn["judge_round"],
-                        j.votes,
-                        float(j.reward),
-                        j.hint,
-                        j.sample,
-                        j.error,
-                    )
-                    self.stats["judged"] += 1
-                    self.stats["samples"] += sample_id is not None
+                for turn, outcome in self._judge_each(turns):
+                    if isinstance(outcome, Exception):
+                        self._record_failure(turn, outcome)
+                        continue
+                    try:
+                        self._commit(outcome)
+                    except Exception as exc:  # noqa: BLE001 - e.g. a sample the store refuses
+                        self._record_failure(turn, exc)
             finally:
                 self._in_flight.difference_update(t["id"] for t in turns)
             return len(turns)
+
+    def _judge_each(self, turns: Sequence[dict]) -> list[tuple[dict, Judgement | Exception]]:
+        """``(turn, judgement or the exception its judging raised)``: a group that raises is judged again
+        turn by turn, so one poison turn does not take its group down with it."""
+        try:
+            return list(zip(turns, self.judge_turns(turns), strict=True))
+        except Exception as exc:  # noqa: BLE001
+            if len(turns) == 1:
+                return [(turns[0], exc)]
+            return [pair for turn in turns for pair in self._judge_each([turn])]
+
+    def _commit(self, j: Judgement) -> None:
+        turn = j.turn
+        sample_id = self.store.save_judgement(
+            turn["id"], turn["judge_round"], j.votes, float(j.reward), j.hint, j.sample, j.error
+        )
+        self.stats["judged"] += 1
+        self.stats["samples"] += sample_id is not None
+
+    def _record_failure(self, turn: dict, exc: Exception) -> None:
+        error = _error_text(exc)
+        self.stats["failed_attempts"] += 1
+        set_aside = self.store.record_judge_failure(
+            turn["id"], turn["judge_round"], error, self.config.max_attempts
+        )
+        if set_aside:
+            self.stats["failed"] += 1
+            log.error(
+                "scorer: turn %s failed %d judging attempts and is set aside: %s",
+                turn["id"],
+                self.config.max_attempts,
+                error,
+            )
+        else:
+            log.warning("scorer: judging turn %s failed (it will be retried): %s", turn["id"], error)
 
     def judge_turns(self, turns: Sequence[dict]) -> list[Judgement]:
         """Votes, verdicts, teacher scores and samples for a group of turns (nothing is written)."""
@@ -386,6 +442,9 @@ class Scorer:
 
     def _sample(self, j: Judgement) -> TrainingSample | None:
         method, turn = self.config.method, j.turn
+        if turn["temperature"] <= 0:
+            j.error = "greedy turn (temperature 0): its log-probs are not those of a sampled policy"
+            return None
         has_hint = j.hint is not None and j.teacher is not None
         if method == "rl":
             keep = j.reward != 0
@@ -475,7 +534,7 @@ class Scorer:
 
         cfg = self.config
         sampling = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_tokens)
-        slots, requests = [], []  # slots[i] = (item index, kind) of requests[i]
+        slots, requests = [], []  # slots[i] = (item index, kind, prompt opens <think>) of requests[i]
         out: list[list[Vote]] = [[] for _ in items]
         for i, item in enumerate(items):
             for kind in cfg.kinds:
@@ -484,21 +543,22 @@ class Scorer:
                 except Exception as exc:  # noqa: BLE001
                     out[i] += [_llm_vote(kind, "engine", None, _error_text(exc))] * cfg.m
                     continue
+                opens_think = self.tokenizer.decode(ids[-8:]).rstrip().endswith("<think>")
                 for _ in range(cfg.m):
-                    slots.append((i, kind))
+                    slots.append((i, kind, opens_think))
                     requests.append(GenerationRequest(prompt_ids=ids, sampling=sampling, weights="base"))
         if requests:
             texts, errors = self._generate(requests)
-            if all(t is None for t in texts) and len({i for i, _ in slots}) > 1:
+            if all(t is None for t in texts) and len({s[0] for s in slots}) > 1:
                 # one bad prompt (e.g. too long for the engine) must not void the other turns' votes
                 texts, errors = [], []
-                for i in dict.fromkeys(i for i, _ in slots):
-                    own = [r for (j, _), r in zip(slots, requests, strict=True) if j == i]
+                for i in dict.fromkeys(s[0] for s in slots):
+                    own = [r for s, r in zip(slots, requests, strict=True) if s[0] == i]
                     t, e = self._generate(own)
                     texts += t
                     errors += e
-            for (i, kind), text, error in zip(slots, texts, errors, strict=True):
-                out[i].append(_llm_vote(kind, "engine", text, error))
+            for (i, kind, opens_think), text, error in zip(slots, texts, errors, strict=True):
+                out[i].append(_llm_vote(kind, "engine", text, error, opens_think))
         return out
 
     def _generate(self, requests: list[GenerationRequest]) -> tuple[list[str | None], list[str | None]]:
@@ -549,9 +609,11 @@ class Scorer:
                 enhanced = judge.append_hint(turn["prompt_messages"], j.hint)
                 ids = render_prompt_ids(self.tokenizer, enhanced, turn["tools"])
             except Exception as exc:  # noqa: BLE001
-                j.error = f"teacher prompt: {_error_text(exc)}"
+                self._teacher_failed(j, f"{TEACHER_ERROR_PREFIX} prompt: {_error_text(exc)}")
                 continue
-            t = turn["temperature"] if turn["temperature"] > 0 else 1.0  # greedy turns: T = 1 (base.py)
+            if turn["temperature"] <= 0:
+                continue  # a greedy turn gives no sample (_sample): nothing to score
+            t = turn["temperature"]
             by_temperature.setdefault(t, []).append((j, ids))
         for temperature, group in by_temperature.items():
             self._score_group(group, temperature, split_on_failure=True)
@@ -577,7 +639,7 @@ class Scorer:
                 "scorer: teacher scoring failed for turn(s) %s: %s", [j.turn["id"] for j, _ in group], exc
             )
             for j, _ in group:
-                j.error = f"teacher: {_error_text(exc)}"
+                self._teacher_failed(j, f"{TEACHER_ERROR_PREFIX}: {_error_text(exc)}")
             return
         for n, (j, ids) in enumerate(group):
             teacher = {"logprobs": list(scores.logprobs[n]), "prompt_len": len(ids)}
@@ -585,6 +647,10 @@ class Scorer:
                 teacher["topk_ids"] = scores.topk_ids[n]
                 teacher["topk_logprobs"] = scores.topk_logprobs[n]
             if len(teacher["logprobs"]) != len(j.turn["completion_ids"]):
-                j.error = "teacher: wrong number of log-probs"
+                self._teacher_failed(j, f"{TEACHER_ERROR_PREFIX}: wrong number of log-probs")
                 continue
             j.teacher = teacher
+
+    def _teacher_failed(self, j: Judgement, error: str) -> None:
+        j.error = error
+        self.stats["teacher_failed"] += 1

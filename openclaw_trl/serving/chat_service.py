@@ -7,6 +7,7 @@ reply leaves. The HTTP layer (``openclaw_trl.serving.server``) and the Gradio UI
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import queue
@@ -165,6 +166,8 @@ class ChatService:
             ctx = self.collector.begin(messages, tools=tools, headers=headers or {}, body=payload)
         except SessionRequestError as exc:
             raise ApiError(400, str(exc), "invalid_session") from None
+        if self._trainable(ctx):
+            sampling = dataclasses.replace(sampling, temperature=self.settings.train_temperature)
         return PreparedChat(
             model=model,
             messages=messages,
@@ -177,6 +180,14 @@ class ChatService:
             stream=body.stream,
             include_usage=bool((body.stream_options or {}).get("include_usage")),
         )
+
+    def _trainable(self, ctx) -> bool:
+        """Whether this turn can become a training sample (a main turn of a trainable, non-private
+        session): it is then sampled at ``settings.train_temperature``, whatever the request asks."""
+        if not ctx.trainable:
+            return False
+        session = self.store.get_session(ctx.session_id)
+        return not (session and session["private"])
 
     def _render(self, messages: list[dict], tools: list[dict] | None) -> list[int]:
         from openclaw_trl.chat import render_prompt_ids
@@ -229,15 +240,16 @@ class ChatService:
     def record(self, prep: PreparedChat, completion: Completion, message: dict) -> int:
         """Commit the turn through the collector (before the reply goes out); returns its id.
 
-        The stored temperature is the one the sampling log-probs are at (1.0 for greedy requests, see
-        ``engines/base.py``), which is what the trainer compares with its own to reuse or recompute them.
+        The stored temperature is the sampling temperature: 0 for a greedy turn (never trained on; its
+        log-probs are at T = 1, see ``engines/base.py``), else the one the sampling log-probs are at, which
+        is what the trainer compares with its own to reuse or recompute them.
         ``message`` is the assistant message exactly as the client received it.
         """
         return self.collector.record_turn(
             prep.ctx,
             prep.prompt_ids,
             completion,
-            prep.sampling.logprob_temperature,
+            prep.sampling.temperature,
             completion_text=self.tokenizer.decode(list(completion.token_ids), skip_special_tokens=False),
             response_message=message,
         )

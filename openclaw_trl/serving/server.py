@@ -83,6 +83,11 @@ class ServerSettings:
             left (agent frameworks routinely ask for 8192).
         default_temperature / default_top_p / default_max_tokens: sampling values of requests that
             omit them (the temperature is recorded with every turn).
+        train_temperature: the sampling temperature of turns that can be trained on (main turns of
+            trainable, non-private sessions), whatever the request asks: the trainer's temperature, so
+            the sampling log-probs, the teacher's and the trainer's are all at one temperature (and a
+            trainable turn is never greedy). The request's temperature applies to the other turns.
+            Replies say which temperature was used (``openclaw.temperature``).
         max_tokens_cap: upper bound on ``max_tokens`` whatever the client asks.
         session_idle_timeout_s: a session idle this long ends without a next state for its last turn.
             The collector's reaper enforces it; the server only carries the value.
@@ -97,6 +102,7 @@ class ServerSettings:
     api_key_env: str | None = None
     max_context_len: int = 4096
     default_temperature: float = 0.7
+    train_temperature: float = 1.0
     default_top_p: float = 1.0
     default_max_tokens: int = 512
     max_tokens_cap: int = 4096
@@ -112,6 +118,10 @@ class ServerSettings:
             raise ValueError("ServerSettings.max_context_len must be >= 2")
         if not 0 < self.default_max_tokens <= self.max_tokens_cap:
             raise ValueError("ServerSettings needs 0 < default_max_tokens <= max_tokens_cap")
+        if not self.train_temperature > 0:
+            raise ValueError(
+                "ServerSettings.train_temperature must be > 0 (trainable turns are never greedy)"
+            )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -130,6 +140,7 @@ def _openclaw_meta(prep: PreparedChat, result: TurnResult) -> dict:
         "turn_type": prep.ctx.turn_type,
         "next_state_of": prep.ctx.next_state_of,
         "policy_version": result.policy_version,
+        "temperature": prep.sampling.temperature,  # what the turn was sampled at (see ServerSettings)
     }
 
 

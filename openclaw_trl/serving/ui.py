@@ -79,6 +79,11 @@ def _status_views(status: dict):
     lines = [f"**Policy version:** v{version}"]
     if waiting is not None:
         lines.append(f"**Samples waiting:** {waiting}" + (f" / {batch} per update" if batch else ""))
+    failed, teacherless = status.get("turns_failed"), status.get("teacher_failed")
+    if failed or teacherless:
+        lines.append(
+            f"**Not learned from:** {failed or 0} turns failed judging, {teacherless or 0} lost their teacher"
+        )
     metrics = status.get("last_metrics") or {}
     if metrics:
         keys = [k for k in PANEL_METRICS if k in metrics] or list(metrics)[:8]

@@ -112,3 +112,38 @@ def test_sleep_and_wake(engine, tiny_tokenizer):
     engine.sleep(level=1)
     after = engine.generate([req])[0]  # wakes up by itself
     assert after.token_ids == before.token_ids
+
+
+def test_trainable_turns_use_the_training_temperature_so_the_teacher_scores_them(engine, tmp_path):
+    """A client asking T = 0.7 on a trainable session is sampled at the recipe's T = 1, which the vLLM
+    teacher scores exactly even with capped log-probs; an anonymous request keeps its own temperature."""
+    import openai
+    from openclaw_trl.judging.scorer import JudgeConfig, Scorer
+
+    from tests._server_helpers import running_stack
+
+    saved = engine.max_logprobs
+    engine.max_logprobs = 20  # as a served engine: scoring at T != 1 is refused
+    try:
+        with running_stack(engine, tmp_path / "s.db", train_temperature=1.0, max_context_len=512) as stack:
+            client = openai.OpenAI(base_url=stack.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+            kw = dict(model="openclaw", max_tokens=4, temperature=0.7, seed=3)
+            h = {"X-Session-Id": "vllm-temperature"}
+            m = [{"role": "user", "content": "tell me a joke"}]
+            first = client.chat.completions.create(messages=m, extra_headers=h, **kw)
+            assert first.model_extra["openclaw"]["temperature"] == 1.0
+            m += [{"role": "assistant", "content": first.choices[0].message.content or ""}]
+            m += [{"role": "user", "content": "hmm, make it about cats and shorter"}]
+            client.chat.completions.create(messages=m, extra_headers=h, **kw)
+            anonymous = client.chat.completions.create(messages=m[:1], **kw)
+            assert anonymous.model_extra["openclaw"]["temperature"] == 0.7
+            config = JudgeConfig(method="opd", backend="callable", callable="_scorer_rules:rule_judge")
+            scorer = Scorer(stack.store, config, engine=engine)
+            assert scorer.run_until_idle() == 1
+            (sample,) = stack.store.take_samples(5)
+            assert sample.temperature == 1.0 and sample.has_hint
+            assert len(sample.teacher_logprobs) == len(sample.completion_ids)
+            assert scorer.stats["teacher_failed"] == 0
+            scorer.close()
+    finally:
+        engine.max_logprobs = saved
