@@ -390,11 +390,10 @@ def _poisoned_conversation(store: Store, tokenizer) -> dict[str, int]:
 
 
 def test_poison_turn_is_set_aside_after_max_attempts_while_later_turns_are_judged(tmp_path, tiny_tokenizer):
-    from openclaw_trl.ui import _status_views
-
     from openclaw_trl.config import OpenClawConfig
     from openclaw_trl.export import collect_rows
     from openclaw_trl.runtime import Runtime
+    from openclaw_trl.serving.ui import _status_views
 
     path = tmp_path / "s.db"
     with Store(path) as store:

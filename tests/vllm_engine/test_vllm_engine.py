@@ -118,8 +118,8 @@ def test_trainable_turns_use_the_training_temperature_so_the_teacher_scores_them
     """A client asking T = 0.7 on a trainable session is sampled at the recipe's T = 1, which the vLLM
     teacher scores exactly even with capped log-probs; an anonymous request keeps its own temperature."""
     import openai
-    from openclaw_trl.judging.scorer import JudgeConfig, Scorer
 
+    from openclaw_trl.judging.scorer import JudgeConfig, Scorer
     from tests._server_helpers import running_stack
 
     saved = engine.max_logprobs
