@@ -139,6 +139,8 @@ CREATE TABLE IF NOT EXISTS samples (
     topk_ids BLOB,                     -- int32, row-major
     topk_logprobs BLOB,                -- float32, row-major
     meta TEXT NOT NULL,
+    finish_reason TEXT,                -- stop / length (the turn's)
+    teacher_prompt_ids TEXT,           -- JSON list of ints: the hint-augmented prompt the teacher scored
     consumed_step INTEGER,
     consumed_at REAL
 );
@@ -146,6 +148,9 @@ CREATE UNIQUE INDEX IF NOT EXISTS samples_one_per_turn ON samples(turn_id) WHERE
 CREATE INDEX IF NOT EXISTS samples_queue ON samples(consumed_step, id);
 """
 
+
+# Sample columns added after schema version 1 shipped: nullable, so an existing store gains them in place.
+_ADDED_SAMPLE_COLUMNS = {"finish_reason": "TEXT", "teacher_prompt_ids": "TEXT"}
 
 _TURN_JSON = (
     "prompt_messages",
@@ -278,7 +283,17 @@ class Store:
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     tx.execute(statement)
+            self._add_sample_columns(tx)
             tx.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @staticmethod
+    def _add_sample_columns(tx: sqlite3.Connection) -> None:
+        have = {row[1] for row in tx.execute("PRAGMA table_info(samples)")}
+        for name, kind in _ADDED_SAMPLE_COLUMNS.items():
+            if name not in have:
+                tx.execute(f"ALTER TABLE samples ADD COLUMN {name} {kind}")
+        if "finish_reason" not in have:  # scorer samples kept it in their meta
+            tx.execute("UPDATE samples SET finish_reason = json_extract(meta, '$.finish_reason')")
 
     def close(self) -> None:
         """Close every connection this store opened (from any thread)."""
@@ -627,7 +642,8 @@ class Store:
         cur = tx.execute(
             "INSERT INTO samples (turn_id, origin, created, prompt_ids, completion_ids, sampling_logprobs,"
             " temperature, policy_version, reward, has_hint, hint, teacher_logprobs, topk_shape, topk_ids,"
-            " topk_logprobs, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " topk_logprobs, meta, finish_reason, teacher_prompt_ids)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 int(s.turn_id),
                 origin,
@@ -645,6 +661,8 @@ class Store:
                 ids_blob,
                 lp_blob,
                 _dumps(s.meta or {}),
+                s.finish_reason,
+                _dumps(None if s.teacher_prompt_ids is None else [int(t) for t in s.teacher_prompt_ids]),
             ),
         )
         return int(cur.lastrowid)
@@ -673,6 +691,8 @@ class Store:
             teacher_logprobs=_loads(r["teacher_logprobs"]),
             topk_ids=topk_ids,
             topk_logprobs=topk_lp,
+            teacher_prompt_ids=_loads(r["teacher_prompt_ids"]),
+            finish_reason=r["finish_reason"],
             sample_id=r["id"],
             meta=_loads(r["meta"]) or {},
         )
