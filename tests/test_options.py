@@ -197,6 +197,29 @@ def test_student_topk_distillation_gradient(tiny_model_dir, tmp_path, monkeypatc
         torch.testing.assert_close(got[n], want[n], atol=1e-5, rtol=1e-4)
 
 
+def test_student_source_with_base_teacher_needs_an_adapter(tiny_model_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    from openclaw_trl.trainer import OpenClawTrainer
+
+    config = OpenClawConfig(
+        output_dir=str(tmp_path / "run"),
+        report_to="none",
+        method="opd",
+        w_kd=0.1,
+        kd_topk_source="student",
+        batch_size=2,
+        store_path=str(tmp_path / "store.sqlite"),
+    )
+    with pytest.raises(ValueError, match="use_peft: true, or use teacher: policy"):
+        OpenClawTrainer(
+            model=AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32),
+            args=config,
+            store=Store(tmp_path / "store.sqlite"),
+            processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
+        )
+
+
 def test_student_source_asks_the_engine_for_no_topk():
     common = dict(output_dir="/tmp/unused", report_to="none", method="opd", w_kd=0.1)
     assert OpenClawConfig(**common).judge_settings()["kd_topk"] == 20
