@@ -7,7 +7,10 @@ What it overrides, and nothing else:
   prompt/completion tensors from the stored token ids;
 * how advantages are built: ``losses.combined_advantages`` gives the per-token
   ``A = w_rl * r + w_opd * opd_mask * (lp_T - lp_old)``; TRL's ``_compute_loss`` then applies the PPO
-  clip (``epsilon`` / ``epsilon_high``) and aggregates as ``loss_type`` says;
+  clip (``epsilon`` / ``epsilon_high``) and aggregates as ``loss_type`` says, adds its KL term when
+  ``beta > 0`` (the reference log-probs come from the policy with its adapter disabled, as TRL does with
+  PEFT) and sees a zero mask on truncated completions when ``mask_truncated_completions`` is on (from the
+  stored ``finish_reason``);
 * what happens after an optimizer step: the adapter is published to the serving engine (policy
   version + 1) and, once a batch's last step is done, its samples are marked consumed with the step.
 
