@@ -41,8 +41,15 @@ class OpenClawConfig(GRPOConfig):
     teacher (`str`, defaults to `"base"`):
         Weights that score the hint-conditioned prompt: `"base"` (adapter disabled, as in the reference)
         or `"policy"` (the current adapter, the SDPO "live" teacher).
-    epsilon (`float`, defaults to `0.2`), epsilon_high (`float`, defaults to `0.28`):
-        PPO clip range `[1 - epsilon, 1 + epsilon_high]` (DAPO's clip-higher).
+    epsilon (`float`, defaults to `0.2`), epsilon_high (`float`, defaults to `0.28`, `epsilon` for `opd`):
+        PPO clip range `[1 - epsilon, 1 + epsilon_high]`: DAPO's clip-higher 0.2/0.28 for `rl` and `combine`,
+        the symmetric 0.2/0.2 of the reference for `opd`. A recipe that sets `epsilon_high` keeps its value.
+    beta (`float`, defaults to `0.0`):
+        Weight of TRL's per-token KL penalty to the base model (the policy with the adapter disabled, as TRL
+        does with PEFT), logged as `kl`. It costs one no-grad forward per batch.
+    mask_truncated_completions (`bool`, defaults to `False`):
+        Leave turns cut at the token limit (stored `finish_reason` `"length"`) out of the loss (TRL's
+        semantics: their completion mask is zeroed). Samples without a stored finish reason count as finished.
     loss_type (`str`, defaults to `"grpo"`):
         TRL's aggregation; `"grpo"` = token mean per sample, then mean over samples (the reference's).
     vllm_importance_sampling_correction (`bool`, defaults to `True`):
@@ -60,7 +67,12 @@ class OpenClawConfig(GRPOConfig):
     kd_topk (`int`, defaults to `20`):
         K, the number of teacher (or student) top tokens per position.
     kd_topk_source (`str`, defaults to `"teacher"`):
-        Whose top-K ids form the support: `"teacher"` (the reference) or `"student"` (SDFT/SDPO).
+        Whose top-K ids form the support: `"teacher"` (the reference: the engine returns the teacher's top-K
+        with its log-probs when the turn is scored) or `"student"` (SDFT/SDPO: the current policy's top-K ids
+        at each position, taken from the loss forward; the teacher's log-probs on those ids come from a
+        no-grad forward of the trainer's model on the hint-augmented prompt and the original completion, with
+        the adapter disabled for `teacher: base` and enabled for `teacher: policy`). Both sides are
+        `log_softmax(logits / temperature)` at the training temperature.
     kd_cap (`float`, defaults to `10.0`):
         Per-token cap of the KD term: it bypasses the PPO clip, so it is bounded.
 
@@ -113,6 +125,19 @@ class OpenClawConfig(GRPOConfig):
         Train on requests that carry no session id.
     store_path (`str`):
         SQLite store of sessions, turns and samples; defaults to `<output_dir>/openclaw.sqlite`.
+
+    > TRL fields that do not apply
+
+    A live turn is sampled by the serving engine, has one completion and one judged reward, so the TRL fields
+    of generation, reward aggregation, completion logging and the dataset (`use_vllm`, `vllm_mode`,
+    `generation_kwargs`, `top_p`, `top_k`, `min_p`, `repetition_penalty`, `reward_weights`, `scale_rewards`,
+    `shuffle_dataset`, `sync_ref_model`, `log_completions`, ...) are refused when set to anything but the
+    value that matches this behaviour, with an error that says what to use instead. The batch geometry
+    (`generation_batch_size`, `steps_per_generation`, `gradient_accumulation_steps`) is derived from
+    `batch_size` and refused when set. So that the defaults say what runs, `scale_rewards` defaults to
+    `"none"` and `shuffle_dataset` to `False` here. TRL's loss fields (`delta`, `importance_sampling_level`,
+    `top_entropy_quantile`, `off_policy_mask_threshold`, ...) apply as in TRL; the off-policy mask compares
+    with the engine's stored sampling log-probs.
 
     One temperature: turns that can be trained on (main turns of trainable, non-private sessions) are
     sampled at `temperature` (a `GRPOConfig` field) whatever the request asks, so the sampling log-probs,
@@ -175,7 +200,11 @@ class OpenClawConfig(GRPOConfig):
     store_path: str | None = field(default=None, metadata={"help": "SQLite store path."})
 
     # TRL defaults we change (documented above).
-    epsilon_high: float | None = field(default=0.28, metadata={"help": "Upper clip range (clip-higher)."})
+    epsilon_high: float | None = field(
+        default=None, metadata={"help": "Upper clip range: 0.28 (clip-higher), epsilon for method opd."}
+    )
+    scale_rewards: str = field(default="none", metadata={"help": "Judged rewards are used as they are."})
+    shuffle_dataset: bool | None = field(default=False, metadata={"help": "Samples train oldest first."})
     loss_type: str = field(default="grpo", metadata={"help": "TRL loss aggregation."})
     vllm_importance_sampling_mode: str = field(
         default="token_truncate", metadata={"help": "Per-token truncated IS (chat turns vary in length)."}
@@ -196,6 +225,8 @@ class OpenClawConfig(GRPOConfig):
 
     def __post_init__(self):
         self._validate_openclaw_fields()
+        if self.epsilon_high is None:
+            self.epsilon_high = self.epsilon if self.method == "opd" else 0.28
         if self.method == "rl":
             self.w_opd = 0.0
         elif self.method == "opd":
@@ -211,6 +242,11 @@ class OpenClawConfig(GRPOConfig):
         self._derive_batch_geometry()
         if self.vllm_importance_sampling_correction and self.vllm_importance_sampling_clip_max is None:
             raise ValueError("vllm_importance_sampling_clip_max must be set when the correction is on.")
+        low, high = self.vllm_importance_sampling_clip_min, self.vllm_importance_sampling_clip_max
+        if low is not None and high is not None and low >= high:
+            raise ValueError(
+                f"vllm_importance_sampling_clip_min ({low}) must be less than vllm_importance_sampling_clip_max ({high})."
+            )
         if self.store_path is None:
             self.store_path = f"{self.output_dir}/openclaw.sqlite"
 
@@ -252,6 +288,101 @@ class OpenClawConfig(GRPOConfig):
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        self._refuse_inapplicable_trl_fields()
+
+    def _refuse_inapplicable_trl_fields(self) -> None:
+        """TRL fields whose code paths this trainer replaces: accepted only at the value that matches what runs."""
+        generated = "the serving engine samples every turn (TRL does not generate here)"
+        server = "engine: vllm runs vLLM inside this process; there is no separate vLLM server"
+        per_request = (
+            "sampling values other than temperature come from each chat request (its top_p, top_k, ...)"
+        )
+        derived = (
+            "the batch geometry is derived from batch_size and per_device_train_batch_size: set batch_size"
+        )
+        logged = "every turn and sample is kept in the store: read them with openclaw-trl export"
+        # (field, accepted values, why it does not apply and what to use instead)
+        table = [
+            ("use_vllm", (False,), f"{generated}: use engine: vllm"),
+            ("vllm_mode", ("colocate",), server),
+            ("vllm_server_base_url", (None,), server),
+            ("vllm_server_host", ("0.0.0.0",), server),
+            ("vllm_server_port", (8000,), server),
+            ("vllm_group_port", (51216,), server),
+            ("vllm_server_timeout", (240.0,), server),
+            ("vllm_tensor_parallel_size", (1,), "engine: vllm runs on one device"),
+            ("vllm_model_impl", ("vllm",), "engine: vllm uses vLLM's own model implementation"),
+            ("vllm_structured_outputs_regex", (None,), f"{generated} as each chat request asks"),
+            ("use_transformers_continuous_batching", (False,), f"{generated}: use engine: hf"),
+            ("use_transformers_paged", (False,), f"{generated}: use engine: hf"),
+            ("transformers_continuous_batching_config", (None,), f"{generated}: use engine_max_batch_size"),
+            ("cache_implementation", (None,), generated),
+            ("ds3_gather_for_generation", (True,), generated),
+            ("generation_kwargs", (None,), f"{generated}; {per_request}"),
+            ("top_p", (1.0,), per_request),
+            ("top_k", (0, None), per_request),
+            ("min_p", (None,), per_request),
+            ("repetition_penalty", (1.0,), per_request),
+            (
+                "chat_template_kwargs",
+                (None,),
+                "the server renders each request's messages with the chat template",
+            ),
+            (
+                "max_tool_calling_iterations",
+                (None,),
+                "tools run in the client: each tool result is the next turn",
+            ),
+            ("pad_to_multiple_of", ("auto", None), "batches are padded to their longest sample"),
+            ("generation_batch_size", (None, self.batch_size), derived),
+            ("steps_per_generation", (None,), derived),
+            ("gradient_accumulation_steps", (1,), derived),
+            ("auto_find_batch_size", (False,), derived),
+            ("num_generations_eval", (None,), "there is no evaluation dataset: use openclaw-trl eval"),
+            ("eval_strategy", ("no",), "there is no evaluation dataset: use openclaw-trl eval"),
+            ("per_device_eval_batch_size", (8,), "there is no evaluation dataset: use openclaw-trl eval"),
+            (
+                "reward_weights",
+                (None,),
+                "the judges give one reward per turn: weigh the terms with w_rl and w_opd",
+            ),
+            (
+                "multi_objective_aggregation",
+                ("sum_then_normalize",),
+                "one judged reward per turn: nothing to aggregate",
+            ),
+            (
+                "scale_rewards",
+                ("none", False),
+                "a turn has one completion, so there is no group to normalise over: rewards are used as judged",
+            ),
+            (
+                "shuffle_dataset",
+                (False, None),
+                "samples are trained oldest first from the store (no dataset)",
+            ),
+            (
+                "sync_ref_model",
+                (False,),
+                "the KL reference (beta) is the base model, the policy with its adapter disabled: TRL cannot sync it",
+            ),
+            ("ref_model_mixup_alpha", (0.6,), "it only applies with sync_ref_model"),
+            ("ref_model_sync_steps", (512,), "it only applies with sync_ref_model"),
+            ("log_completions", (False,), logged),
+            ("log_completions_hub_repo", (None,), logged),
+            ("num_completions_to_print", (None,), logged),
+            ("log_unique_prompts", (False,), logged),
+            ("log_multimodal", (True,), "turns are text only"),
+            (
+                "vllm_importance_sampling_cap",
+                (None,),
+                "deprecated in TRL: use vllm_importance_sampling_clip_max",
+            ),
+        ]
+        for name, accepted, why in table:
+            value = getattr(self, name)
+            if value not in accepted:
+                raise ValueError(f"{name}={value!r} is not supported: {why}.")
 
     def _derive_batch_geometry(self) -> None:
         """One update = ``batch_size`` samples = ``steps_per_generation`` micro-batches, one optimizer step.
@@ -285,7 +416,8 @@ class OpenClawConfig(GRPOConfig):
             "openai_api_key_env": self.judge_openai_api_key_env,
             "callable": self.judge_callable,
             "teacher": self.teacher,
-            "kd_topk": self.kd_topk if self.w_kd > 0 else 0,
+            # The engine returns the teacher's top-K only when it is the support (student: the trainer picks it).
+            "kd_topk": self.kd_topk if self.w_kd > 0 and self.kd_topk_source == "teacher" else 0,
             "max_concurrency": self.judge_max_concurrency,
             "timeout_s": self.judge_timeout_s,
             "max_attempts": self.judge_max_attempts,

@@ -28,6 +28,8 @@ class TrainingSample:
     teacher_logprobs: list[float] | None = None  # lp_T, one per completion token
     topk_ids: list[list[int]] | None = None  # [T][K] teacher top-K ids (top-K distillation)
     topk_logprobs: list[list[float]] | None = None  # [T][K] teacher log-probs on those ids
+    teacher_prompt_ids: list[int] | None = None  # the hint-augmented prompt the teacher scored
+    finish_reason: str | None = None  # "stop" or "length" (cut at the token limit); None when unknown
     sample_id: int | None = None  # assigned by the store
     meta: dict = field(default_factory=dict)
 

@@ -145,6 +145,8 @@ CREATE TABLE IF NOT EXISTS samples (
     topk_ids BLOB,                     -- int32, row-major
     topk_logprobs BLOB,                -- float32, row-major
     meta TEXT NOT NULL,
+    finish_reason TEXT,                -- stop / length (the turn's)
+    teacher_prompt_ids TEXT,           -- JSON list of ints: the hint-augmented prompt the teacher scored
     consumed_step INTEGER,
     consumed_at REAL
 );
@@ -153,6 +155,7 @@ CREATE INDEX IF NOT EXISTS samples_queue ON samples(consumed_step, id);
 """
 
 
+# Sample columns added after schema version 1 shipped: nullable, so an existing store gains them in place.
 _TURN_JSON = (
     "prompt_messages",
     "tools",
@@ -164,7 +167,11 @@ _TURN_JSON = (
 )
 
 # Columns added after a store file may have been created: (table, column, declaration).
-_ADDED_COLUMNS = (("turns", "judge_attempts", "INTEGER NOT NULL DEFAULT 0"),)
+_ADDED_COLUMNS = (
+    ("turns", "judge_attempts", "INTEGER NOT NULL DEFAULT 0"),
+    ("samples", "finish_reason", "TEXT"),
+    ("samples", "teacher_prompt_ids", "TEXT"),
+)
 
 
 class StoreError(RuntimeError):
@@ -283,6 +290,11 @@ class Store:
             for table, column, declaration in _ADDED_COLUMNS:
                 if column not in {r["name"] for r in tx.execute(f"PRAGMA table_info({table})")}:
                     tx.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+                    if (table, column) == (
+                        "samples",
+                        "finish_reason",
+                    ):  # scorer samples kept it in their meta
+                        tx.execute("UPDATE samples SET finish_reason = json_extract(meta, '$.finish_reason')")
             tx.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def close(self) -> None:
@@ -661,7 +673,8 @@ class Store:
         cur = tx.execute(
             "INSERT INTO samples (turn_id, origin, created, prompt_ids, completion_ids, sampling_logprobs,"
             " temperature, policy_version, reward, has_hint, hint, teacher_logprobs, topk_shape, topk_ids,"
-            " topk_logprobs, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " topk_logprobs, meta, finish_reason, teacher_prompt_ids)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 int(s.turn_id),
                 origin,
@@ -679,6 +692,8 @@ class Store:
                 ids_blob,
                 lp_blob,
                 _dumps(s.meta or {}),
+                s.finish_reason,
+                _dumps(None if s.teacher_prompt_ids is None else [int(t) for t in s.teacher_prompt_ids]),
             ),
         )
         return int(cur.lastrowid)
@@ -707,6 +722,8 @@ class Store:
             teacher_logprobs=_loads(r["teacher_logprobs"]),
             topk_ids=topk_ids,
             topk_logprobs=topk_lp,
+            teacher_prompt_ids=_loads(r["teacher_prompt_ids"]),
+            finish_reason=r["finish_reason"],
             sample_id=r["id"],
             meta=_loads(r["meta"]) or {},
         )

@@ -7,7 +7,10 @@ What it overrides, and nothing else:
   prompt/completion tensors from the stored token ids;
 * how advantages are built: ``losses.combined_advantages`` gives the per-token
   ``A = w_rl * r + w_opd * opd_mask * (lp_T - lp_old)``; TRL's ``_compute_loss`` then applies the PPO
-  clip (``epsilon`` / ``epsilon_high``) and aggregates as ``loss_type`` says;
+  clip (``epsilon`` / ``epsilon_high``) and aggregates as ``loss_type`` says, adds its KL term when
+  ``beta > 0`` (the reference log-probs come from the policy with its adapter disabled, as TRL does with
+  PEFT) and sees a zero mask on truncated completions when ``mask_truncated_completions`` is on (from the
+  stored ``finish_reason``);
 * what happens after an optimizer step: the adapter is published to the serving engine (policy
   version + 1) and, once a batch's last step is done, its samples are marked consumed with the step.
 
@@ -27,13 +30,15 @@ from __future__ import annotations
 import json
 import logging
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from functools import partial
 from pathlib import Path
 
 import torch
 from datasets import Dataset
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import use_adapter
 
 from openclaw_trl.fsutil import RUN_INFO_FILE
 from openclaw_trl.losses import combined_advantages, masked_mean, topk_distillation_loss
@@ -83,6 +88,7 @@ class OpenClawTrainer(GRPOTrainer):
         self.samples_used = 0
         self.turns_used: set[int] = set()
         self.add_callback(_PublishAndConsume(self))
+        self._check_kd_teacher()
 
     # ------------------------------------------------------------------ batches
     def _take_batch(self) -> list[TrainingSample]:
@@ -118,6 +124,8 @@ class OpenClawTrainer(GRPOTrainer):
 
         batch = collate_samples(samples, pad_token_id=self.processing_class.pad_token_id, device=device)
         mask = batch["completion_mask"]
+        if self.mask_truncated_completions:  # as TRL: out of the attention and the loss
+            mask = mask * (~batch["truncated"]).unsqueeze(1).to(mask.dtype)
         advantages = combined_advantages(
             batch["rewards"],
             batch["teacher_logprobs"],
@@ -145,20 +153,17 @@ class OpenClawTrainer(GRPOTrainer):
             self.num_iterations == 1
             and self.args.steps_per_generation == self.args.gradient_accumulation_steps
         )
+        if self.off_policy_mask_threshold is not None:  # TRL's off-policy mask compares with the sampler
+            out["sampling_per_token_logps"] = batch["sampling_logprobs"]
+        if self.beta != 0.0:
+            out["ref_per_token_logps"] = self._reference_logps(batch, mask)
         if correct and one_pass:
             # One optimizer step on this batch: the weights at its start are those of its loss forwards, so the
             # log-probs of that forward are the old log-probs. The IS weight is applied there
             # (_get_per_token_logps_and_entropies) instead of paying a no-grad forward for the same numbers.
             out["is_sampling_logprobs"] = batch["sampling_logprobs"]
         elif self.num_iterations > 1 or correct:
-            with torch.no_grad():
-                old, _, _ = self._get_per_token_logps_and_entropies(
-                    self.model,
-                    torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1),
-                    torch.cat([batch["prompt_mask"], mask], dim=1),
-                    batch["completion_ids"].size(1),
-                    batch_size=self.args.per_device_train_batch_size,
-                )
+            old = self._no_grad_logps(self.model, batch, mask)
             out["old_per_token_logps"] = old
             if self.args.vllm_importance_sampling_correction:
                 weight = truncated_is_weight(
@@ -177,14 +182,49 @@ class OpenClawTrainer(GRPOTrainer):
                 self._log("sampling/sampling_logp_difference/mean", masked_mean(diff, mask))
         out["advantages"] = advantages
         if self.args.w_kd > 0:
-            out["kd_topk_ids"] = batch["topk_ids"]
-            out["kd_topk_logprobs"] = batch["topk_logprobs"]
-            out["kd_mask"] = mask * batch["opd_mask"][:, None].to(mask.dtype) * batch["has_topk"][:, None]
+            out.update(self._kd_inputs(batch, mask))
 
         self._log_batch_metrics(
             samples, batch, advantages, mask, log_advantages="is_sampling_logprobs" not in out
         )
         return out
+
+    def _no_grad_logps(self, model, batch, mask) -> torch.Tensor:
+        """Per-token log-probs of the batch's completions under ``model`` (no gradient)."""
+        with torch.no_grad():
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                model,
+                torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1),
+                torch.cat([batch["prompt_mask"], mask], dim=1),
+                batch["completion_ids"].size(1),
+                batch_size=self.args.per_device_train_batch_size,
+            )
+        return logps
+
+    def _reference_logps(self, batch, mask) -> torch.Tensor:
+        """Log-probs under TRL's KL reference (``beta``): the separate reference model TRL built for a model
+        without PEFT, else the policy with its adapter disabled (TRL's frozen ``ref`` copy of a pretrained one)."""
+        if self.ref_model is not None:
+            return self._no_grad_logps(self.ref_model, batch, mask)
+        model = self.accelerator.unwrap_model(self.model)
+        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+            return self._no_grad_logps(self.model, batch, mask)
+
+    def _kd_inputs(self, batch, mask) -> dict[str, torch.Tensor]:
+        """What the top-K distillation term needs: the teacher's top-K (``kd_topk_source: teacher``) or the
+        hint-augmented prompts the teacher is run on (``student``), and the positions it applies to."""
+        opd = batch["opd_mask"][:, None].to(mask.dtype)
+        if self.args.kd_topk_source == "student":
+            return {
+                "kd_teacher_prompt_ids": batch["teacher_prompt_ids"],
+                "kd_teacher_prompt_mask": batch["teacher_prompt_mask"],
+                "kd_mask": mask * opd * batch["has_teacher_prompt"][:, None],
+            }
+        return {
+            "kd_topk_ids": batch["topk_ids"],
+            "kd_topk_logprobs": batch["topk_logprobs"],
+            "kd_mask": mask * opd * batch["has_topk"][:, None],
+        }
 
     def _log(self, name: str, value) -> None:
         self._metrics["train"][name].append(float(value))
@@ -205,8 +245,9 @@ class OpenClawTrainer(GRPOTrainer):
             self._log("opd/mean_abs_advantage", masked_mean(opd_rows.abs(), mask[opd]))
         if log_advantages:  # else logged per micro-batch once the IS weight is known (_weight_advantages)
             self._log("advantages/mean", masked_mean(advantages, mask))
-        lengths = mask.sum(1).float()
+        lengths = batch["completion_mask"].sum(1).float()
         self._log("completions/mean_length", lengths.mean())
+        self._log("completions/clipped_ratio", batch["truncated"].float().mean())
         self._log(
             "samples/staleness",
             sum(self.state.global_step - s.policy_version for s in samples) / len(samples),
@@ -275,39 +316,85 @@ class OpenClawTrainer(GRPOTrainer):
         return None if body is base else (body, base.get_output_embeddings())
 
     def _topk_distillation(self, model, inputs, parts=None, hidden=()) -> torch.Tensor:
-        """Reverse KL over the teacher's top-K ids (+ tail), averaged per sample then over the batch.
+        """Reverse KL over the top-K ids (+ tail), averaged per sample then over the batch.
 
         Student log-probs need the full-vocabulary log-softmax, but only at the distilled positions: the LM
         head runs on the hidden states of those positions alone, taken from the PPO loss forward when it was
-        captured (one forward and one backward for both terms), else from one extra pass of the body.
+        captured (one forward and one backward for both terms), else from one extra pass of the body. With
+        ``kd_topk_source: student`` the support is the student's own top-K at each position (ids taken from
+        that same log-softmax, so gradient-free) and the teacher's log-probs on it come from
+        ``_teacher_logprobs_on``.
         """
         prompt_len = inputs["prompt_ids"].size(1)
         kd_mask = inputs["kd_mask"]
         input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
         attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        rows, cols = kd_mask.bool().nonzero(as_tuple=True)  # the N distilled positions
+        from_student = self.args.kd_topk_source == "student"
+        ids = None if from_student else inputs["kd_topk_ids"][rows, cols]
         if parts is None:
             logits = model(input_ids=input_ids, attention_mask=attention).logits
             # positions predicting completion tokens
-            logits = logits[:, prompt_len - 1 : -1] / self.temperature
-            student = torch.log_softmax(logits.float(), dim=-1).gather(-1, inputs["kd_topk_ids"])
-            per_token = topk_distillation_loss(
-                student, inputs["kd_topk_logprobs"], kd_mask, cap=self.args.kd_cap
+            logits = logits[:, prompt_len - 1 : -1][rows, cols] / self.temperature
+            logprobs = torch.log_softmax(logits.float(), dim=-1)
+            student, ids = (
+                logprobs.topk(self.args.kd_topk, dim=-1) if from_student else (logprobs.gather(-1, ids), ids)
             )
-            per_row = (per_token * kd_mask.float()).sum(-1)
         else:
             body, head = parts
             if len(hidden) == 1 and hidden[0].shape[:2] == input_ids.shape and hidden[0].requires_grad:
                 states = hidden[0]
             else:  # the loss forward was not seen (another loss path): run the body once more
                 states = body(input_ids=input_ids, attention_mask=attention).last_hidden_state
-            rows, cols = kd_mask.bool().nonzero(as_tuple=True)
-            picked = states[:, prompt_len - 1 : -1][rows, cols]  # [N, H], N = distilled positions
-            student = _topk_logprobs(head, picked, inputs["kd_topk_ids"][rows, cols], self.temperature)
+            picked = states[:, prompt_len - 1 : -1][rows, cols]  # [N, H]
+            if from_student:
+                student, ids = _student_topk(head, picked, self.args.kd_topk, self.temperature)
+            else:
+                student = _topk_logprobs(head, picked, ids, self.temperature)
+        if from_student:
+            teacher = self._teacher_logprobs_on(model, inputs, parts, rows, cols, ids)
+        else:
             teacher = inputs["kd_topk_logprobs"][rows, cols]
-            ones = torch.ones_like(rows)[None]
-            per_token = topk_distillation_loss(student[None], teacher[None], ones, cap=self.args.kd_cap)[0]
-            per_row = per_token.new_zeros(kd_mask.size(0)).index_add(0, rows, per_token)
+        ones = torch.ones_like(rows)[None]
+        per_token = topk_distillation_loss(student[None], teacher[None], ones, cap=self.args.kd_cap)[0]
+        per_row = per_token.new_zeros(kd_mask.size(0)).index_add(0, rows, per_token)
         return (per_row / kd_mask.float().sum(-1).clamp(min=1.0)).mean()
+
+    def _teacher_logprobs_on(self, model, inputs, parts, rows, cols, ids) -> torch.Tensor:
+        """``log_softmax(teacher logits / T)`` on ``ids`` ``[N, K]`` at the distilled positions (no gradient).
+
+        The teacher is the trainer's model on the hint-augmented prompt followed by the original completion
+        ids, with the adapter disabled for ``teacher: base`` and the current one for ``teacher: policy``;
+        only the rows that have distilled positions are run.
+        """
+        used, local = torch.unique(rows, return_inverse=True)
+        prompt_len = inputs["kd_teacher_prompt_ids"].size(1)
+        input_ids = torch.cat([inputs["kd_teacher_prompt_ids"], inputs["completion_ids"]], dim=1)[used]
+        attention = torch.cat([inputs["kd_teacher_prompt_mask"], inputs["completion_mask"]], dim=1)[used]
+        with torch.no_grad(), self._teacher_weights(model):
+            if parts is None:
+                logits = model(input_ids=input_ids, attention_mask=attention).logits
+                logits = logits[:, prompt_len - 1 : -1][local, cols] / self.temperature
+                return torch.log_softmax(logits.float(), dim=-1).gather(-1, ids)
+            body, head = parts
+            states = body(input_ids=input_ids, attention_mask=attention).last_hidden_state
+            return _topk_logprobs(head, states[:, prompt_len - 1 : -1][local, cols], ids, self.temperature)
+
+    def _teacher_weights(self, model):
+        """The teacher's weights for the trainer-side forward: the base model (adapter disabled) or the policy."""
+        if self.args.teacher == "policy":
+            return nullcontext()
+        return use_adapter(self.accelerator.unwrap_model(model), adapter_name=None)
+
+    def _check_kd_teacher(self) -> None:
+        uses_base = (
+            self.args.w_kd > 0 and self.args.kd_topk_source == "student" and self.args.teacher == "base"
+        )
+        if uses_base and not hasattr(self.accelerator.unwrap_model(self.model), "disable_adapter"):
+            raise ValueError(
+                "kd_topk_source: student with teacher: base runs the base model by disabling the LoRA adapter, "
+                "and this model has none: set use_peft: true, or use teacher: policy"
+            )
 
     # -------------------------------------------------------- publish / resume
     def publish(self) -> None:
@@ -416,15 +503,34 @@ def _topk_logprobs(head, hidden: torch.Tensor, ids: torch.Tensor, temperature: f
     def block(h, i):
         return torch.log_softmax((head(h) / temperature).float(), dim=-1).gather(-1, i)
 
+    return _head_in_chunks(block, head, hidden, ids)
+
+
+def _student_topk(head, hidden: torch.Tensor, k: int, temperature: float):
+    """The top-``k`` of ``log_softmax(head(hidden) / T)``: ``(log-probs [N, k], ids [N, k])``."""
+
+    def block(h):
+        values, ids = torch.log_softmax((head(h) / temperature).float(), dim=-1).topk(k, dim=-1)
+        return values, ids
+
+    return _head_in_chunks(block, head, hidden)
+
+
+def _head_in_chunks(block, head, hidden: torch.Tensor, *row_args):
+    """``block(hidden, *row_args)``, in chunks of positions recomputed in the backward pass when the
+    vocabulary-wide logits of all positions would exceed ``KD_LOGITS_ELEMS``."""
     chunk = max(1, KD_LOGITS_ELEMS // head.weight.shape[0])
     if hidden.shape[0] <= chunk:
-        return block(hidden, ids)
+        return block(hidden, *row_args)
     from torch.utils.checkpoint import checkpoint
 
+    run = partial(checkpoint, block, use_reentrant=False) if torch.is_grad_enabled() else block
     parts = [
-        checkpoint(block, hidden[s : s + chunk], ids[s : s + chunk], use_reentrant=False)
+        run(hidden[s : s + chunk], *(a[s : s + chunk] for a in row_args))
         for s in range(0, hidden.shape[0], chunk)
     ]
+    if isinstance(parts[0], tuple):
+        return tuple(torch.cat(column) for column in zip(*parts))
     return torch.cat(parts)
 
 
@@ -499,9 +605,13 @@ def collate_samples(
     """Pad stored token ids into TRL's layout: prompts left-padded, completions right-padded.
 
     Rows without teacher log-probs get zeros there (their ``opd_mask`` is False, so the OPD term is 0).
+    ``teacher_prompt_ids`` holds the hint-augmented prompts (left-padded; the row's own prompt where none is
+    stored, ``has_teacher_prompt`` 0) and ``truncated`` marks completions cut at the token limit.
     """
     n = len(samples)
     p_len = max(len(s.prompt_ids) for s in samples)
+    teacher_prompts = [s.teacher_prompt_ids or s.prompt_ids for s in samples]
+    t_len = max(len(ids) for ids in teacher_prompts)
     c_len = max(len(s.completion_ids) for s in samples)
     k = max((len(s.topk_ids[0]) for s in samples if s.topk_ids), default=1)
     prompt_ids = torch.full((n, p_len), pad_token_id, dtype=torch.long)
@@ -513,6 +623,8 @@ def collate_samples(
     topk_ids = torch.zeros((n, c_len, k), dtype=torch.long)
     topk_logprobs = torch.zeros((n, c_len, k))
     has_topk = torch.zeros(n, dtype=torch.long)
+    teacher_prompt_ids = torch.full((n, t_len), pad_token_id, dtype=torch.long)
+    teacher_prompt_mask = torch.zeros((n, t_len), dtype=torch.long)
     for i, s in enumerate(samples):
         p, c = len(s.prompt_ids), len(s.completion_ids)
         prompt_ids[i, p_len - p :] = torch.tensor(s.prompt_ids)
@@ -526,6 +638,9 @@ def collate_samples(
             topk_ids[i, :c] = torch.tensor(s.topk_ids[:c])
             topk_logprobs[i, :c] = torch.tensor(s.topk_logprobs[:c])
             has_topk[i] = 1
+        t = len(teacher_prompts[i])
+        teacher_prompt_ids[i, t_len - t :] = torch.tensor(teacher_prompts[i])
+        teacher_prompt_mask[i, t_len - t :] = 1
     tensors = {
         "prompt_ids": prompt_ids,
         "prompt_mask": prompt_mask,
@@ -538,6 +653,10 @@ def collate_samples(
         "topk_ids": topk_ids,
         "topk_logprobs": topk_logprobs,
         "has_topk": has_topk,
+        "teacher_prompt_ids": teacher_prompt_ids,
+        "teacher_prompt_mask": teacher_prompt_mask,
+        "has_teacher_prompt": torch.tensor([int(s.has_hint and bool(s.teacher_prompt_ids)) for s in samples]),
+        "truncated": torch.tensor([s.finish_reason == "length" for s in samples]),
     }
     return {name: t.to(device) for name, t in tensors.items()}
 

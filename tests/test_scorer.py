@@ -156,6 +156,7 @@ def test_teacher_logprobs_match_an_independent_forward(tmp_path, tiny_model_dir,
                 tiny_tokenizer, append_hint(turn["prompt_messages"], hint), turn["tools"]
             )
             assert s.meta["teacher_prompt_len"] == len(enhanced) and len(enhanced) > len(s.prompt_ids)
+            assert s.teacher_prompt_ids == enhanced and s.finish_reason == turn["finish_reason"]
             ids = torch.tensor([enhanced + s.completion_ids])
             with torch.no_grad():
                 logits = model(ids).logits[0, len(enhanced) - 1 : -1]

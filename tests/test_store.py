@@ -63,6 +63,8 @@ def test_sample_round_trip_exact(store):
         teacher_logprobs=[-0.1, -0.123456789012345],
         topk_ids=[[4, 9], [5, 1]],
         topk_logprobs=[[-0.5, -1.5], [-0.25, -2.0]],
+        teacher_prompt_ids=[1, 2, 3, 4],
+        finish_reason="length",
         meta={"why": "test"},
     )
     sid = store.add_sample(s)

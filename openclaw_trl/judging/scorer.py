@@ -468,6 +468,8 @@ class Scorer:
             teacher_logprobs=teacher["logprobs"] if teacher else None,
             topk_ids=teacher.get("topk_ids") if teacher else None,
             topk_logprobs=teacher.get("topk_logprobs") if teacher else None,
+            teacher_prompt_ids=teacher["prompt_ids"] if teacher else None,
+            finish_reason=turn["finish_reason"],
             meta={
                 "method": method,
                 "backend": self.config.backend,
@@ -642,7 +644,7 @@ class Scorer:
                 self._teacher_failed(j, f"{TEACHER_ERROR_PREFIX}: {_error_text(exc)}")
             return
         for n, (j, ids) in enumerate(group):
-            teacher = {"logprobs": list(scores.logprobs[n]), "prompt_len": len(ids)}
+            teacher = {"logprobs": list(scores.logprobs[n]), "prompt_len": len(ids), "prompt_ids": ids}
             if self.config.kd_topk > 0 and scores.topk_ids is not None:
                 teacher["topk_ids"] = scores.topk_ids[n]
                 teacher["topk_logprobs"] = scores.topk_logprobs[n]
