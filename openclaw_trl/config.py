@@ -110,6 +110,15 @@ class OpenClawConfig(GRPOConfig):
     store_path (`str`):
         SQLite store of sessions, turns and samples; defaults to `<output_dir>/openclaw.sqlite`.
 
+    > Parameters that control where a run starts
+
+    fresh_start (`bool`, defaults to `False`):
+        A run on an `output_dir` that holds checkpoints continues from the latest complete one (adapter,
+        optimizer, scheduler, RNG state, step and policy version; samples consumed by later updates are
+        queued again), or from `resume_from_checkpoint` when that names one. `fresh_start: true` starts at
+        step 0 instead: everything in `output_dir` and the store are first moved into
+        `<output_dir>/previous-<UTC time>/`, so nothing of the old run is deleted.
+
     The serving temperature of trainable turns is `temperature` (a `GRPOConfig` field): the PPO ratio
     and the OPD advantage need the log-probs of the distribution that was actually sampled (notes §7.26).
     With `engine: vllm` and an OPD term it must be 1.0: vLLM's prompt log-probs (the teacher) are at T = 1.
@@ -162,6 +171,11 @@ class OpenClawConfig(GRPOConfig):
     )
     train_anonymous: bool = field(default=False, metadata={"help": "Train on requests without a session id."})
     store_path: str | None = field(default=None, metadata={"help": "SQLite store path."})
+    # Where a run starts
+    fresh_start: bool = field(
+        default=False,
+        metadata={"help": "Move the old run to output_dir/previous-<time>/ and start at step 0."},
+    )
 
     # TRL defaults we change (documented above).
     epsilon_high: float | None = field(default=0.28, metadata={"help": "Upper clip range (clip-higher)."})
@@ -227,6 +241,11 @@ class OpenClawConfig(GRPOConfig):
                 "judge_backend=openai needs judge_openai_base_url and judge_openai_model",
             ),
             (self.source != "replay" or bool(self.replay_path), "source=replay needs replay_path"),
+            (
+                not (self.fresh_start and self.resume_from_checkpoint),
+                "fresh_start starts at step 0 and resume_from_checkpoint continues a checkpoint: set only one "
+                "(without either, a run continues from the latest checkpoint of output_dir)",
+            ),
             (
                 self.method != "rl" or self.w_kd == 0,
                 "top-K distillation needs hints: use method opd or combine",
