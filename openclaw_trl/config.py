@@ -11,6 +11,7 @@ generation batch to hold whole groups; we therefore run ``TrainingArguments``' v
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
@@ -267,6 +268,12 @@ class OpenClawConfig(GRPOConfig):
         """
         self.num_generations = 1
         world = self.world_size
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+        if launched != world:
+            raise ValueError(
+                f"{launched} processes were launched (WORLD_SIZE) but the Trainer runs {world}: on CPU set "
+                "use_cpu: true (--use_cpu true) so the processes train together over gloo"
+            )
         micro = min(self.per_device_train_batch_size, max(1, self.batch_size // world))
         if self.batch_size % (micro * world) != 0:
             raise ValueError(

@@ -144,7 +144,10 @@ def build_runtime(
 
     state = PartialState()
     main = state.is_main_process
-    store, start = prepare_start(config) if main else (None, None)
+    store = start = None
+    if main:
+        store, start = prepare_start(config)
+        resolve_model_path(model_args, config)  # builds the tiny test model once, before the others read it
     state.wait_for_everyone()
     config.resume_from_checkpoint = checkpoint_to_resume(config)  # every process loads the same one
     model_path = resolve_model_path(model_args, config)
@@ -397,7 +400,8 @@ def run(runtime: Runtime, share: bool = False) -> dict:
         runtime.stop_event.set()
         trainer.save_checkpoint()
         trainer.save_model(config.output_dir)
-        trainer.write_run_info()
+        if trainer.accelerator.is_main_process:  # the store's totals are the main process's
+            trainer.write_run_info()
         runtime.close()
     return last_step_metrics(trainer.state.log_history)
 
