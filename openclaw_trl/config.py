@@ -118,7 +118,8 @@ class OpenClawConfig(GRPOConfig):
         optimizer, scheduler, RNG state, step and policy version; samples consumed by later updates are
         queued again), or from `resume_from_checkpoint` when that names one. `fresh_start: true` starts at
         step 0 instead: everything in `output_dir` and the store are first moved into
-        `<output_dir>/previous-<UTC time>/`, so nothing of the old run is deleted.
+        `<output_dir>/previous-<UTC time>/`, so nothing of the old run is deleted. Whatever `save_strategy`
+        says, the end of training (`max_steps`, Ctrl-C, SIGTERM) saves a checkpoint of the last update.
 
     The serving temperature of trainable turns is `temperature` (a `GRPOConfig` field): the PPO ratio
     and the OPD advantage need the log-probs of the distribution that was actually sampled (notes §7.26).

@@ -330,9 +330,15 @@ class OpenClawTrainer(GRPOTrainer):
     def train(self, resume_from_checkpoint=None, **kwargs):
         """TRL's ``train``; first the store is brought back to the step training starts at (the checkpoint's,
         or 0): samples consumed by later updates are queued again, as those step numbers are reused."""
-        step = _checkpoint_step(resume_from_checkpoint, self.args.output_dir) if resume_from_checkpoint else 0
+        from openclaw_trl.resume import checkpoint_step, latest_checkpoint
+
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = latest_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                raise ValueError(f"no complete checkpoint in {self.args.output_dir} to resume from")
+        step = checkpoint_step(resume_from_checkpoint) if resume_from_checkpoint else 0
         if self.accelerator.is_main_process and self.store is not None:
-            requeued = self.store.requeue_after(step or 0)
+            requeued = self.store.requeue_after(step)
             if requeued:
                 logger.info(
                     "training from step %s: %s samples consumed after it are queued again", step, requeued
@@ -583,16 +589,3 @@ def truncated_is_weight(old, sampling, mask, mode: str, clip_min: float | None, 
     if mode.endswith("truncate"):
         return ratio.clamp(min=low, max=high)
     return torch.where((ratio < low) | (ratio > high), torch.zeros_like(ratio), ratio)
-
-
-def _checkpoint_step(checkpoint, output_dir: str) -> int | None:
-    """The global step of ``checkpoint`` (a path, or True for the latest one in ``output_dir``)."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    path = get_last_checkpoint(output_dir) if checkpoint is True else checkpoint
-    if not path:
-        return None
-    state_file = Path(path) / "trainer_state.json"
-    if state_file.exists():
-        return int(json.loads(state_file.read_text())["global_step"])
-    return None

@@ -128,6 +128,18 @@ def test_sigterm_saves_a_checkpoint_with_optimizer_state(tmp_path):
     # The store agrees: nothing consumed after the checkpoint's step.
     assert _query(store, "SELECT MAX(consumed_step) FROM samples")[0][0] == step
 
+    # A deliberate fresh start on the same output_dir keeps the stopped run, whole, in previous-<time>/.
+    fresh = _app(run, "--max_steps", "1", "--fresh_start", "true")
+    out, err = fresh.communicate(timeout=300)
+    assert fresh.returncode == 0, err[-3000:]
+    assert f"new run in {run} (older data moved to {run}/previous-" in err
+    (previous,) = run.glob("previous-*")
+    assert (previous / checkpoint.name / "optimizer.pt").exists() and (previous / "openclaw.sqlite").exists()
+    assert json.loads(out.strip().splitlines()[-1])["policy_version"] == 1
+    assert _query(store, "SELECT DISTINCT consumed_step FROM samples WHERE consumed_step IS NOT NULL") == [
+        (1,)
+    ]
+
 
 def _sample(turn_id: int) -> TrainingSample:
     return TrainingSample(
