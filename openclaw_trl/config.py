@@ -11,6 +11,7 @@ generation batch to hold whole groups; we therefore run ``TrainingArguments``' v
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
@@ -126,6 +127,16 @@ class OpenClawConfig(GRPOConfig):
     store_path (`str`):
         SQLite store of sessions, turns and samples; defaults to `<output_dir>/openclaw.sqlite`.
 
+    > Parameters that control where a run starts
+
+    fresh_start (`bool`, defaults to `False`):
+        A run on an `output_dir` that holds checkpoints continues from the latest complete one (adapter,
+        optimizer, scheduler, RNG state, step and policy version; samples consumed by later updates are
+        queued again), or from `resume_from_checkpoint` when that names one. `fresh_start: true` starts at
+        step 0 instead: everything in `output_dir` and the store are first moved into
+        `<output_dir>/previous-<UTC time>/`, so nothing of the old run is deleted. Whatever `save_strategy`
+        says, the end of training (`max_steps`, Ctrl-C, SIGTERM) saves a checkpoint of the last update.
+
     > TRL fields that do not apply
 
     A live turn is sampled by the serving engine, has one completion and one judged reward, so the TRL fields
@@ -198,6 +209,11 @@ class OpenClawConfig(GRPOConfig):
     )
     train_anonymous: bool = field(default=False, metadata={"help": "Train on requests without a session id."})
     store_path: str | None = field(default=None, metadata={"help": "SQLite store path."})
+    # Where a run starts
+    fresh_start: bool = field(
+        default=False,
+        metadata={"help": "Move the old run to output_dir/previous-<time>/ and start at step 0."},
+    )
 
     # TRL defaults we change (documented above).
     epsilon_high: float | None = field(
@@ -275,6 +291,11 @@ class OpenClawConfig(GRPOConfig):
                 "judge_backend=openai needs judge_openai_base_url and judge_openai_model",
             ),
             (self.source != "replay" or bool(self.replay_path), "source=replay needs replay_path"),
+            (
+                not (self.fresh_start and self.resume_from_checkpoint),
+                "fresh_start starts at step 0 and resume_from_checkpoint continues a checkpoint: set only one "
+                "(without either, a run continues from the latest checkpoint of output_dir)",
+            ),
             (
                 self.method != "rl" or self.w_kd == 0,
                 "top-K distillation needs hints: use method opd or combine",
@@ -391,6 +412,12 @@ class OpenClawConfig(GRPOConfig):
         """
         self.num_generations = 1
         world = self.world_size
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+        if launched != world:
+            raise ValueError(
+                f"{launched} processes were launched (WORLD_SIZE) but the Trainer runs {world}: on CPU set "
+                "use_cpu: true (--use_cpu true) so the processes train together over gloo"
+            )
         micro = min(self.per_device_train_batch_size, max(1, self.batch_size // world))
         if self.batch_size % (micro * world) != 0:
             raise ValueError(
