@@ -82,6 +82,7 @@ class OpenClawTrainer(GRPOTrainer):
         self.recipe_yaml = recipe_yaml
         self._batch_sample_ids: list[int] = []
         self._batch_turn_ids: list[int] = []
+        self._batch_off_policy = False
         self._updates_left_in_batch = 0
         self._last_logps: torch.Tensor | None = None
         self._adapter_snapshot = AdapterSnapshot()
@@ -122,6 +123,11 @@ class OpenClawTrainer(GRPOTrainer):
         samples = holder[0]
         self._batch_sample_ids = [s.sample_id for s in samples]
         self._batch_turn_ids = [s.turn_id for s in samples]
+        # Decided on the whole batch, so every process takes the same branch (the same forwards).
+        self._batch_off_policy = any(
+            s.policy_version != self.state.global_step or abs(s.temperature - self.temperature) > 1e-6
+            for s in samples
+        )
         share = len(samples) // self.accelerator.num_processes
         rank = self.accelerator.process_index
         return samples[rank * share : (rank + 1) * share]
@@ -153,11 +159,7 @@ class OpenClawTrainer(GRPOTrainer):
             "completion_mask": mask,
             "num_items_in_batch": self.accelerator.gather(mask.sum()).sum(),  # every process's tokens (TRL)
         }
-        current_version = self.state.global_step
-        off_policy = any(
-            s.policy_version != current_version or abs(s.temperature - self.temperature) > 1e-6
-            for s in samples
-        )
+        off_policy = self._batch_off_policy
         correct = off_policy and self.args.vllm_importance_sampling_correction
         one_pass = (
             self.num_iterations == 1
@@ -246,9 +248,6 @@ class OpenClawTrainer(GRPOTrainer):
         self._log("rl/reward_mean", batch["rewards"].mean())
         self._log("rl/nonzero_reward_rate", (batch["rewards"] != 0).float().mean())
         self._log("opd/hint_accept_rate", opd.float().mean())
-        self._log(
-            "opd/teacher_failed", self.store.count_teacher_failed()
-        )  # turns so far that lost their teacher
         if opd.any():
             opd_rows = opd_adv[opd]
             self._log("opd/mean_advantage", masked_mean(opd_rows, mask[opd]))
@@ -264,6 +263,7 @@ class OpenClawTrainer(GRPOTrainer):
         )
         if self.store is not None:  # the main process's
             self._log("samples/waiting", self.store.count_waiting())
+            self._log("opd/teacher_failed", self.store.count_teacher_failed())  # turns so far without teacher
 
     # ------------------------------------------------------------------- loss
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
