@@ -261,3 +261,35 @@ def test_huge_feedback_and_session_id_refused_then_chat_served_quickly(engine, t
         )
         assert reply.choices[0].message.content is not None
         assert time.monotonic() - start < 10.0
+
+
+def test_config_validates_the_limits_and_passes_them_on(tmp_path):
+    from openclaw_trl.config import OpenClawConfig
+    from openclaw_trl.runtime import server_settings
+    from openclaw_trl.scorer import JudgeConfig
+
+    with pytest.raises(ValueError, match="max_messages must be a positive integer"):
+        OpenClawConfig(output_dir=str(tmp_path), max_messages=0)
+    with pytest.raises(ValueError, match="max_hint_chars must be a positive integer"):
+        OpenClawConfig(output_dir=str(tmp_path), max_hint_chars=0)
+    config = OpenClawConfig(output_dir=str(tmp_path), max_feedback_chars=99, max_judge_prompt_tokens=777)
+    assert server_settings(config, ui=False).limits.max_feedback_chars == 99
+    judge = JudgeConfig(**config.judge_settings())
+    assert (judge.max_prompt_tokens, judge.max_hint_chars) == (777, 2000)
+
+
+def test_the_ui_path_gets_readable_errors(engine, tmp_path):
+    """The Gradio UI calls the same ChatService: over a limit it gets an ApiError whose message it shows."""
+    from openclaw_trl.openai_schema import ApiError
+
+    with running_stack(engine, tmp_path / "store.db", limits=RequestLimits(max_feedback_chars=10)) as stack:
+        service = stack.app.state.service
+        with pytest.raises(ApiError, match=r"above the limit max_message_chars=100000"):
+            service.prepare(
+                {"messages": [{"role": "user", "content": "x" * 100_001}]}, {"x-session-id": "ui"}
+            )
+        prep = service.prepare({"messages": USER}, {"x-session-id": "ui"})
+        result = service.finish(prep, service.generate(prep))
+        with pytest.raises(ApiError, match=r"above the limit max_feedback_chars=10"):
+            service.feedback(result.turn_id, -1, "a much longer correction")
+        assert stack.store.counts()["feedback"] == 0
