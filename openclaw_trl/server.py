@@ -59,6 +59,9 @@ logger = logging.getLogger(__name__)
 TURN_ID_HEADER = "x-openclaw-turn-id"
 POLICY_VERSION_HEADER = "x-openclaw-policy-version"
 SESSION_ID_HEADER = "x-openclaw-session-id"
+MAX_HEADER_BYTES = 1024 * 1024
+"""The request head (request line + headers) uvicorn reads: a larger one gets uvicorn's plain-text 400, a
+smaller one reaches the app, whose limits (e.g. ``max_session_id_chars``) answer in OpenAI's JSON format."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -459,7 +462,15 @@ class ServerThread:
     def __init__(self, app, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"):
         import uvicorn
 
-        self.config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on", ws="none")
+        self.config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            lifespan="on",
+            ws="none",
+            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        )
         self.server = uvicorn.Server(self.config)
         self.thread = threading.Thread(target=self.server.run, name="openclaw-uvicorn", daemon=True)
         self.host = host
@@ -496,4 +507,11 @@ def serve(app, host: str = "127.0.0.1", port: int = 7860, log_level: str = "info
     """Blocking: run ``app`` with uvicorn until interrupted (Ctrl-C)."""
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level=log_level, ws="none")
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        ws="none",
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+    )

@@ -78,6 +78,11 @@ class _Job:
     done: threading.Event = field(default_factory=threading.Event)
     priority: Priority = "serve"
 
+    @property
+    def size(self) -> int:
+        """Requests of a ``gen`` job, pairs of a ``score`` job."""
+        return len(self.payload if self.kind == "gen" else self.payload[0])
+
     def finish_one(self) -> None:
         self.remaining -= 1
         if self.remaining <= 0:
@@ -359,17 +364,16 @@ class VLLMEngine:
             elif job.kind == "call" or self._deferred:
                 self._deferred.append(job)
             elif job.priority == "learn":
-                job.results = [None] * len(job.payload if job.kind == "gen" else job.payload[0])
-                self._learn_backlog.extend((job, i) for i in range(len(job.results)))
+                job.results = [None] * job.size
+                self._learn_backlog.extend((job, i) for i in range(job.size))
             else:
-                self._add_job(job, range(len(job.payload if job.kind == "gen" else job.payload[0])))
+                job.results = [None] * job.size
+                self._add_job(job, range(job.size))
         except BaseException as exc:  # noqa: BLE001
             job.error = exc
             job.done.set()
 
     def _add_job(self, job: _Job, indices) -> None:
-        if not job.results:
-            job.results = [None] * len(job.payload if job.kind == "gen" else job.payload[0])
         if job.kind == "gen":
             self._add_generation(job, indices)
         else:
