@@ -143,6 +143,13 @@ class ChatRequest(BaseModel):
 # Limits: what one request may carry (each over-limit request is a 400, the body size a 413)
 # --------------------------------------------------------------------------------------------------
 
+_LIMIT_CODES = {
+    "max_request_bytes": "request_too_large",
+    "max_messages": "array_above_max_length",
+    "max_tools": "array_above_max_length",
+    "max_stop": "array_above_max_length",
+    "max_prompt_tokens": "context_length_exceeded",
+}
 SESSION_ID_PATTERN = re.compile(r"[A-Za-z0-9._:@+=/~-]+")
 """Characters a session id may use: it is echoed in the ``x-openclaw-session-id`` response header."""
 
@@ -187,16 +194,15 @@ class RequestLimits:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
-    def over(self, name: str, value: int, param: str | None, what: str, status: int = 400) -> ApiError:
-        """The error for ``what`` of size ``value`` above the limit ``name``."""
-        code = {413: "request_too_large"}.get(status) or (
-            "array_above_max_length" if name in ("max_messages", "max_tools", "max_stop") else None
-        )
-        code = code or (
-            "context_length_exceeded" if name == "max_prompt_tokens" else "string_above_max_length"
-        )
+    def over(self, name: str, value: int, param: str | None, what: str) -> ApiError:
+        """The error for ``what`` of size ``value`` above the limit ``name`` (413 for the body, else 400)."""
         limit = getattr(self, name)
-        return ApiError(status, f"{what} is {value}, above the limit {name}={limit}.", code, param)
+        return ApiError(
+            413 if name == "max_request_bytes" else 400,
+            f"{what} is {value}, above the limit {name}={limit}.",
+            _LIMIT_CODES.get(name, "string_above_max_length"),
+            param,
+        )
 
     def check_chat(self, payload: dict) -> None:
         """Counts and sizes of a chat request body (a dict that passed ``ChatRequest`` validation)."""

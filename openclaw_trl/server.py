@@ -257,10 +257,10 @@ def _same_secret(given: str, key: str) -> bool:
 async def _json_body(request, limits: RequestLimits) -> Any:
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limits.max_request_bytes:
-        raise limits.over("max_request_bytes", int(length), None, "The request body (bytes)", status=413)
+        raise limits.over("max_request_bytes", int(length), None, "The request body (bytes)")
     raw = await _read_body(request, limits.max_request_bytes)
     if len(raw) > limits.max_request_bytes:
-        raise limits.over("max_request_bytes", len(raw), None, "The request body (bytes)", status=413)
+        raise limits.over("max_request_bytes", len(raw), None, "The request body (bytes)")
     try:
         return json.loads(raw)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
