@@ -481,7 +481,6 @@ class Scorer:
         return votes
 
     def _engine_votes(self, items: list[JudgeInput]) -> list[list[Vote]]:
-
         cfg = self.config
         sampling = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_tokens)
         slots, requests = [], []  # slots[i] = (item index, kind) of requests[i]
