@@ -251,6 +251,7 @@ def server_settings(config: OpenClawConfig, port: int | None = None, ui: bool = 
         default_max_tokens=min(512, config.max_completion_length or 512),
         max_tokens_cap=max(config.max_completion_length or 512, 1),
         session_idle_timeout_s=config.session_idle_timeout,
+        limits=config.request_limits(),
         ui=ui,
     )
 

@@ -302,7 +302,10 @@ class Store:
             for table, column, declaration in _ADDED_COLUMNS:
                 if column not in {r["name"] for r in tx.execute(f"PRAGMA table_info({table})")}:
                     tx.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
-                    if (table, column) == ("samples", "finish_reason"):  # scorer samples kept it in their meta
+                    if (table, column) == (
+                        "samples",
+                        "finish_reason",
+                    ):  # scorer samples kept it in their meta
                         tx.execute("UPDATE samples SET finish_reason = json_extract(meta, '$.finish_reason')")
             tx.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
