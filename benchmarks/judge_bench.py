@@ -48,8 +48,8 @@ class CountingEngine:
     def policy_version(self):
         return self.engine.policy_version
 
-    def generate(self, requests, on_token=None):
-        out = self.engine.generate(requests, on_token)
+    def generate(self, requests, on_token=None, priority="serve"):
+        out = self.engine.generate(requests, on_token, priority=priority)
         self.counts["votes"] += len(requests)
         self.counts["vote_prompt_tokens"] += sum(len(r.prompt_ids) for r in requests)
         self.counts["vote_generated_tokens"] += sum(len(c.token_ids) for c in out)

@@ -11,11 +11,14 @@ generation batch to hold whole groups; we therefore run ``TrainingArguments``' v
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from openclaw_trl.judge import JUDGE_BACKENDS, METHODS
+from openclaw_trl.judge import JUDGE_BACKENDS, MAX_HINT_CHARS, MAX_JUDGE_PROMPT_TOKENS, METHODS
+from openclaw_trl.serving.openai_schema import RequestLimits
 
 SOURCES = ("live", "replay", "simulated")
 
@@ -126,6 +129,16 @@ class OpenClawConfig(GRPOConfig):
     store_path (`str`):
         SQLite store of sessions, turns and samples; defaults to `<output_dir>/openclaw.sqlite`.
 
+    > Parameters that control where a run starts
+
+    fresh_start (`bool`, defaults to `False`):
+        A run on an `output_dir` that holds checkpoints continues from the latest complete one (adapter,
+        optimizer, scheduler, RNG state, step and policy version; samples consumed by later updates are
+        queued again), or from `resume_from_checkpoint` when that names one. `fresh_start: true` starts at
+        step 0 instead: everything in `output_dir` and the store are first moved into
+        `<output_dir>/previous-<UTC time>/`, so nothing of the old run is deleted. Whatever `save_strategy`
+        says, the end of training (`max_steps`, Ctrl-C, SIGTERM) saves a checkpoint of the last update.
+
     > TRL fields that do not apply
 
     A live turn is sampled by the serving engine, has one completion and one judged reward, so the TRL fields
@@ -138,6 +151,37 @@ class OpenClawConfig(GRPOConfig):
     `"none"` and `shuffle_dataset` to `False` here. TRL's loss fields (`delta`, `importance_sampling_level`,
     `top_entropy_quantile`, `off_policy_mask_threshold`, ...) apply as in TRL; the off-policy mask compares
     with the engine's stored sampling log-probs.
+
+    > Parameters that bound requests and work
+
+    Every request field that can grow has a limit; a request over one is refused with a 400 (a 413 for the
+    body size) OpenAI-style error that names the limit and its value, and nothing of it is stored.
+
+    max_request_bytes (`int`, defaults to `4194304`):
+        Raw body size (4 MiB): holds the largest conversation the text limits allow, with JSON escaping.
+    max_messages (`int`, defaults to `256`):
+        Messages per request, far beyond any real chat.
+    max_message_chars (`int`, defaults to `100000`), max_total_chars (`int`, defaults to `400000`):
+        Text of one message (content, reasoning and tool-call arguments) and of all messages together;
+        100,000 characters are ~25k tokens, more than the served context.
+    max_tools (`int`, defaults to `64`), max_tools_chars (`int`, defaults to `65536`):
+        Tool definitions per request and their JSON size (they are rendered into every prompt).
+    max_stop (`int`, defaults to `4`), max_stop_chars (`int`, defaults to `64`):
+        Stop strings per request (OpenAI's limit) and the length of each (checked after every token).
+    max_session_id_chars (`int`, defaults to `128`):
+        Length of a session id, which may only use letters, digits and `._:@+=/~-` (it is echoed in the
+        `x-openclaw-session-id` response header).
+    max_feedback_chars (`int`, defaults to `8000`):
+        Correction text of one feedback (API or UI); it becomes a judge's next state and a hint.
+    max_prompt_tokens (`int`, defaults to `8192`):
+        Prompt tokens after rendering the chat template; the model's context bounds it further.
+    max_judge_prompt_tokens (`int`, defaults to `4096`):
+        Tokens of one engine judge prompt. A longer one is fitted by cutting the next-state text (then the
+        response) in the middle, keeping its head and tail around a `[… N characters cut …]` marker; a
+        prompt the fixed instructions alone overflow gets no vote (`judge_prompt_too_long`).
+    max_hint_chars (`int`, defaults to `2000`):
+        Length of a hint added to the teacher prompt (a longer one keeps its first `max_hint_chars`
+        characters), so the teacher scores at most the served prompt + this hint + the completion.
 
     One temperature: turns that can be trained on (main turns of trainable, non-private sessions) are
     sampled at `temperature` (a `GRPOConfig` field) whatever the request asks, so the sampling log-probs,
@@ -198,6 +242,40 @@ class OpenClawConfig(GRPOConfig):
     )
     train_anonymous: bool = field(default=False, metadata={"help": "Train on requests without a session id."})
     store_path: str | None = field(default=None, metadata={"help": "SQLite store path."})
+    # Where a run starts
+    fresh_start: bool = field(
+        default=False,
+        metadata={"help": "Move the old run to output_dir/previous-<time>/ and start at step 0."},
+    )
+
+    # Bounds on requests and work
+    max_request_bytes: int = field(default=RequestLimits.max_request_bytes, metadata={"help": "Body bytes."})
+    max_messages: int = field(default=RequestLimits.max_messages, metadata={"help": "Messages per request."})
+    max_message_chars: int = field(
+        default=RequestLimits.max_message_chars, metadata={"help": "Characters of one message."}
+    )
+    max_total_chars: int = field(
+        default=RequestLimits.max_total_chars, metadata={"help": "Characters of all messages."}
+    )
+    max_tools: int = field(default=RequestLimits.max_tools, metadata={"help": "Tools per request."})
+    max_tools_chars: int = field(default=RequestLimits.max_tools_chars, metadata={"help": "Tools JSON size."})
+    max_stop: int = field(default=RequestLimits.max_stop, metadata={"help": "Stop strings per request."})
+    max_stop_chars: int = field(
+        default=RequestLimits.max_stop_chars, metadata={"help": "Stop string length."}
+    )
+    max_session_id_chars: int = field(
+        default=RequestLimits.max_session_id_chars, metadata={"help": "Session id length."}
+    )
+    max_feedback_chars: int = field(
+        default=RequestLimits.max_feedback_chars, metadata={"help": "Feedback text length."}
+    )
+    max_prompt_tokens: int = field(
+        default=RequestLimits.max_prompt_tokens, metadata={"help": "Rendered prompt tokens."}
+    )
+    max_judge_prompt_tokens: int = field(
+        default=MAX_JUDGE_PROMPT_TOKENS, metadata={"help": "Tokens of one engine judge prompt."}
+    )
+    max_hint_chars: int = field(default=MAX_HINT_CHARS, metadata={"help": "Characters of a teacher hint."})
 
     # TRL defaults we change (documented above).
     epsilon_high: float | None = field(
@@ -251,6 +329,10 @@ class OpenClawConfig(GRPOConfig):
             self.store_path = f"{self.output_dir}/openclaw.sqlite"
 
     def _validate_openclaw_fields(self) -> None:
+        self.request_limits()  # raises when a request limit is not a positive integer
+        for name in ("max_judge_prompt_tokens", "max_hint_chars"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         checks = [
             (self.method in METHODS, f"method must be one of {METHODS}, got {self.method!r}"),
             (self.judge_backend in JUDGE_BACKENDS, f"judge_backend must be one of {JUDGE_BACKENDS}"),
@@ -275,6 +357,11 @@ class OpenClawConfig(GRPOConfig):
                 "judge_backend=openai needs judge_openai_base_url and judge_openai_model",
             ),
             (self.source != "replay" or bool(self.replay_path), "source=replay needs replay_path"),
+            (
+                not (self.fresh_start and self.resume_from_checkpoint),
+                "fresh_start starts at step 0 and resume_from_checkpoint continues a checkpoint: set only one "
+                "(without either, a run continues from the latest checkpoint of output_dir)",
+            ),
             (
                 self.method != "rl" or self.w_kd == 0,
                 "top-K distillation needs hints: use method opd or combine",
@@ -391,6 +478,12 @@ class OpenClawConfig(GRPOConfig):
         """
         self.num_generations = 1
         world = self.world_size
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+        if launched != world:
+            raise ValueError(
+                f"{launched} processes were launched (WORLD_SIZE) but the Trainer runs {world}: on CPU set "
+                "use_cpu: true (--use_cpu true) so the processes train together over gloo"
+            )
         micro = min(self.per_device_train_batch_size, max(1, self.batch_size // world))
         if self.batch_size % (micro * world) != 0:
             raise ValueError(
@@ -401,6 +494,10 @@ class OpenClawConfig(GRPOConfig):
         self.steps_per_generation = self.batch_size // (micro * world)
         self.gradient_accumulation_steps = self.steps_per_generation
         self.generation_batch_size = self.batch_size
+
+    def request_limits(self) -> RequestLimits:
+        """The request limit fields as the server's ``RequestLimits``."""
+        return RequestLimits(**{f.name: getattr(self, f.name) for f in dataclasses.fields(RequestLimits)})
 
     def judge_settings(self) -> dict:
         """The judge fields as plain keyword arguments (for the scorer's ``JudgeConfig``)."""
@@ -421,6 +518,8 @@ class OpenClawConfig(GRPOConfig):
             "max_concurrency": self.judge_max_concurrency,
             "timeout_s": self.judge_timeout_s,
             "max_attempts": self.judge_max_attempts,
+            "max_prompt_tokens": self.max_judge_prompt_tokens,
+            "max_hint_chars": self.max_hint_chars,
         }
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 METHODS = ("rl", "opd", "combine")
 """The learning methods: which judges run (PRM votes for ``rl``, hint votes for ``opd``, both for ``combine``)."""
@@ -28,6 +28,8 @@ JUDGE_BACKENDS = ("engine", "openai", "callable", "feedback")
 
 HINT_MARKER = "[user's hint / instruction]"
 MIN_HINT_CHARS = 10  # a kept hint is strictly longer than this once stripped
+MAX_JUDGE_PROMPT_TOKENS = 4096  # tokens of one engine judge prompt (see fit_judge_messages)
+MAX_HINT_CHARS = 2000  # characters of a hint added to the teacher prompt (see cap_hint)
 
 _BOXED = re.compile(r"\\boxed\{([+-]?\d)\}")
 _HINT_BLOCK = re.compile(r"\[HINT_START\](.*?)\[HINT_END\]", re.DOTALL)
@@ -118,6 +120,62 @@ def build_hint_messages(
         "hint between [HINT_START] and [HINT_END]."
     )
     return [{"role": "system", "content": HINT_SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+def cut_middle(text: str, keep: int) -> str:
+    """``text`` with all but ``keep`` characters cut from its middle, replaced by a marker saying how many."""
+    if len(text) <= keep:
+        return text
+    head = keep - keep // 2
+    return f"{text[:head]}\n[… {len(text) - keep} characters cut …]\n{text[len(text) - keep // 2 :]}"
+
+
+def fit_judge_messages(
+    kind: str,
+    response_text: str,
+    next_state_text: str,
+    next_state_role: str,
+    count_tokens: Callable[[list[dict]], int],
+    max_tokens: int,
+) -> list[dict] | None:
+    """The ``kind`` (``prm``/``hint``) judge conversation, fitted in ``max_tokens`` prompt tokens.
+
+    When the full conversation is too long, the next-state text is cut in the middle (:func:`cut_middle`:
+    its head and tail are kept), as little as needed; if cutting all of it is not enough, the response is
+    cut the same way. ``None`` when even both cut to nothing do not fit (the instructions alone are too
+    long). ``count_tokens(messages)`` is the length of the rendered judge prompt.
+    """
+    build = build_prm_messages if kind == "prm" else build_hint_messages
+
+    def fits(response: str, next_state: str) -> bool:
+        return count_tokens(build(response, next_state, next_state_role)) <= max_tokens
+
+    if fits(response_text, next_state_text):
+        return build(response_text, next_state_text, next_state_role)
+    keep = _longest_fit(len(next_state_text), lambda k: fits(response_text, cut_middle(next_state_text, k)))
+    if keep is not None:
+        return build(response_text, cut_middle(next_state_text, keep), next_state_role)
+    next_state = cut_middle(next_state_text, 0)
+    keep = _longest_fit(len(response_text), lambda k: fits(cut_middle(response_text, k), next_state))
+    if keep is None:
+        return None
+    return build(cut_middle(response_text, keep), next_state, next_state_role)
+
+
+def _longest_fit(length: int, fits: Callable[[int], bool]) -> int | None:
+    """The largest ``k`` in ``[0, length)`` with ``fits(k)`` (binary search; ``fits`` is monotone), or None."""
+    if not fits(0):
+        return None
+    lo, hi = 0, length - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def cap_hint(hint: str | None, max_chars: int) -> str | None:
+    """A hint for the teacher prompt: its first ``max_chars`` characters (stripped)."""
+    return hint[:max_chars].strip() if hint else hint
 
 
 def _verdict_part(text: str | None) -> str:

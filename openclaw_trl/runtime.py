@@ -9,8 +9,13 @@
 * ``replay``: recorded conversations (``replay_path``, JSONL) go through the same collector and scorer
   (all judged before training starts, so a replay run is reproducible).
 
-Only the main process serves and scores; under ``accelerate launch`` with several processes the other
-ranks train on the batches the main process broadcasts (see ``OpenClawTrainer._take_batch``).
+Only the main process owns the store, serves and scores; under ``accelerate launch`` / ``torchrun`` with
+several processes each rank trains on its slice of the batch the main process takes
+(see ``OpenClawTrainer._take_batch``).
+
+A run continues from the latest checkpoint of its ``output_dir`` (``openclaw_trl.resume``): the resumed
+adapter is published to the engine before anything is served, so the first turns already carry its
+policy version. Ctrl-C and SIGTERM end training with a checkpoint of the last update.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -184,9 +190,17 @@ def build_runtime(
 
     from openclaw_trl.engines import create_engine
     from openclaw_trl.judging.scorer import JudgeConfig, Scorer
+    from openclaw_trl.resume import checkpoint_to_resume
     from openclaw_trl.sessions import SessionConfig, TurnCollector
-    from openclaw_trl.store import Store
 
+    state = PartialState()
+    main = state.is_main_process
+    store = start = None
+    if main:
+        store, start = prepare_start(config)
+        resolve_model_path(model_args, config)  # builds the tiny test model once, before the others read it
+    state.wait_for_everyone()
+    config.resume_from_checkpoint = checkpoint_to_resume(config)  # every process loads the same one
     model_path = resolve_model_path(model_args, config)
     peft_config = lora_config(model_args)
     try:
@@ -197,9 +211,6 @@ def build_runtime(
             "Hugging Face Hub on first use: check the connection, or point model_name_or_path at a local "
             f"copy. Offline, try the tiny demo: make run RECIPE=recipes/tiny_offline.yaml"
         ) from err
-    Path(config.store_path).parent.mkdir(parents=True, exist_ok=True)
-    store = Store(config.store_path)
-    main = PartialState().is_main_process
     engine = collector = scorer = None
     if main:
         dtype = model_args.dtype if model_args.dtype not in (None, "auto") else None
@@ -215,6 +226,8 @@ def build_runtime(
                 max_logprobs=max(20, config.kd_topk),
             )
         engine = create_engine(config.engine, model_path, **_supported(config.engine, kwargs))
+        if start.checkpoint:  # the resumed adapter is served from the first request on
+            engine.publish_adapter(start.checkpoint, version=start.step)
         collector = TurnCollector(
             store,
             SessionConfig(
@@ -248,6 +261,20 @@ def build_runtime(
     return runtime
 
 
+def prepare_start(config: OpenClawConfig):
+    """``(store, StartPoint)``: move an old run aside (``fresh_start``), open the store, bring it to the
+    checkpoint the run continues from, and log where the run starts (its first log line)."""
+    from openclaw_trl.resume import move_previous_run, start_point
+    from openclaw_trl.store import Store
+
+    moved_to = move_previous_run(config) if config.fresh_start else None
+    Path(config.store_path).parent.mkdir(parents=True, exist_ok=True)
+    store = Store(config.store_path)
+    start = start_point(config, store, moved_to)
+    logger.info("%s", start.describe())
+    return store, start
+
+
 def _supported(kind: str, kwargs: dict) -> dict:
     """Keep the keyword arguments the engine's constructor accepts (the two engines differ a little)."""
     import inspect
@@ -273,6 +300,7 @@ def server_settings(config: OpenClawConfig, port: int | None = None, ui: bool = 
         default_max_tokens=min(512, config.max_completion_length or 512),
         max_tokens_cap=max(config.max_completion_length or 512, 1),
         session_idle_timeout_s=config.session_idle_timeout,
+        limits=config.request_limits(),
         ui=ui,
     )
 
@@ -435,12 +463,34 @@ def run(runtime: Runtime, share: bool = False) -> dict:
         elif config.source == "simulated":
             start_simulation(runtime)
     try:
-        trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
+        with _sigterm_as_interrupt():
+            trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
     except KeyboardInterrupt:
-        logger.warning("interrupted: saving the adapter")
+        logger.warning("interrupted at update %d: saving a checkpoint", trainer.state.global_step)
     finally:
         runtime.stop_event.set()
+        trainer.save_checkpoint()
         trainer.save_model(config.output_dir)
-        trainer.write_run_info()
+        if trainer.accelerator.is_main_process:  # the store's totals are the main process's
+            trainer.write_run_info()
         runtime.close()
     return last_step_metrics(trainer.state.log_history)
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """``kill`` (SIGTERM) stops training as Ctrl-C does: the last update is checkpointed, nothing is lost."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -124,6 +124,13 @@ def _lower_keys(mapping: Mapping | None) -> dict:
     return {str(k).lower(): v for k, v in mapping.items()}
 
 
+def request_session_key(headers: Mapping | None, body: Mapping | None) -> str | None:
+    """The session id a request names: ``X-Session-Id``, else body ``session_id``, else ``user`` (stripped)."""
+    h, b = _lower_keys(headers), dict(body or {})
+    key = h.get("x-session-id") or b.get("session_id") or b.get("user")
+    return str(key).strip() or None if key is not None else None
+
+
 def _flag(value, name: str) -> bool | None:
     """A boolean request field: None when absent; bools and 1/true/yes/on/0/false/no/off strings."""
     if value is None:
@@ -227,12 +234,10 @@ class TurnCollector:
             raise SessionRequestError("every message must be an object")
         h, b = _lower_keys(headers), dict(body or {})
         key = (
-            session_key
+            str(session_key).strip() or None
             if session_key is not None
-            else h.get("x-session-id") or b.get("session_id") or b.get("user")
+            else request_session_key(headers, body)
         )
-        key = str(key).strip() if key is not None else None
-        key = key or None
         turn_type = str(turn_type or h.get("x-turn-type") or b.get("turn_type") or "main").strip().lower()
         if turn_type not in ("main", "side"):
             raise SessionRequestError(f"turn type must be 'main' or 'side', got {turn_type!r}")

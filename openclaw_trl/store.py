@@ -862,6 +862,16 @@ class Store:
         waiting = conn.execute("SELECT COUNT(*)" + self._WAITING_SQL).fetchone()[0]
         return ResumePosition(last_consumed_step=last, consumed=consumed, waiting=waiting)
 
+    def training_totals(self) -> dict[str, int]:
+        """``{"samples", "turns"}``: samples consumed by training and the distinct turns they came from, over
+        every run on this store (samples re-queued by a resume count once, when consumed again)."""
+        samples, turns = (
+            self._conn()
+            .execute("SELECT COUNT(*), COUNT(DISTINCT turn_id) FROM samples WHERE consumed_step IS NOT NULL")
+            .fetchone()
+        )
+        return {"samples": samples, "turns": turns}
+
     # ------------------------------------------------------------------ export / inspection
     def iter_sessions(self) -> Iterator[dict]:
         """Every session as a dict (oldest first), private ones included (``private`` tells)."""

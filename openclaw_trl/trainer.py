@@ -80,6 +80,7 @@ class OpenClawTrainer(GRPOTrainer):
         self.recipe_yaml = recipe_yaml
         self._batch_sample_ids: list[int] = []
         self._batch_turn_ids: list[int] = []
+        self._batch_off_policy = False
         self._updates_left_in_batch = 0
         self._last_logps: torch.Tensor | None = None
         self._adapter_snapshot = AdapterSnapshot()
@@ -92,7 +93,12 @@ class OpenClawTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ batches
     def _take_batch(self) -> list[TrainingSample]:
-        """The next ``generation_batch_size`` samples, taken by the main process and shared with the others."""
+        """This process's slice of the next ``generation_batch_size`` samples.
+
+        The main process takes the batch from the store and shares it; process ``i`` of ``n`` trains on
+        samples ``[i * b / n, (i + 1) * b / n)``, as TRL slices its generation batch (``process_slice``).
+        ``_batch_sample_ids`` / ``_batch_turn_ids`` keep the whole batch: it is consumed once it is trained.
+        """
         from accelerate.utils import broadcast_object_list
 
         holder = [None]
@@ -112,13 +118,21 @@ class OpenClawTrainer(GRPOTrainer):
         # TRL's step_time includes this wait for people to chat; time/update_s below does not.
         self._update_started = time.perf_counter()
         self._log("samples/wait_s", self._update_started - started)
-        return holder[0]
+        samples = holder[0]
+        self._batch_sample_ids = [s.sample_id for s in samples]
+        self._batch_turn_ids = [s.turn_id for s in samples]
+        # Decided on the whole batch, so every process takes the same branch (the same forwards).
+        self._batch_off_policy = any(
+            s.policy_version != self.state.global_step or abs(s.temperature - self.temperature) > 1e-6
+            for s in samples
+        )
+        share = len(samples) // self.accelerator.num_processes
+        rank = self.accelerator.process_index
+        return samples[rank * share : (rank + 1) * share]
 
     def _generate_and_score_completions(self, inputs):
         samples = self._take_batch()
         device = self.accelerator.device
-        self._batch_sample_ids = [s.sample_id for s in samples]
-        self._batch_turn_ids = [s.turn_id for s in samples]
         updates_per_batch = self.num_iterations * self.args.steps_per_generation
         self._updates_left_in_batch = max(1, updates_per_batch // self.args.gradient_accumulation_steps)
 
@@ -141,13 +155,9 @@ class OpenClawTrainer(GRPOTrainer):
             "prompt_mask": batch["prompt_mask"],
             "completion_ids": batch["completion_ids"],
             "completion_mask": mask,
-            "num_items_in_batch": mask.sum(),
+            "num_items_in_batch": self.accelerator.gather(mask.sum()).sum(),  # every process's tokens (TRL)
         }
-        current_version = self.state.global_step
-        off_policy = any(
-            s.policy_version != current_version or abs(s.temperature - self.temperature) > 1e-6
-            for s in samples
-        )
+        off_policy = self._batch_off_policy
         correct = off_policy and self.args.vllm_importance_sampling_correction
         one_pass = (
             self.num_iterations == 1
@@ -236,9 +246,6 @@ class OpenClawTrainer(GRPOTrainer):
         self._log("rl/reward_mean", batch["rewards"].mean())
         self._log("rl/nonzero_reward_rate", (batch["rewards"] != 0).float().mean())
         self._log("opd/hint_accept_rate", opd.float().mean())
-        self._log(
-            "opd/teacher_failed", self.store.count_teacher_failed()
-        )  # turns so far that lost their teacher
         if opd.any():
             opd_rows = opd_adv[opd]
             self._log("opd/mean_advantage", masked_mean(opd_rows, mask[opd]))
@@ -252,7 +259,9 @@ class OpenClawTrainer(GRPOTrainer):
             "samples/staleness",
             sum(self.state.global_step - s.policy_version for s in samples) / len(samples),
         )
-        self._log("samples/waiting", self.store.count_waiting())
+        if self.store is not None:  # the main process's
+            self._log("samples/waiting", self.store.count_waiting())
+            self._log("opd/teacher_failed", self.store.count_teacher_failed())  # turns so far without teacher
 
     # ------------------------------------------------------------------- loss
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
@@ -407,17 +416,43 @@ class OpenClawTrainer(GRPOTrainer):
         self._log("publish_time", time.perf_counter() - started)
 
     def train(self, resume_from_checkpoint=None, **kwargs):
-        if resume_from_checkpoint:
-            step = _checkpoint_step(resume_from_checkpoint, self.args.output_dir)
-            if step is not None:
-                requeued = self.store.requeue_after(step)
+        """TRL's ``train``; first the store is brought back to the step training starts at (the checkpoint's,
+        or 0): samples consumed by later updates are queued again, as those step numbers are reused."""
+        from openclaw_trl.resume import checkpoint_step, latest_checkpoint
+
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = latest_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                raise ValueError(f"no complete checkpoint in {self.args.output_dir} to resume from")
+        step = checkpoint_step(resume_from_checkpoint) if resume_from_checkpoint else 0
+        if self.accelerator.is_main_process and self.store is not None:
+            requeued = self.store.requeue_after(step)
+            if requeued:
                 logger.info(
-                    "resuming at step %s: %s samples consumed after it are queued again", step, requeued
+                    "training from step %s: %s samples consumed after it are queued again", step, requeued
                 )
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
 
+    def save_checkpoint(self) -> str | None:
+        """Save ``checkpoint-<global step>`` with the Trainer's own save (adapter, optimizer, scheduler, RNG and
+        trainer state) unless it exists already; None before the first update. Every process calls it."""
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+        from openclaw_trl.resume import is_complete
+
+        step = self.state.global_step
+        path = Path(self.args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{step}"
+        if step == 0 or is_complete(path):
+            return str(path) if step else None
+        self._save_checkpoint(self.model_wrapped, trial=None)
+        return str(path)
+
     def write_run_info(self, output_dir: str | None = None) -> Path:
-        """``openclaw_run.json``: what ``openclaw-trl push`` puts in the model card."""
+        """``openclaw_run.json``: what ``openclaw-trl push`` puts in the model card.
+
+        Updates, turns and samples are totals over every process that trained this run (restarts included):
+        the step is resumed from the checkpoint and the turns and samples consumed are counted in the store.
+        """
         import importlib.metadata as md
 
         output_dir = Path(output_dir or self.args.output_dir)
@@ -427,6 +462,7 @@ class OpenClawTrainer(GRPOTrainer):
             getattr(model, "peft_config", {}).get("default", None), "base_model_name_or_path", None
         )
         last = last_step_metrics(self.state.log_history)
+        totals = self.store.training_totals() if self.store is not None else {}
         versions = {}
         for name in ("torch", "transformers", "peft", "trl", "accelerate", "openclaw-trl"):
             try:
@@ -437,9 +473,9 @@ class OpenClawTrainer(GRPOTrainer):
             "base_model": base or getattr(model.config, "_name_or_path", None),
             "method": self.args.method,
             "recipe_yaml": self.recipe_yaml,
-            "num_updates": self.state.global_step,
-            "turns_used": len(self.turns_used),
-            "samples_used": self.samples_used,
+            "num_updates": self.state.global_step,  # resumed runs count on from their checkpoint
+            "turns_used": totals.get("turns", len(self.turns_used)),  # the store's: every run on it
+            "samples_used": totals.get("samples", self.samples_used),
             "final_metrics": last,
             "load_in_4bit": bool(getattr(model, "is_loaded_in_4bit", False)),
             "library_versions": versions,
@@ -673,16 +709,3 @@ def truncated_is_weight(old, sampling, mask, mode: str, clip_min: float | None, 
     if mode.endswith("truncate"):
         return ratio.clamp(min=low, max=high)
     return torch.where((ratio < low) | (ratio > high), torch.zeros_like(ratio), ratio)
-
-
-def _checkpoint_step(checkpoint, output_dir: str) -> int | None:
-    """The global step of ``checkpoint`` (a path, or True for the latest one in ``output_dir``)."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    path = get_last_checkpoint(output_dir) if checkpoint is True else checkpoint
-    if not path:
-        return None
-    state_file = Path(path) / "trainer_state.json"
-    if state_file.exists():
-        return int(json.loads(state_file.read_text())["global_step"])
-    return None

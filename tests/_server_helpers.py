@@ -26,13 +26,16 @@ class ScriptedEngine:
     def policy_version(self) -> int:
         return self.engine.policy_version
 
-    def generate(self, requests, on_token=None):
+    def generate(self, requests, on_token=None, priority="serve"):
         text = self.script(requests[0].prompt_ids) if self.script and len(requests) == 1 else None
         if text is None:
-            return self.engine.generate(requests, on_token=on_token)
+            return self.engine.generate(requests, on_token=on_token, priority=priority)
         req = requests[0]
         ids = self.tokenizer.encode(text + "<|im_end|>", add_special_tokens=False)
-        lps = self.engine.score([req.prompt_ids], [ids], weights="policy", temperature=1.0).logprobs[0]
+        scores = self.engine.score(
+            [req.prompt_ids], [ids], weights="policy", temperature=1.0, priority="serve"
+        )
+        lps = scores.logprobs[0]
         for tid in ids:
             if on_token:
                 on_token(0, tid)

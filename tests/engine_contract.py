@@ -215,6 +215,49 @@ def check_concurrent_publish(
         assert ids == refs[owner[version]], (version, ids, refs)
 
 
+def check_serving_ahead_of_learning(
+    engine, tokenizer, score_calls: int = 4, pairs: int = 32, judge_rows: int = 8, judge_tokens: int = 200
+) -> None:
+    """A chat request sent behind a long queue of teacher scoring and judge votes (``priority="learn"``)
+    is answered before most of that queue, in a small part of the time the queue takes."""
+    p = prompts(tokenizer, 1)[0]
+    long_pair = (p * 40)[:400]
+    done: dict[str, float] = {}
+    errors: list[BaseException] = []
+
+    def learn(name, call):
+        try:
+            call()
+            done[name] = time.monotonic()
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    judge = GenerationRequest(p, SamplingParams(temperature=1.0, max_new_tokens=judge_tokens), weights="base")
+    calls = {
+        f"score{i}": lambda: engine.score(
+            [long_pair[:200]] * pairs, [long_pair[200:]] * pairs, weights="base", priority="learn"
+        )
+        for i in range(score_calls)
+    }
+    calls["judge"] = lambda: engine.generate([judge] * judge_rows, priority="learn")
+    start = time.monotonic()
+    pool = [threading.Thread(target=learn, args=item) for item in calls.items()]
+    for t in pool:
+        t.start()
+    time.sleep(0.2)  # the learning queue is in the engine
+    sent = time.monotonic()
+    chat = engine.generate([GenerationRequest(p, SamplingParams(temperature=0.0, max_new_tokens=4))])[0]
+    answered = time.monotonic()
+    for t in pool:
+        t.join(timeout=600)
+    assert not errors, errors
+    assert len(chat.token_ids) >= 1
+    learn_s = max(done.values()) - start
+    finished_before = sum(t < answered for t in done.values())
+    assert finished_before <= len(calls) // 2, (finished_before, done, answered)
+    assert answered - sent < 0.5 * learn_s, (answered - sent, learn_s)
+
+
 class EngineContract:
     """The contract as test methods. A test module that provides an ``engine`` fixture runs all of them with ``class TestXxxContract(EngineContract): pass`` (the base class is not collected)."""
 
@@ -253,3 +296,6 @@ class EngineContract:
             on_token=lambda i, t: seen[i].append(t),
         )
         assert [seen[0], seen[1]] == [o.token_ids for o in outs]
+
+    def test_serving_ahead_of_learning(self, engine, tiny_tokenizer):
+        check_serving_ahead_of_learning(engine, tiny_tokenizer)

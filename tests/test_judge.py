@@ -187,3 +187,31 @@ def test_engine_judge_whose_prompt_opens_think(text, opens_think, expected):
 
     vote = _llm_vote("prm", "engine", text, opens_think=opens_think)
     assert vote.value == expected and vote.raw_text == text  # the raw text is stored as generated
+
+
+def _chars(messages) -> int:
+    return sum(len(m["content"]) for m in messages)
+
+
+def test_fit_judge_messages_cuts_the_next_state_then_the_response():
+    from openclaw_trl.judge import build_hint_messages, build_prm_messages, fit_judge_messages
+
+    response, next_state = "R" * 300, "HEAD" + "n" * 5000 + "TAIL"
+    fixed = _chars(build_prm_messages("", "", "user"))
+    assert fit_judge_messages("prm", "ok", "fine", "user", _chars, 10**6) == build_prm_messages("ok", "fine")
+    fitted = fit_judge_messages("prm", response, next_state, "user", _chars, fixed + 1000)
+    user = fitted[1]["content"]
+    assert _chars(fitted) <= fixed + 1000 and _chars(fitted) >= fixed + 990  # cut as little as needed
+    assert response in user and "HEAD" in user and "TAIL" in user and "characters cut …]" in user
+    fixed = _chars(build_hint_messages("", "", "user"))
+    fitted = fit_judge_messages("hint", response, next_state, "user", _chars, fixed + 200)
+    assert "R" * 300 not in fitted[1]["content"] and _chars(fitted) <= fixed + 200  # the response is cut too
+    assert fit_judge_messages("prm", response, next_state, "user", _chars, fixed // 2) is None
+
+
+def test_cap_hint():
+    from openclaw_trl.judge import cap_hint
+
+    assert cap_hint("x" * 50 + "  ", 60) == "x" * 50
+    assert cap_hint("abcdef", 3) == "abc"
+    assert cap_hint(None, 3) is None

@@ -11,7 +11,7 @@ import torch
 
 from openclaw_trl.chat import render_prompt_ids
 from openclaw_trl.engines.base import Completion
-from openclaw_trl.judge import append_hint
+from openclaw_trl.judge import HINT_MARKER, append_hint
 from openclaw_trl.judging.scorer import JudgeConfig, Scorer
 from openclaw_trl.sessions import SessionConfig, TurnCollector
 from openclaw_trl.store import Store
@@ -452,4 +452,72 @@ def test_greedy_turn_is_judged_but_never_a_sample(tmp_path, tiny_tokenizer, engi
         turn = store.get_turn(turn_id)
         assert turn["status"] == "judged" and turn["reward"] == 1 and "greedy" in turn["judge_error"]
         assert store.count_waiting() == 0
+
+
+class _RecordingEngine:
+    """The real engine, recording the prompt length and priority of every judge and teacher call."""
+
+    def __init__(self, engine):
+        self.engine, self.tokenizer = engine, engine.tokenizer
+        self.calls: list[tuple[str, int, str]] = []
+
+    def generate(self, requests, on_token=None, priority="serve"):
+        self.calls += [("generate", len(r.prompt_ids), priority) for r in requests]
+        return self.engine.generate(requests, on_token, priority=priority)
+
+    def score(self, prompt_ids, completion_ids, priority="learn", **kw):
+        self.calls += [("score", len(p), priority) for p in prompt_ids]
+        return self.engine.score(prompt_ids, completion_ids, priority=priority, **kw)
+
+
+def test_judge_and_teacher_prompts_are_bounded(tmp_path, tiny_tokenizer, engine):
+    """A 20,000-character next state fits in max_prompt_tokens (cut in the middle); instructions that alone
+    overflow it give counted None votes; a 5,000-character correction becomes a hint of max_hint_chars."""
+    recording = _RecordingEngine(engine)
+    with Store(tmp_path / "s.db") as store:
+        conv = Conversation(store, tiny_tokenizer, Clock())
+        h = {"X-Session-Id": "long"}
+        m = [{"role": "user", "content": "summarise my notes"}]
+        m += [conv.say("t1", m, "here is a summary", headers=h)]
+        conv.say("t2", [*m, {"role": "user", "content": "note " * 4000}], "ok", headers=h)
+        cfg = JudgeConfig(method="combine", backend="engine", max_tokens=2, max_prompt_tokens=1200)
+        scorer = Scorer(store, cfg, engine=recording)
+        assert scorer.run_until_idle() == 1
+        judged = [c for c in recording.calls if c[0] == "generate"]
+        assert len(judged) == 2 and all(1000 < n <= 1200 and p == "learn" for _, n, p in judged), judged
+        assert scorer.stats["judge_prompt_too_long"] == 0
+        scorer.close()
+
+    with Store(tmp_path / "tiny.db") as store:
+        conv = Conversation(store, tiny_tokenizer, Clock())
+        m = [{"role": "user", "content": "hi"}]
+        m += [conv.say("t1", m, "hello", headers={"X-Session-Id": "x"})]
+        conv.say("t2", [*m, {"role": "user", "content": "more"}], "ok", headers={"X-Session-Id": "x"})
+        scorer = Scorer(
+            store, JudgeConfig(method="rl", backend="engine", m=2, max_prompt_tokens=20), engine=engine
+        )
+        scorer.run_until_idle()
+        votes = store.votes_for(conv.turns["t1"])
+        assert len(votes) == 2 and all(
+            v["value"] is None and "judge_prompt_too_long" in v["error"] for v in votes
+        )
+        assert scorer.stats["judge_prompt_too_long"] == 1
+        scorer.close()
+
+    recording.calls.clear()
+    with Store(tmp_path / "hint.db") as store:
+        conv = Conversation(store, tiny_tokenizer, Clock())
+        m = [{"role": "user", "content": "write a poem"}]
+        conv.say("t1", m, "roses are red", headers={"X-Session-Id": "p"})
+        assert conv.col.feedback(conv.turns["t1"], -1, "Rhyme every line. " * 300).attached
+        cfg = JudgeConfig(method="opd", backend="feedback", max_hint_chars=100)
+        scorer = Scorer(store, cfg, engine=recording)
+        assert scorer.run_until_idle() == 1
+        (sample,) = store.take_samples(5)
+        assert len(sample.hint) <= 100 and sample.hint.startswith("Rhyme every line.")
+        served = len(store.get_turn(conv.turns["t1"])["prompt_ids"])
+        added = f"\n\n{HINT_MARKER}\n{sample.hint}"  # what append_hint adds to the served prompt
+        added_tokens = len(tiny_tokenizer.encode(added, add_special_tokens=False))
+        ((kind, teacher_len, priority),) = recording.calls
+        assert kind == "score" and priority == "learn" and teacher_len <= served + added_tokens + 2
         scorer.close()

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from openclaw_trl.serving.openai_schema import RequestLimits
 from tests._server_helpers import running_stack, turns
 
 CONTEXT = 256
@@ -83,7 +84,14 @@ CASES = [
     ("stream not a bool", "chat", chat(stream="yes"), {}, 400, "invalid_value"),
     ("n above one", "chat", chat(n=2), {}, 400, "invalid_value"),
     ("empty stop string", "chat", chat(stop=[""]), {}, 400, "invalid_value"),
-    ("too many stop strings", "chat", chat(stop=[str(i) for i in range(20)]), {}, 400, "invalid_value"),
+    (
+        "too many stop strings",
+        "chat",
+        chat(stop=[str(i) for i in range(20)]),
+        {},
+        400,
+        "array_above_max_length",
+    ),
     ("top_logprobs without logprobs", "chat", chat(top_logprobs=2), {}, 400, "invalid_value"),
     ("top_logprobs too large", "chat", chat(logprobs=True, top_logprobs=50), {}, 400, "invalid_value"),
     (
@@ -139,7 +147,9 @@ def stack(tiny_model_dir, tmp_path_factory):
 
     engine = HFEngine(tiny_model_dir, max_batch_size=16)
     db = tmp_path_factory.mktemp("malformed") / "store.db"
-    with running_stack(engine, db, max_context_len=CONTEXT, max_body_bytes=256 * 1024) as s:
+    with running_stack(
+        engine, db, max_context_len=CONTEXT, limits=RequestLimits(max_request_bytes=256 * 1024)
+    ) as s:
         yield s
     engine.close()
 

@@ -21,6 +21,19 @@ Weights = Literal["policy", "base"]
 """``policy`` = the current (last published) LoRA adapter; ``base`` = the adapter disabled."""
 
 
+Priority = Literal["serve", "learn"]
+"""Who waits for the work: ``serve`` = a chat request (a person or an agent is waiting; it always goes
+first), ``learn`` = judge votes and teacher scoring, which run when no serving work waits, in bounded
+pieces (one batch of decode steps or one scoring chunk), so a chat request arriving behind a long learning
+queue waits for at most one such piece. Learning work can wait indefinitely under a saturating chat load."""
+
+
+def check_priority(priority: str) -> None:
+    """``ValueError`` unless ``priority`` is one of ``Priority``'s values."""
+    if priority not in ("serve", "learn"):
+        raise ValueError(f"priority must be 'serve' (chat) or 'learn' (judge/teacher), got {priority!r}")
+
+
 @dataclass
 class SamplingParams:
     temperature: float = 1.0
@@ -65,10 +78,13 @@ class Engine(Protocol):
     tokenizer: object
     policy_version: int
 
-    def generate(self, requests: list[GenerationRequest], on_token=None) -> list[Completion]:
+    def generate(
+        self, requests: list[GenerationRequest], on_token=None, priority: Priority = "serve"
+    ) -> list[Completion]:
         """Sample completions for all requests in one batched pass.
 
         ``on_token(index, token_id)``, when given, is called as each token is sampled (streaming).
+        ``priority``: ``serve`` for chat turns, ``learn`` for judge votes (see ``Priority``).
         """
         ...
 
@@ -79,8 +95,12 @@ class Engine(Protocol):
         weights: Weights = "base",
         top_k: int = 0,
         temperature: float = 1.0,
+        priority: Priority = "learn",
     ) -> Scores:
-        """Log-probs of each completion given its prompt; optionally the top-K at each position."""
+        """Log-probs of each completion given its prompt; optionally the top-K at each position.
+
+        ``priority``: ``learn`` for the teacher and replays, ``serve`` for a chat reply's ``top_logprobs``.
+        """
         ...
 
     def publish_adapter(self, adapter, version: int) -> None:

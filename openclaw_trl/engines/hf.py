@@ -12,9 +12,14 @@ Concurrency model:
 * ``generate`` may be called from any thread. Requests are queued; one background worker collects what
   arrives within a short window (up to ``max_batch_size``), groups it by ``weights`` and decodes each group
   as one batch. The caller blocks until its own completions are ready.
-* ``score`` runs in the calling thread. Every forward (a decode step or a score chunk) holds the model lock
-  and selects its weights right before running, so a long generation and a teacher scoring pass interleave
-  step by step instead of waiting for each other.
+* Serving goes ahead of learning (``priority``, see ``engines/base.py``): the worker decodes ``serve``
+  requests first; a ``learn`` batch (judge votes, at most ``max_batch_size`` rows) looks for newly arrived
+  ``serve`` requests after every decode step and decodes them to the end before its next step. So a chat
+  request waits for at most one decode step of learning work.
+* ``score`` runs in the calling thread, in chunks of at most ``score_batch_tokens`` padded tokens. Every
+  forward (a decode step or a score chunk) holds the model lock and selects its weights right before
+  running; a ``learn`` chunk (the teacher) first waits until no ``serve`` generation is queued or running,
+  so a chat request waits for at most one scoring chunk.
 * ``publish_adapter`` never touches weights that are in use: the engine owns its own PEFT-wrapped model copy
   with two adapter slots (a double buffer). The new weights are copied into the inactive slot, then the active
   slot flips. A batch pins the slot that was active when it started, and a publisher waits until the slot it
@@ -36,7 +41,15 @@ from pathlib import Path
 from typing import Any
 
 from openclaw_trl.engines.adapters import load_adapter_dir
-from openclaw_trl.engines.base import Completion, GenerationRequest, SamplingParams, Scores, Weights
+from openclaw_trl.engines.base import (
+    Completion,
+    GenerationRequest,
+    Priority,
+    SamplingParams,
+    Scores,
+    Weights,
+    check_priority,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +67,7 @@ class _Job:
     remaining: int = 0
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    priority: Priority = "serve"
 
 
 @dataclass
@@ -149,7 +163,10 @@ class HFEngine:
             "prefill_rows": 0,
         }  # counters, for tests and benchmarks
         self._queue: queue.Queue = queue.Queue()
-        self._closed = False
+        self._pending: dict[str, deque] = {"serve": deque(), "learn": deque()}  # (job, index), worker only
+        self._serving = 0  # serve generate calls queued or decoding (under _serve_cond)
+        self._serve_cond = threading.Condition()
+        self._closed = self._closing = False
         self._worker = threading.Thread(target=self._worker_loop, name="hf-engine-worker", daemon=True)
         self._worker.start()
 
@@ -285,11 +302,14 @@ class HFEngine:
                 self.policy_version = int(version)
 
     # ------------------------------------------------------------------ generation
-    def generate(self, requests: list[GenerationRequest], on_token=None) -> list[Completion]:
+    def generate(
+        self, requests: list[GenerationRequest], on_token=None, priority: Priority = "serve"
+    ) -> list[Completion]:
         """Sample completions; blocks until done. Thread-safe; concurrent callers share batches.
 
         ``on_token(index, token_id)`` is called from the engine's worker thread right after each token of
         ``requests[index]`` is sampled, so it must be cheap and thread-safe (e.g. ``loop.call_soon_threadsafe``).
+        ``priority``: ``serve`` (chat) requests are decoded ahead of ``learn`` (judge) ones.
         """
         if not requests:
             return []
@@ -297,43 +317,91 @@ class HFEngine:
             raise RuntimeError("HFEngine is closed")
         if any(not r.prompt_ids for r in requests):
             raise ValueError("every request needs at least one prompt token")
-        job = _Job(list(requests), on_token, [None] * len(requests), len(requests))
-        self._queue.put(job)
-        job.done.wait()
+        check_priority(priority)
+        job = _Job(list(requests), on_token, [None] * len(requests), len(requests), priority=priority)
+        self._count_serving(job, +1)
+        try:
+            self._queue.put(job)
+            job.done.wait()
+        finally:
+            self._count_serving(job, -1)
         if job.error is not None:
             raise RuntimeError(f"generation failed: {job.error!r}") from job.error
         return job.results  # type: ignore[return-value]
 
-    def _worker_loop(self) -> None:
-        pending: deque = deque()  # (job, index) items not yet decoded
+    def _count_serving(self, job: _Job, delta: int) -> None:
+        if job.priority == "serve":
+            with self._serve_cond:
+                self._serving += delta
+                self._serve_cond.notify_all()
+
+    def _learn_turn(self) -> None:
+        """Take the model lock for one ``learn`` forward once no ``serve`` generation is queued or decoding.
+
+        The check is made under the lock, so a chat request that arrives waits for at most the forward in
+        progress, not for every learning thread that queued on the lock meanwhile. The caller releases it.
+        """
         while True:
-            if not pending:
-                job = self._queue.get()
-                if job is None:
+            with self._serve_cond:
+                self._serve_cond.wait_for(lambda: self._serving == 0 or self._closed)
+            self._model_lock.acquire()
+            if self._serving == 0 or self._closed:
+                return
+            self._model_lock.release()
+
+    def _worker_loop(self) -> None:
+        while not self._closing:
+            if not (self._pending["serve"] or self._pending["learn"]):
+                if not self._admit(self._queue.get()):
                     return
-                pending.extend((job, i) for i in range(len(job.requests)))
-            deadline = time.monotonic() + self.batch_wait_s
-            while len(pending) < self.max_batch_size:
-                timeout = deadline - time.monotonic()
-                try:
-                    job = self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if job is None:
-                    self._fail(pending, RuntimeError("HFEngine closed"))
-                    return
-                pending.extend((job, i) for i in range(len(job.requests)))
-            weights = pending[0][0].requests[pending[0][1]].weights
-            batch, rest = [], deque()
-            for item in pending:
-                same = item[0].requests[item[1]].weights == weights
-                (batch if same and len(batch) < self.max_batch_size else rest).append(item)
-            pending = rest
+            if not self._collect(self.batch_wait_s):
+                return
+            self._run_next("serve" if self._pending["serve"] else "learn")
+
+    def _admit(self, job: _Job | None) -> bool:
+        """Queue the rows of ``job`` by priority; ``None`` (close) fails every pending row and returns False."""
+        if job is None:
+            self._closing = True
+            for rows in self._pending.values():
+                self._fail(rows, RuntimeError("HFEngine closed"))
+                rows.clear()
+            return False
+        self._pending[job.priority].extend((job, i) for i in range(len(job.requests)))
+        return True
+
+    def _collect(self, wait_s: float) -> bool:
+        """Admit every queued job; wait up to ``wait_s`` for more while less than a batch is pending."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            timeout = deadline - time.monotonic()
+            short = sum(len(rows) for rows in self._pending.values()) < self.max_batch_size
             try:
-                self._run_batch(batch, weights)
-            except BaseException as exc:  # noqa: BLE001 - the callers must see it, the worker must live on
-                logger.exception("generation batch failed")
-                self._fail(batch, exc)
+                job = self._queue.get(timeout=timeout) if timeout > 0 and short else self._queue.get_nowait()
+            except queue.Empty:
+                return True
+            if not self._admit(job):
+                return False
+
+    def _run_next(self, priority: Priority) -> None:
+        """Decode one batch: the first pending row's weights, up to ``max_batch_size`` rows of ``priority``."""
+        pending = self._pending[priority]
+        weights = pending[0][0].requests[pending[0][1]].weights
+        batch, rest = [], deque()
+        for item in pending:
+            same = item[0].requests[item[1]].weights == weights
+            (batch if same and len(batch) < self.max_batch_size else rest).append(item)
+        self._pending[priority] = rest
+        try:
+            self._run_batch(batch, weights)
+        except BaseException as exc:  # noqa: BLE001 - the callers must see it, the worker must live on
+            logger.exception("generation batch failed")
+            self._fail(batch, exc)
+
+    def _serve_first(self) -> None:
+        """Between two decode steps of a ``learn`` batch: decode every ``serve`` request that arrived."""
+        if self._collect(0.0):
+            while self._pending["serve"]:
+                self._run_next("serve")
 
     @staticmethod
     def _fail(items, exc: BaseException) -> None:
@@ -357,7 +425,7 @@ class HFEngine:
         self.stats["requests"] += len(rows)
         selected, version = self._pin(weights)
         try:
-            self._decode(rows, selected)
+            self._decode(rows, selected, yield_to_serving=items[0][0].priority == "learn")
         finally:
             self._unpin(selected)
         for row in rows:
@@ -371,8 +439,11 @@ class HFEngine:
             if row.job.remaining == 0:
                 row.job.done.set()
 
-    def _decode(self, rows: list[_Row], selected: str) -> None:
-        """The batched decode loop: prefill the left-padded prompts, then one token per row per step."""
+    def _decode(self, rows: list[_Row], selected: str, yield_to_serving: bool = False) -> None:
+        """The batched decode loop: prefill the left-padded prompts, then one token per row per step.
+
+        ``yield_to_serving``: after every step, decode the ``serve`` requests that arrived (``_serve_first``).
+        """
         import torch
         from transformers import DynamicCache
 
@@ -437,6 +508,10 @@ class HFEngine:
             step_pos = step_pos[:, -1:] + 1
             mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=self.device)], dim=1)
             step_mask = mask
+            if yield_to_serving and any(live):
+                self._serve_first()
+                if self._closing:
+                    raise RuntimeError("HFEngine closed")
 
     def _check_finished(self, row: _Row) -> None:
         sp = row.request.sampling
@@ -455,6 +530,7 @@ class HFEngine:
         weights: Weights = "base",
         top_k: int = 0,
         temperature: float = 1.0,
+        priority: Priority = "learn",
     ) -> Scores:
         """Per-token log-probs of each completion given its prompt (``log_softmax(logits / T)``, full vocab).
 
@@ -462,9 +538,12 @@ class HFEngine:
         concatenated sequence (``P`` = prompt length), so the first completion token is included. Logits are
         only computed for completion positions. ``top_k > 0`` adds the K most likely ids and their log-probs at
         every completion position. Pairs are sorted by length and packed into forwards of at most
-        ``score_batch_tokens`` padded tokens.
+        ``score_batch_tokens`` padded tokens. A ``learn`` call waits before each forward until no ``serve``
+        generation is queued or running.
         """
         import torch
+
+        check_priority(priority)
 
         if len(prompt_ids) != len(completion_ids):
             raise ValueError("prompt_ids and completion_ids must have the same length")
@@ -501,7 +580,15 @@ class HFEngine:
                     ids[b, : len(s)] = torch.tensor(s, dtype=torch.long)
                     mask[b, : len(s)] = 1
                 ids, mask = ids.to(self.device), mask.to(self.device)
-                hidden = self._forward_hidden(selected, input_ids=ids, attention_mask=mask, use_cache=False)
+                if priority == "learn":
+                    self._learn_turn()
+                try:
+                    hidden = self._forward_hidden(
+                        selected, input_ids=ids, attention_mask=mask, use_cache=False
+                    )
+                finally:
+                    if priority == "learn":
+                        self._model_lock.release()
                 rows_idx, cols_idx, targets = [], [], []
                 for b, i in enumerate(chunk):
                     p, r = len(prompt_ids[i]), len(completion_ids[i])
@@ -544,6 +631,8 @@ class HFEngine:
         """Stop the worker (queued requests fail with an error)."""
         if not self._closed:
             self._closed = True
+            with self._serve_cond:
+                self._serve_cond.notify_all()
             self._queue.put(None)
             self._worker.join(timeout=30)
             _fail_queued(self._queue, "HFEngine closed")

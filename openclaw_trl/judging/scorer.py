@@ -86,6 +86,11 @@ class JudgeConfig:
     batch_turns: turns judged (and teacher-scored) together.
     max_attempts: failed judging attempts (an exception, not a None vote) after which a turn is set
         aside as ``failed``.
+    max_prompt_tokens: tokens of one engine judge prompt; a longer one is fitted by cutting the next state
+        (then the response) in the middle (:func:`~openclaw_trl.judge.fit_judge_messages`), and one the
+        instructions alone overflow is a None vote with the error ``judge_prompt_too_long``.
+    max_hint_chars: a hint keeps its first ``max_hint_chars`` characters (:func:`~openclaw_trl.judge.cap_hint`)
+        before it is stored and added to the teacher prompt.
     poll_interval_s: how often the worker looks for new ready turns when not woken.
     """
 
@@ -106,6 +111,8 @@ class JudgeConfig:
     batch_turns: int = 8
     max_attempts: int = 3
     poll_interval_s: float = 0.5
+    max_prompt_tokens: int = judge.MAX_JUDGE_PROMPT_TOKENS
+    max_hint_chars: int = judge.MAX_HINT_CHARS
 
     def __post_init__(self):
         checks = [
@@ -122,6 +129,10 @@ class JudgeConfig:
             (self.batch_turns >= 1, "batch_turns must be >= 1"),
             (self.max_attempts >= 1, f"max_attempts must be >= 1, got {self.max_attempts}"),
             (self.max_tokens >= 1, "max_tokens must be >= 1"),
+            (
+                self.max_prompt_tokens >= 1 and self.max_hint_chars >= 1,
+                "max_prompt_tokens and max_hint_chars must be >= 1",
+            ),
             (
                 self.backend != "openai" or bool(self.openai_base_url and self.openai_model),
                 "backend 'openai' needs openai_base_url and openai_model",
@@ -302,6 +313,7 @@ class Scorer:
             "errors": 0,
             "failed_attempts": 0,
             "failed": 0,
+            "judge_prompt_too_long": 0,
         }
 
     # ------------------------------------------------------------------ worker
@@ -421,6 +433,7 @@ class Scorer:
             hints = [(v.value, v.hint or "") for v in votes if v.kind == "hint"]
             j.reward = judge.majority_vote(prm) if "prm" in self.config.kinds else 0
             j.hint = judge.select_hint(hints) if "hint" in self.config.kinds else None
+            j.hint = judge.cap_hint(j.hint, self.config.max_hint_chars)
             self.stats["votes"] += len(votes)
             self.stats["none_votes"] += sum(v.value is None for v in votes)
             judgements.append(j)
@@ -532,8 +545,6 @@ class Scorer:
         return votes
 
     def _engine_votes(self, items: list[JudgeInput]) -> list[list[Vote]]:
-        from openclaw_trl.chat import render_prompt_ids
-
         cfg = self.config
         sampling = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_tokens)
         slots, requests = [], []  # slots[i] = (item index, kind, prompt opens <think>) of requests[i]
@@ -541,7 +552,7 @@ class Scorer:
         for i, item in enumerate(items):
             for kind in cfg.kinds:
                 try:
-                    ids = render_prompt_ids(self.tokenizer, _judge_messages(kind, item))
+                    ids = self._judge_prompt_ids(kind, item)
                 except Exception as exc:  # noqa: BLE001
                     out[i] += [_llm_vote(kind, "engine", None, _error_text(exc))] * cfg.m
                     continue
@@ -563,10 +574,33 @@ class Scorer:
                 out[i].append(_llm_vote(kind, "engine", text, error, opens_think))
         return out
 
+    def _judge_prompt_ids(self, kind: str, item: JudgeInput) -> list[int]:
+        """The rendered judge prompt, fitted in ``max_prompt_tokens`` (``JudgeConfig``)."""
+        from openclaw_trl.chat import render_prompt_ids
+
+        def count(messages: list[dict]) -> int:
+            return len(render_prompt_ids(self.tokenizer, messages))
+
+        messages = judge.fit_judge_messages(
+            kind,
+            item.response_text,
+            item.next_state_text,
+            item.next_state_role,
+            count,
+            self.config.max_prompt_tokens,
+        )
+        if messages is None:
+            self.stats["judge_prompt_too_long"] += 1
+            raise ValueError(
+                f"judge_prompt_too_long: the {kind} judge instructions alone exceed "
+                f"max_prompt_tokens={self.config.max_prompt_tokens}"
+            )
+        return list(render_prompt_ids(self.tokenizer, messages))
+
     def _generate(self, requests: list[GenerationRequest]) -> tuple[list[str | None], list[str | None]]:
         """Judge texts of one batched ``generate`` call (bounded by ``timeout_s``); all None on failure."""
         try:
-            completions = self._pool.submit(self.engine.generate, requests).result(
+            completions = self._pool.submit(self.engine.generate, requests, priority="learn").result(
                 timeout=self.config.timeout_s
             )
             texts = [self.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
@@ -631,6 +665,7 @@ class Scorer:
                 weights=self.config.teacher,
                 top_k=self.config.kd_topk,
                 temperature=temperature,
+                priority="learn",
             )
         except Exception as exc:  # noqa: BLE001 - the turns are judged without a teacher (no OPD sample)
             if split_on_failure and len(group) > 1:  # find the turn that fails; score the others

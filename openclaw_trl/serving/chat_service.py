@@ -124,6 +124,11 @@ class ChatService:
             body = ChatRequest.model_validate(payload)
         except ValidationError as exc:
             raise format_validation_error(exc) from None
+        limits = self.settings.limits
+        limits.check_chat(payload)
+        from openclaw_trl.sessions import request_session_key
+
+        limits.check_session_id(request_session_key(headers, payload))
         model = body.model or self.settings.model_names[0]
         if model not in self.settings.model_names:
             raise ApiError(
@@ -139,6 +144,10 @@ class ChatService:
         if body.tool_choice == "none":
             tools = None
         prompt_ids = self._render(messages, tools)
+        if len(prompt_ids) > limits.max_prompt_tokens:
+            raise limits.over(
+                "max_prompt_tokens", len(prompt_ids), "messages", "The rendered prompt (tokens)"
+            )
         limit = self.context_limit
         if len(prompt_ids) >= limit:
             raise ApiError(
@@ -272,6 +281,7 @@ class ChatService:
                 weights="policy",
                 top_k=prep.top_logprobs,
                 temperature=prep.sampling.logprob_temperature,
+                priority="serve",
             )
             top_ids, top_lps = scores.topk_ids[0], scores.topk_logprobs[0]
         content = []
@@ -296,6 +306,7 @@ class ChatService:
         """👍/👎/correction on a turn = its next state; ``ApiError`` 400/404 for bad or unknown turns."""
         from openclaw_trl.sessions import FeedbackError, UnknownTurnError
 
+        self.settings.limits.check_feedback(text)
         try:
             return self.collector.feedback(turn_id, rating, text)
         except UnknownTurnError as exc:

@@ -7,6 +7,8 @@ rejected request is a 4xx with ``{"error": {"message", "type", "param", "code"}}
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -132,9 +134,141 @@ class ChatRequest(BaseModel):
     @classmethod
     def _stop_strings(cls, stop):
         stops = [stop] if isinstance(stop, str) else stop
-        if stops is not None and (len(stops) > 16 or any(not s for s in stops)):
-            raise ValueError("stop takes at most 16 non-empty strings")
+        if stops is not None and any(not s for s in stops):
+            raise ValueError("stop strings must be non-empty")
         return stops
+
+
+# --------------------------------------------------------------------------------------------------
+# Limits: what one request may carry (each over-limit request is a 400, the body size a 413)
+# --------------------------------------------------------------------------------------------------
+
+_LIMIT_CODES = {
+    "max_request_bytes": "request_too_large",
+    "max_messages": "array_above_max_length",
+    "max_tools": "array_above_max_length",
+    "max_stop": "array_above_max_length",
+    "max_prompt_tokens": "context_length_exceeded",
+}
+SESSION_ID_PATTERN = re.compile(r"[A-Za-z0-9._:@+=/~-]+")
+"""Characters a session id may use: it is echoed in the ``x-openclaw-session-id`` response header."""
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """What one request may carry; ``OpenClawConfig`` exposes every field (same names, same defaults).
+
+    Parameters:
+        max_request_bytes: raw body size (413 above it, checked before parsing). 4 MiB holds the largest
+            conversation the other limits allow (``max_total_chars`` of text + tools) with JSON escaping.
+        max_messages: messages in one request; 256 is far beyond any real chat and bounds per-message work.
+        max_message_chars: text of one message (content + reasoning + tool-call arguments); 100,000 characters
+            is ~25k tokens, more than the served context, so no real message is refused for it.
+        max_total_chars: text of all messages together (400,000 characters, ~100k tokens).
+        max_tools: tool definitions in one request (64; OpenAI's limit is 128, agents send tens).
+        max_tools_chars: the tools' JSON size (64 KiB): they are rendered into every prompt.
+        max_stop: stop strings (4, OpenAI's limit); each is checked after every token.
+        max_stop_chars: length of one stop string (64): the decoder re-reads ~4x that per token.
+        max_session_id_chars: a session id's length (128), from ``SESSION_ID_PATTERN``'s characters
+            (letters, digits and ``._:@+=/~-``), since it is echoed in a response header.
+        max_feedback_chars: the correction text of ``POST /v1/feedback`` / the UI (8,000 characters): it
+            becomes a judge's next state and a teacher hint.
+        max_prompt_tokens: prompt tokens after rendering the chat template (8,192); the model's context
+            (``max_context_len``) bounds it further.
+    """
+
+    max_request_bytes: int = 4 * 1024 * 1024
+    max_messages: int = 256
+    max_message_chars: int = 100_000
+    max_total_chars: int = 400_000
+    max_tools: int = 64
+    max_tools_chars: int = 65_536
+    max_stop: int = 4
+    max_stop_chars: int = 64
+    max_session_id_chars: int = 128
+    max_feedback_chars: int = 8000
+    max_prompt_tokens: int = 8192
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+    def over(self, name: str, value: int, param: str | None, what: str) -> ApiError:
+        """The error for ``what`` of size ``value`` above the limit ``name`` (413 for the body, else 400)."""
+        limit = getattr(self, name)
+        return ApiError(
+            413 if name == "max_request_bytes" else 400,
+            f"{what} is {value}, above the limit {name}={limit}.",
+            _LIMIT_CODES.get(name, "string_above_max_length"),
+            param,
+        )
+
+    def check_chat(self, payload: dict) -> None:
+        """Counts and sizes of a chat request body (a dict that passed ``ChatRequest`` validation)."""
+        messages = payload["messages"]
+        if len(messages) > self.max_messages:
+            raise self.over("max_messages", len(messages), "messages", "The number of messages")
+        total = 0
+        for i, message in enumerate(messages):
+            chars = _message_chars(message)
+            if chars > self.max_message_chars:
+                raise self.over(
+                    "max_message_chars", chars, f"messages[{i}]", f"The text of messages[{i}] (characters)"
+                )
+            total += chars
+        if total > self.max_total_chars:
+            raise self.over("max_total_chars", total, "messages", "The text of all messages (characters)")
+        self._check_tools(payload.get("tools") or [])
+        self._check_stop(payload.get("stop"))
+
+    def _check_tools(self, tools: list) -> None:
+        if len(tools) > self.max_tools:
+            raise self.over("max_tools", len(tools), "tools", "The number of tools")
+        size = len(json.dumps(tools, ensure_ascii=False))
+        if size > self.max_tools_chars:
+            raise self.over("max_tools_chars", size, "tools", "The JSON size of the tools (characters)")
+
+    def _check_stop(self, stop) -> None:
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        if len(stops) > self.max_stop:
+            raise self.over("max_stop", len(stops), "stop", "The number of stop strings")
+        for i, s in enumerate(stops):
+            if len(s) > self.max_stop_chars:
+                raise self.over("max_stop_chars", len(s), f"stop[{i}]", f"The length of stop[{i}]")
+
+    def check_session_id(self, key: str | None) -> None:
+        """A session id is short and header-safe (it is echoed in ``x-openclaw-session-id``)."""
+        if key is None:
+            return
+        if len(key) > self.max_session_id_chars:
+            raise self.over("max_session_id_chars", len(key), "session_id", "The length of the session id")
+        if not SESSION_ID_PATTERN.fullmatch(key):
+            raise ApiError(
+                400,
+                "The session id may only use letters, digits and the characters ._:@+=/~- "
+                "(it is echoed in a response header); send another X-Session-Id.",
+                "invalid_session",
+                "session_id",
+            )
+
+    def check_feedback(self, text: str | None) -> None:
+        if text and len(text) > self.max_feedback_chars:
+            raise self.over("max_feedback_chars", len(text), "text", "The length of the feedback text")
+
+
+def _message_chars(message: dict) -> int:
+    """Characters of a message's text: content (string or text parts), reasoning and tool-call arguments."""
+    content = message.get("content")
+    if isinstance(content, list):
+        chars = sum(len(p["text"]) for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    else:
+        chars = len(content or "")
+    chars += len(message.get("reasoning_content") or "")
+    for call in message.get("tool_calls") or []:
+        arguments = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
+        chars += len(arguments if isinstance(arguments, str) else json.dumps(arguments or {}))
+    return chars
 
 
 def format_validation_error(exc: ValidationError) -> ApiError:

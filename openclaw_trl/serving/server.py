@@ -52,13 +52,16 @@ from typing import Any
 from fastapi import Request
 
 from openclaw_trl.serving.chat_service import ChatService, PreparedChat, TurnResult
-from openclaw_trl.serving.openai_schema import ApiError, error_response
+from openclaw_trl.serving.openai_schema import ApiError, RequestLimits, error_response
 
 logger = logging.getLogger(__name__)
 
 TURN_ID_HEADER = "x-openclaw-turn-id"
 POLICY_VERSION_HEADER = "x-openclaw-policy-version"
 SESSION_ID_HEADER = "x-openclaw-session-id"
+MAX_HEADER_BYTES = 1024 * 1024
+"""The request head (request line + headers) uvicorn reads: a larger one gets uvicorn's plain-text 400, a
+smaller one reaches the app, whose limits (e.g. ``max_session_id_chars``) answer in OpenAI's JSON format."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -91,7 +94,8 @@ class ServerSettings:
         max_tokens_cap: upper bound on ``max_tokens`` whatever the client asks.
         session_idle_timeout_s: a session idle this long ends without a next state for its last turn.
             The collector's reaper enforces it; the server only carries the value.
-        max_body_bytes: larger request bodies are a 413 before any parsing.
+        limits: what one request may carry (``openclaw_trl.serving.openai_schema.RequestLimits``: body size,
+            messages, text, tools, stop strings, session id, feedback text, prompt tokens).
         generation_threads: threads running blocking engine calls (concurrent requests batch there).
         ui: mount the Gradio UI at ``/``.
     """
@@ -107,7 +111,7 @@ class ServerSettings:
     default_max_tokens: int = 512
     max_tokens_cap: int = 4096
     session_idle_timeout_s: float = 1800.0
-    max_body_bytes: int = 8 * 1024 * 1024
+    limits: RequestLimits = field(default_factory=RequestLimits)
     generation_threads: int = 32
     ui: bool = True
 
@@ -261,19 +265,30 @@ def _same_secret(given: str, key: str) -> bool:
     return hmac.compare_digest((given or "").encode(), key.encode())
 
 
-async def _json_body(request, limit: int) -> Any:
+async def _json_body(request, limits: RequestLimits) -> Any:
     length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise ApiError(413, f"Request body larger than {limit} bytes", "request_too_large")
-    raw = await request.body()
-    if len(raw) > limit:
-        raise ApiError(413, f"Request body larger than {limit} bytes", "request_too_large")
+    if length is not None and length.isdigit() and int(length) > limits.max_request_bytes:
+        raise limits.over("max_request_bytes", int(length), None, "The request body (bytes)")
+    raw = await _read_body(request, limits.max_request_bytes)
+    if len(raw) > limits.max_request_bytes:
+        raise limits.over("max_request_bytes", len(raw), None, "The request body (bytes)")
     try:
         return json.loads(raw)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise ApiError(
             400, f"We could not parse the JSON body of your request: {exc}", "invalid_json"
         ) from None
+
+
+async def _read_body(request, limit: int) -> bytes:
+    """The body, read chunk by chunk and stopped one byte past ``limit`` (a body without a length is bounded too)."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            break
+    return b"".join(chunks)
 
 
 def _resolve_api_key(settings: ServerSettings) -> str | None:
@@ -354,7 +369,7 @@ def create_app(
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         _check_auth(request, api_key)
-        payload = await _json_body(request, settings.max_body_bytes)
+        payload = await _json_body(request, settings.limits)
         prep = await asyncio.to_thread(service.prepare, payload, request.headers)
         if prep.stream:
             headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -375,7 +390,7 @@ def create_app(
     @app.post("/v1/feedback")
     async def feedback(request: Request):
         _check_auth(request, api_key)
-        payload = await _json_body(request, settings.max_body_bytes)
+        payload = await _json_body(request, settings.limits)
         turn_id, rating, text = _parse_feedback(payload)
         result = await asyncio.to_thread(service.feedback, turn_id, rating, text)
         out = {"ok": True, "turn_id": turn_id, "rating": rating}
@@ -458,7 +473,15 @@ class ServerThread:
     def __init__(self, app, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"):
         import uvicorn
 
-        self.config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on", ws="none")
+        self.config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            lifespan="on",
+            ws="none",
+            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        )
         self.server = uvicorn.Server(self.config)
         self.thread = threading.Thread(target=self.server.run, name="openclaw-uvicorn", daemon=True)
         self.host = host
@@ -495,7 +518,14 @@ def serve(app, host: str = "127.0.0.1", port: int = 7860, log_level: str = "info
     """Blocking: run ``app`` with uvicorn until interrupted (Ctrl-C)."""
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level=log_level, ws="none")
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        ws="none",
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+    )
 
 
 def open_share_link(host: str, port: int) -> str:
