@@ -12,7 +12,7 @@ export HF_HUB_DISABLE_TELEMETRY ?= 1
 export GRADIO_ANALYTICS_ENABLED ?= False
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install run test lint format test-vllm bench bench-learning clean
+.PHONY: install run test lint format test-vllm bench bench-learning clean gpu-wheels test-gpu-rehearsal
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -74,3 +74,63 @@ $(VLLM_VENV)/.installed: pyproject.toml
 
 test-vllm: $(VLLM_VENV)/.installed
 	PYTHONPATH=$(CURDIR) $(VLLM_PY) -m pytest -m vllm -p no:cacheprovider $(PYTEST_ARGS) tests/vllm_engine
+
+# --- The GPU check (benchmarks/gpu_check.sh) on the lent GPU machine. Its image has Python 3.12 with torch,
+# transformers, accelerate, peft, safetensors, tokenizers, pyarrow, httpx, numpy and pytest, but none of the
+# packages below, and it cannot download: `make gpu-wheels` fetches them here as cp312 manylinux wheels, without
+# their dependencies (so torch / transformers are never pulled), into $(GPU_WHEELS_DIR)/cp312 (well under the
+# 64 MiB that travels to the device; the target fails over GPU_WHEELS_MAX_MIB). gpu_check.sh installs them with
+# `pip install --no-index --no-deps --target` into a folder on PYTHONPATH. bitsandbytes (43 MB, the QLoRA stage)
+# only with GPU_WHEELS_QUANT=1. Versions: those the main venv resolves to.
+GPU_WHEELS_DIR ?= .gpu-wheels
+GPU_WHEELS_PY ?= 3.12
+GPU_WHEELS_QUANT ?= 0
+GPU_WHEELS_MAX_MIB ?= $(if $(filter 1,$(GPU_WHEELS_QUANT)),60,40)
+GPU_WHEELS_PKGS ?= trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 xxhash==4.1.0 \
+	pandas==3.1.1 python-dateutil==4.0.0 six==1.17.0 \
+	fastapi==0.165.0 starlette==1.10.0 pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 \
+	annotated-doc==0.0.7 typing-inspection==0.4.5 typing-extensions==4.16.0 anyio==4.16.0 \
+	opentelemetry-api==1.45.2 uvicorn==0.54.0 h11==0.16.0 click==8.5.1 \
+	requests==2.34.2 urllib3==2.8.0 charset-normalizer==3.5.3
+GPU_WHEELS_QUANT_PKGS ?= bitsandbytes==0.50.2
+GPU_WHEELS_OUT = $(GPU_WHEELS_DIR)/cp$(subst .,,$(GPU_WHEELS_PY))
+
+gpu-wheels:
+	rm -rf $(GPU_WHEELS_OUT) && mkdir -p $(GPU_WHEELS_OUT)
+	$(PYTHON) -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+		--implementation cp --python-version $(GPU_WHEELS_PY) --platform manylinux2014_x86_64 \
+		--platform manylinux_2_24_x86_64 --platform manylinux_2_28_x86_64 -d $(GPU_WHEELS_OUT) \
+		$(GPU_WHEELS_PKGS) $(if $(filter 1,$(GPU_WHEELS_QUANT)),$(GPU_WHEELS_QUANT_PKGS))
+	@bytes=$$(cat $(GPU_WHEELS_OUT)/*.whl | wc -c); mib=$$(( bytes / 1048576 )); \
+	echo "gpu-wheels: $$(ls $(GPU_WHEELS_OUT)/*.whl | wc -l) wheels, $$mib MiB in $(GPU_WHEELS_OUT)"; \
+	if [ $$bytes -gt $$(( $(GPU_WHEELS_MAX_MIB) * 1048576 )) ]; then \
+		echo "gpu-wheels: over the $(GPU_WHEELS_MAX_MIB) MiB limit: drop a package from GPU_WHEELS_PKGS" >&2; exit 1; \
+	fi
+
+# The CPU rehearsal of the GPU check: a throwaway venv standing in for the GPU image -- transformers 5.17.0 and
+# accelerate 1.15.0 as there, peft 0.21.2, and torch 2.13.0 (CPU build; the image has 2.11 with CUDA, but the only
+# torch that installs offline here is the 2.13.0 CPU wheel) -- with the packages the image lacks uninstalled again,
+# then the wheelhouse installed the way gpu_check.sh does, then `gpu_check.sh --device cpu --tiny` to the end.
+# That CPU wheel is cp311 only, so the rehearsal runs Python 3.11 with a cp311 wheelhouse of the same package
+# versions ($(GPU_WHEELS_DIR)/cp311); the cp312 wheelhouse for the GPU is the one `make gpu-wheels` builds.
+# About 3 minutes on 2 cores once set up; the first run adds ~1 minute for the venv and ~5 for pretraining the
+# learning benchmark's model (cached in $(GPU_REHEARSAL_MODELS)). Output: $(GPU_REHEARSAL_OUT).
+GPU_REHEARSAL_PYTHON ?= python3.11
+GPU_REHEARSAL_VENV ?= .venv-gpu-rehearsal
+GPU_REHEARSAL_OUT ?= .gpu-rehearsal-out
+GPU_REHEARSAL_MODELS ?= /tmp/openclaw-gpu-rehearsal-models
+GPU_IMAGE_PKGS ?= torch==2.13.0 transformers==5.17.0 accelerate==1.15.0 peft==0.21.2 safetensors tokenizers \
+	pyarrow httpx numpy pytest
+GPU_IMAGE_LACKS ?= trl datasets fastapi uvicorn pydantic pydantic-core gradio openai bitsandbytes vllm
+
+$(GPU_REHEARSAL_VENV)/.installed:
+	rm -rf $(GPU_REHEARSAL_VENV) && $(GPU_REHEARSAL_PYTHON) -m venv $(GPU_REHEARSAL_VENV)
+	$(GPU_REHEARSAL_VENV)/bin/python -m pip install -q $(GPU_IMAGE_PKGS)
+	$(GPU_REHEARSAL_VENV)/bin/python -m pip uninstall -y -q $(GPU_IMAGE_LACKS) 2>/dev/null
+	touch $@
+
+test-gpu-rehearsal: $(GPU_REHEARSAL_VENV)/.installed
+	$(MAKE) gpu-wheels GPU_WHEELS_PY=$$($(GPU_REHEARSAL_VENV)/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+	rm -rf $(GPU_REHEARSAL_OUT) && mkdir -p $(GPU_REHEARSAL_OUT)
+	OUT=$(CURDIR)/$(GPU_REHEARSAL_OUT) PYTHON=$(CURDIR)/$(GPU_REHEARSAL_VENV)/bin/python GPU_CHECK_BUDGET_S=1500 \
+		OPENCLAW_BENCH_MODELS=$(GPU_REHEARSAL_MODELS) bash benchmarks/gpu_check.sh --device cpu --tiny

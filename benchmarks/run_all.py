@@ -3,16 +3,21 @@
     .venv/bin/python benchmarks/run_all.py --quick     # 2-core CPU: about 10 minutes
     .venv/bin/python benchmarks/run_all.py             # CPU, more steps and rounds
     .venv/bin/python benchmarks/run_all.py --full      # + 0.6B-shaped update ratio, KD step, vLLM engine
-    python benchmarks/run_all.py --gpu                 # one GPU + vllm: 0.6B-shaped everywhere (gpu_check.sh)
+    python benchmarks/run_all.py --gpu                 # one GPU: 0.6B / 4B shapes in bf16 (gpu_check.sh)
+    python benchmarks/run_all.py --gpu --device cpu --tiny   # the same stages on the tiny model (rehearsal)
 
 Stages (each in its own process, so one failing or running out of memory leaves the others standing):
 ``engine_bench.py`` (generate / score / plain forward tokens/s, adapter publish; vLLM through ``.venv-vllm``
 when that venv exists and ``vllm`` does not import here), ``trainer_bench.py`` (update time vs TRL's
 ``GRPOTrainer``, peak memory, publish vs merge-and-push), ``serving_bench.py`` (p50/p95 latency idle vs during
-LoRA updates) and ``judge_bench.py`` (judge cost per turn, scorer turns/s with m = 1 and 3).
+LoRA updates) and ``judge_bench.py`` (judge cost per turn, scorer turns/s with m = 1 and 3). ``--gpu`` adds
+``combine_4b_bench.py`` (one Combine update of a Qwen3-4B-shaped model beside the colocated engine: seconds and
+peak memory; its QLoRA variant where bitsandbytes imports) and ``learning/run.py --quick``; a stage whose
+package (vllm, bitsandbytes) is missing is skipped with one line.
 
 Every comparison is a ratio of two figures measured in the same run, on the same machine, so that a shared or
-throttled CPU moves both sides. Output: ``benchmarks/results/run_all_<time>.{json,md}`` (git-ignored);
+throttled CPU moves both sides. Output: ``benchmarks/results/run_all_<time>.{json,md}`` (git-ignored; ``--results-dir`` moves them and the
+stage logs elsewhere);
 ``benchmarks/RESULTS.md`` holds a committed copy of a reference run.
 """
 
@@ -39,6 +44,7 @@ TARGETS = {
     "score_over_forward": (">=", 0.9),
     "publish_over_merge": ("<=", 0.2),
     "serving_p95_ratio": ("<=", 1.5),
+    "card_24gb_fraction": ("<=", 0.95),  # CUDA reserved peak / 24e9 bytes, room left for the CUDA context
 }
 
 
@@ -53,7 +59,19 @@ def machine() -> dict:
         "ram_gib": _ram_gib(),
         "load_average": os.getloadavg(),
     }
-    for name in ("torch", "transformers", "peft", "trl", "accelerate", "vllm"):
+    for name in (
+        "torch",
+        "transformers",
+        "peft",
+        "trl",
+        "accelerate",
+        "datasets",
+        "fastapi",
+        "pydantic",
+        "uvicorn",
+        "bitsandbytes",
+        "vllm",
+    ):
         try:
             info[name] = md.version(name)
         except md.PackageNotFoundError:
@@ -105,11 +123,19 @@ def _ram_gib() -> float | None:
 
 
 # ---------------------------------------------------------------------------------------------- stages
-def run_stage(name: str, cmd: list[str], out: Path, timeout: int, logs: Path) -> dict | None:
-    """Run one benchmark script; returns its JSON report (None when it failed, with the log tail printed)."""
+def run_stage(
+    name: str, cmd: list[str], out: Path, timeout: int, logs: Path, cpu_only: bool = False
+) -> dict | None:
+    """Run one benchmark script; returns its JSON report (None when it failed, with the log tail printed).
+
+    ``cpu_only`` hides every GPU from the stage (``CUDA_VISIBLE_DEVICES=""``): each script then runs on the CPU
+    in float32, as it does on a machine without one.
+    """
     log = logs / f"{name}.log"
     print(f"\n=== {name}: {' '.join(cmd)}  (log: {log}, timeout {timeout}s)", flush=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if cpu_only:
+        env["CUDA_VISIBLE_DEVICES"] = ""
     t0 = time.perf_counter()
     try:
         with log.open("w") as fh:
@@ -145,8 +171,11 @@ def vllm_python() -> str | None:
     return str(candidate) if candidate.exists() else None
 
 
-def plan(args, tmp: Path) -> list[tuple[str, list[str], Path, int]]:
-    """The stages of this run: (name, command, JSON output, timeout in seconds)."""
+def plan(args, tmp: Path) -> list[tuple[str, list[str] | None, Path | str, int]]:
+    """The stages of this run: (name, command, JSON output, timeout in seconds).
+
+    A stage that cannot run here has ``None`` for its command and the reason in place of its output.
+    """
     py = sys.executable
     stages = []
 
@@ -154,28 +183,8 @@ def plan(args, tmp: Path) -> list[tuple[str, list[str], Path, int]]:
         out = tmp / f"{name}.json"
         stages.append((name, [python, str(HERE / script), *extra, "--out", str(out)], out, timeout))
 
-    if args.gpu:  # sized for one GPU in under 8 minutes (gpu_check.sh); the model is built beforehand
-        big = str(MODEL_CACHE / "qwen3-0.6b-shaped")
-        cache = ["--model-cache", str(MODEL_CACHE)]
-        stage("trainer", "trainer_bench.py", ["--gpu"], 120)
-        stage(
-            "engine", "engine_bench.py", ["--engines", "hf", "--models", "tiny,qwen3-0.6b-shaped", *cache], 60
-        )
-        stage(
-            "engine_vllm",
-            "engine_bench.py",
-            ["--engines", "vllm", "--models", "qwen3-0.6b-shaped", "--vllm-large", *cache],
-            150,
-        )
-        stage(
-            "serving",
-            "serving_bench.py",
-            ["--model-dir", big, "--device", "cuda", "--sessions", "16", "--max-tokens", "64"],
-            75,
-        )
-        stage(
-            "judge", "judge_bench.py", ["--model-dir", big, "--turns", "32", "--judge-max-tokens", "128"], 45
-        )
+    if args.gpu:
+        gpu_plan(args, tmp, stage, stages)
         return stages
 
     cache = ["--model-cache", str(MODEL_CACHE)]
@@ -196,6 +205,101 @@ def plan(args, tmp: Path) -> list[tuple[str, list[str], Path, int]]:
     stage("serving", "serving_bench.py", ["--repeats", "2" if args.quick else "3"], 300)
     stage("judge", "judge_bench.py", ["--turns", "16" if args.quick else "32"], 300)
     return stages
+
+
+def _missing(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):
+        return True
+
+
+def gpu_plan(args, tmp: Path, stage, stages: list) -> None:
+    """The ``--gpu`` stages, sized for one GPU in under 8 minutes (gpu_check.sh builds the models first).
+
+    The 0.6B / 4B shapes in bf16 on CUDA; with ``--tiny`` the tiny model everywhere (with ``--device cpu``:
+    the CPU rehearsal of the same stages, in float32).
+    """
+    tiny = args.tiny
+    big = str(MODEL_CACHE / ("tiny" if tiny else "qwen3-0.6b-shaped"))
+    cache = ["--model-cache", str(MODEL_CACHE)]
+    slow = 3 if args.device == "cpu" else 1  # CPU timeouts: the same work takes longer there
+    stage(
+        "engine",
+        "engine_bench.py",
+        ["--engines", "hf", "--models", "tiny" if tiny else "tiny,qwen3-0.6b-shaped", *cache],
+        60 * slow,
+    )
+    # the 4B-shaped update early: it is the figure no CPU run can give (its build in bf16 on the GPU included)
+    stage("combine_4b", "combine_4b_bench.py", [*cache, *(["--tiny"] if tiny else [])], 200 * slow)
+    stage(
+        "trainer",
+        "trainer_bench.py",
+        ["--gpu", *(["--tiny", "--steps", "3", "--rounds", "1"] if tiny else [])],
+        120 * slow,
+    )
+    stage(
+        "serving",
+        "serving_bench.py",
+        ["--model-dir", big, "--device", args.device]
+        + (
+            ["--sessions", "4", "--turns", "2", "--repeats", "1", "--max-tokens", "16"]
+            if tiny
+            else ["--sessions", "16", "--max-tokens", "64"]
+        ),
+        75 * slow,
+    )
+    learning = tmp / "learning"
+    stages.append(
+        (
+            "learning",
+            [
+                sys.executable,
+                str(HERE / "learning" / "run.py"),
+                "--quick",
+                "--model-dir",
+                str(MODEL_CACHE / "learning_model"),
+                "--out",
+                str(learning),
+                *(["--updates", "2"] if tiny else []),  # the rehearsal: the flow, not the curve
+            ],
+            learning / "learning_quick.json",
+            180 * slow,  # the first run pretrains the learning model (240 steps, cached) before the 3 methods
+        )
+    )
+    stage(
+        "judge",
+        "judge_bench.py",
+        ["--model-dir", big, "--turns", "8" if tiny else "32", "--judge-max-tokens", "32" if tiny else "128"],
+        45 * slow,
+    )
+    if _missing("vllm"):
+        stages.append(("engine_vllm", None, "vllm is not installed here: pip install -e '.[vllm]'", 0))
+    else:
+        stage(
+            "engine_vllm",
+            "engine_bench.py",
+            [
+                "--engines",
+                "vllm",
+                "--models",
+                "tiny" if tiny else "qwen3-0.6b-shaped",
+                "--vllm-large",
+                *cache,
+            ],
+            150 * slow,
+        )
+    if _missing("bitsandbytes") or args.device == "cpu":
+        why = (
+            "needs a CUDA GPU"
+            if args.device == "cpu"
+            else "bitsandbytes is not installed: GPU_WHEELS_QUANT=1 make gpu-wheels"
+        )
+        stages.append(("qlora", None, why, 0))
+    else:
+        stage("qlora", "combine_4b_bench.py", [*cache, "--load-in-4bit", *(["--tiny"] if tiny else [])], 120)
 
 
 # -------------------------------------------------------------------------------------------- summary
@@ -342,11 +446,42 @@ def summarize(reports: dict) -> list[dict]:
                 "teacher tokens/turn"
             ),
         )
+    for key in ("combine_4b", "qlora"):
+        c = reports.get(key)
+        if c:
+            g = c["geometry"]
+            memory = ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in c["peak"].items())
+            row(
+                "one Combine update, LoRA r=16, beside the colocated HF engine"
+                + (" (4-bit base)" if c["load_in_4bit"] else ""),
+                c["model"],
+                f"{c['step_s']:.2f} s/update",
+                f"peak {memory}",
+                c["card_24gb_fraction"],
+                "card_24gb_fraction" if c["card_24gb_fraction"] is not None else None,
+                f"{c['device']} {c['dtype']}; batch {g['batch']} x ~{g['prompt_len']}+{g['completion_len']} tokens, "
+                f"micro {g['micro']}, activation checkpointing {'on' if c['activation_checkpointing'] else 'OFF'}; "
+                "ratio = reserved peak / 24 GB",
+            )
+    learning = reports.get("learning") or {}
+    for name, a in learning.get("aggregate", {}).items():
+        row(
+            f"learning --quick: preferred-style rate after {len(a['mean']) - 1} updates ({name})",
+            "learning model",
+            f"{a['mean'][-1]:.2f}",
+            f"{learning['base_rate']:.2f} base",
+            None,
+            note=f"{learning.get('seconds', 0):.0f}s for all methods",
+        )
     return rows
 
 
-def markdown(info: dict, rows: list[dict], args, wall: float, stages: dict) -> str:
-    mode = "gpu" if args.gpu else ("quick" if args.quick else ("full" if args.full else "default"))
+def markdown(info: dict, rows: list[dict], args, wall: float, stages: dict, skipped: dict) -> str:
+    mode = (
+        f"gpu, {args.device}{', tiny' if args.tiny else ''}"
+        if args.gpu
+        else ("quick" if args.quick else ("full" if args.full else "default"))
+    )
     lines = [
         f"# openclaw-trl benchmarks ({mode}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
         "",
@@ -369,6 +504,7 @@ def markdown(info: dict, rows: list[dict], args, wall: float, stages: dict) -> s
         "",
         f"Stages: {', '.join(f'{k} {v:.0f}s' for k, v in _stage_times(stages).items())}; total {wall:.0f}s"
         + (f"; FAILED: {', '.join(failed)}" if failed else "")
+        + "".join(f"; skipped {k} ({why})" for k, why in skipped.items())
         + ".",
     ]
     return "\n".join(lines) + "\n"
@@ -382,23 +518,42 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer steps and rounds: under 15 min on 2 cores")
     ap.add_argument("--full", action="store_true", help="add the 0.6B-shaped update ratio and KD step")
-    ap.add_argument("--gpu", action="store_true", help="one GPU + vllm: the 0.6B-shaped suite")
+    ap.add_argument("--gpu", action="store_true", help="one GPU: the 0.6B / 4B-shaped suite (gpu_check.sh)")
+    ap.add_argument(
+        "--device",
+        choices=["cuda", "cpu"],
+        default="cuda",
+        help="--gpu on this device (cpu: every GPU hidden)",
+    )
+    ap.add_argument("--tiny", action="store_true", help="--gpu with the tiny model everywhere (rehearsal)")
+    ap.add_argument("--results-dir", default=None, help="where the JSON, table and stage logs go")
     ap.add_argument("--no-vllm", action="store_true", help="skip the vLLM engine stage on CPU")
     ap.add_argument(
         "--budget-s", type=float, default=None, help="stop starting stages / cut their timeouts to fit this"
     )
     ap.add_argument(
-        "--only", default=None, help="comma list of stages (engine,engine_vllm,trainer,serving,judge)"
+        "--only",
+        default=None,
+        help="comma list of stages (engine,engine_vllm,trainer,serving,judge; --gpu: combine_4b,qlora,learning)",
     )
     args = ap.parse_args(argv)
+    if (args.tiny or args.device != "cuda") and not args.gpu:
+        ap.error("--tiny and --device go with --gpu (the GPU suite and its CPU rehearsal)")
 
     t0 = time.perf_counter()
     info = machine()
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    results = Path(args.results_dir) if args.results_dir else RESULTS
     tmp = Path(tempfile.mkdtemp(prefix=f"openclaw-bench-{stamp}-"))
-    stages = {}
+    logs = results / f"logs_{stamp}" if args.results_dir else tmp
+    logs.mkdir(parents=True, exist_ok=True)
+    stages, skipped = {}, {}
     for name, cmd, out, timeout in plan(args, tmp):
         if args.only and name not in args.only.split(","):
+            continue
+        if cmd is None:
+            print(f"\n=== {name}: skipped, {out}", flush=True)
+            skipped[name] = out
             continue
         if args.budget_s is not None:
             left = args.budget_s - (time.perf_counter() - t0) - 15  # keep time for the table
@@ -407,19 +562,29 @@ def main(argv: list[str] | None = None) -> dict:
                 stages[name] = None
                 continue
             timeout = int(min(timeout, left))
-        stages[name] = run_stage(name, cmd, out, timeout, tmp)
+        stages[name] = run_stage(name, cmd, out, timeout, logs, cpu_only=args.device == "cpu")
     wall = time.perf_counter() - t0
     info["load_average_end"] = os.getloadavg()
     rows = summarize(stages)
-    table = markdown(info, rows, args, wall, stages)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    report = {"machine": info, "mode": vars(args), "wall_s": wall, "summary": rows, "stages": stages}
-    (RESULTS / f"run_all_{stamp}.json").write_text(json.dumps(report, indent=2, default=str))
-    (RESULTS / f"run_all_{stamp}.md").write_text(table)
+    table = markdown(info, rows, args, wall, stages, skipped)
+    results.mkdir(parents=True, exist_ok=True)
+    report = {
+        "machine": info,
+        "mode": vars(args),
+        "wall_s": wall,
+        "summary": rows,
+        "stages": stages,
+        "skipped": skipped,
+    }
+    (results / f"run_all_{stamp}.json").write_text(json.dumps(report, indent=2, default=str))
+    (results / f"run_all_{stamp}.md").write_text(table)
+    print(f"\nwrote {results / f'run_all_{stamp}.json'} and .md (stage logs in {logs})")
     print("\n" + table)
-    print(f"wrote {RESULTS / f'run_all_{stamp}.json'} and .md (stage logs in {tmp})")
     return report
 
 
 if __name__ == "__main__":
-    main()
+    report = main()
+    # The GPU suite fails when a stage that could run did not finish (skipped stages do not count).
+    if report["mode"]["gpu"] and any(rep is None for rep in report["stages"].values()):
+        sys.exit(1)

@@ -265,6 +265,17 @@ def _step_timer(name: str = "", baton: Baton | None = None):
     return StepTimer()
 
 
+def checkpointing_args(on: bool) -> dict:
+    """Activation checkpointing under the name this transformers knows: ``activation_checkpointing`` in recent
+    releases, ``gradient_checkpointing`` before (5.17 has only that; an unknown name would be ignored)."""
+    from transformers import TrainingArguments
+
+    fields = TrainingArguments.__dataclass_fields__
+    return {
+        "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing": on
+    }
+
+
 def _common_args(geometry: dict, steps: int, out_dir: str) -> dict:
     """Training arguments both trainers share (the same optimizer, clip range, loss and schedule)."""
     import torch
@@ -288,8 +299,8 @@ def _common_args(geometry: dict, steps: int, out_dir: str) -> dict:
         logging_steps=1,
         disable_tqdm=True,
         seed=0,
-        activation_checkpointing=False,
         dataloader_pin_memory=False,
+        **checkpointing_args(False),
     )
 
 
@@ -652,6 +663,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument(
         "--gpu", action="store_true", help="the 0.6B-shaped model with a larger batch, on the GPU"
     )
+    ap.add_argument(
+        "--tiny", action="store_true", help="the tiny model in place of the chosen mode's models (rehearsal)"
+    )
     ap.add_argument("--models", default=None, help="comma list: only these models of the chosen mode")
     ap.add_argument("--steps", type=int, default=None, help="optimizer steps per run (first = warm-up)")
     ap.add_argument("--rounds", type=int, default=None, help="alternated OpenClaw/GRPO runs per model")
@@ -662,7 +676,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     mode = "gpu" if args.gpu else "full" if args.full else "quick" if args.quick else "default"
     report: dict = {"mode": mode, "update": [], "publish": []}
-    for label, geometry_name, steps, rounds, kd_topk, stale, publish in PLANS[mode]:
+    plan = PLANS[mode]
+    if args.tiny:
+        plan = [("tiny", "tiny" if g else None, *rest) for _, g, *rest in plan]
+    for label, geometry_name, steps, rounds, kd_topk, stale, publish in plan:
         if args.models and label not in args.models.split(","):
             continue
         if geometry_name:

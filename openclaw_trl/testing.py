@@ -3,8 +3,9 @@
 ``build_tiny_model(path)`` writes a random-init Qwen3-architecture model (float32) plus a byte-level
 BPE tokenizer trained on the spot, with a ChatML-style chat template that knows the system / user /
 assistant / tool roles, ``<think>`` reasoning and Qwen-style ``<tool_call>`` blocks. head_dim is 64
-so the same directory also loads in vLLM's CPU kernels. ``build_qwen3_0_6b_shaped(path)`` writes a
-model with the Qwen3-0.6B shapes (random weights) for benchmarks.
+so the same directory also loads in vLLM's CPU kernels. ``build_qwen3_0_6b_shaped(path)`` and
+``build_qwen3_4b_shaped(path)`` write models with the Qwen3-0.6B / Qwen3-4B shapes (random weights) for
+benchmarks.
 """
 
 from __future__ import annotations
@@ -142,10 +143,35 @@ def qwen3_0_6b_config_kwargs() -> dict:
     )
 
 
+def qwen3_4b_config_kwargs() -> dict:
+    """The Qwen3-4B shapes (4.02B parameters with the real 151,936 vocabulary)."""
+    return dict(
+        hidden_size=2560,
+        intermediate_size=9728,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        tie_word_embeddings=True,
+        rope_theta=1000000.0,
+    )
+
+
 def build_model_dir(
-    path: str | Path, tokenizer, config_kwargs: dict, seed: int = 0, vocab_size: int | None = None
+    path: str | Path,
+    tokenizer,
+    config_kwargs: dict,
+    seed: int = 0,
+    vocab_size: int | None = None,
+    dtype: str = "float32",
+    device: str | None = None,
 ):
-    """Save a random-init float32 Qwen3 model with ``tokenizer`` to ``path``; returns the path."""
+    """Save a random-init Qwen3 model with ``tokenizer`` to ``path``; returns the path.
+
+    ``dtype`` is the saved weights' dtype; ``device`` is where the weights are initialised (``"cuda"``
+    initialises a multi-billion-parameter model in seconds instead of minutes on the CPU).
+    """
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
@@ -160,11 +186,12 @@ def build_model_dir(
         eos_token_id=eos_ids[0],
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
-        dtype="float32",
+        dtype=dtype,
         **config_kwargs,
     )
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(cfg).to(torch.float32)
+    with torch.device(device or "cpu"):
+        model = Qwen3ForCausalLM(cfg).to(getattr(torch, dtype))
     model.generation_config = GenerationConfig(
         eos_token_id=eos_ids, pad_token_id=tokenizer.pad_token_id, do_sample=True, temperature=1.0, top_p=1.0
     )
@@ -186,4 +213,23 @@ def build_qwen3_0_6b_shaped(path: str | Path, seed: int = 0) -> Path:
     """
     return build_model_dir(
         path, build_tiny_tokenizer(), qwen3_0_6b_config_kwargs(), seed=seed, vocab_size=151936
+    )
+
+
+def build_qwen3_4b_shaped(
+    path: str | Path, seed: int = 0, dtype: str = "bfloat16", device: str | None = None
+) -> Path:
+    """A Qwen3-4B-shaped random model (8 GB in bfloat16) with the tiny tokenizer and a 151,936 vocab.
+
+    Saved in bfloat16 by default, the dtype a 4B model is trained and served in on one GPU. Initialising
+    on ``device="cuda"`` takes seconds; on the CPU it needs about 16 GB of RAM and a few minutes.
+    """
+    return build_model_dir(
+        path,
+        build_tiny_tokenizer(),
+        qwen3_4b_config_kwargs(),
+        seed=seed,
+        vocab_size=151936,
+        dtype=dtype,
+        device=device,
     )

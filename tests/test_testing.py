@@ -44,3 +44,21 @@ def test_tiny_tokenizer_chat_template(tiny_tokenizer):
     assert text.endswith("<|im_start|>assistant\n")
     # Text round-trips through the byte-level BPE.
     assert tok.decode(tok.encode(text, add_special_tokens=False)) == text
+
+
+def test_qwen3_4b_shapes_have_4b_parameters():
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from openclaw_trl.testing import qwen3_4b_config_kwargs
+
+    with torch.device("meta"):
+        model = Qwen3ForCausalLM(Qwen3Config(vocab_size=151936, **qwen3_4b_config_kwargs()))
+    assert 4.0e9 <= sum(p.numel() for p in model.parameters()) <= 4.05e9
+
+
+def test_build_model_dir_saves_the_requested_dtype(tmp_path):
+    from openclaw_trl.testing import build_model_dir, build_tiny_tokenizer, tiny_config_kwargs
+
+    path = build_model_dir(tmp_path / "bf16", build_tiny_tokenizer(), tiny_config_kwargs(), dtype="bfloat16")
+    model = AutoModelForCausalLM.from_pretrained(path)
+    assert model.dtype == torch.bfloat16

@@ -41,6 +41,7 @@ Temperature convention (``engines/base.py``: ``log_softmax(logits / T)`` over th
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import os
@@ -304,6 +305,10 @@ class VLLMEngine:
         from openclaw_trl.engines.hf import _fail_queued
 
         _fail_queued(self._queue, "VLLMEngine closed")
+        # Release vLLM now, not whenever the garbage collector gets to it: its teardown resets process-wide
+        # state (the parallel groups) that a VLLMEngine created later in the same process relies on.
+        self.llm = None
+        gc.collect()
         if self._owns_adapter_root:
             shutil.rmtree(self._adapter_root, ignore_errors=True)
 
