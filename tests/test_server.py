@@ -68,10 +68,10 @@ def test_chat_sync_stores_the_turn_before_replying(stack, client):
     assert reply.choices[0].finish_reason in ("stop", "length")
     assert reply.usage.completion_tokens <= 6
     turn = _turn(stack, turn_id)  # the reply is out, so the turn must already be committed
-    assert turn is not None and turn["turn_type"] == "main"
-    assert len(turn["completion_ids"]) == reply.usage.completion_tokens == len(turn["sampling_logprobs"])
-    assert len(turn["prompt_ids"]) == reply.usage.prompt_tokens
-    assert turn["temperature"] == pytest.approx(0.8)
+    assert turn is not None and turn.turn_type == "main"
+    assert len(turn.completion_ids) == reply.usage.completion_tokens == len(turn.sampling_logprobs)
+    assert len(turn.prompt_ids) == reply.usage.prompt_tokens
+    assert turn.temperature == pytest.approx(0.8)
     assert reply.model_extra["openclaw"]["turn_id"] == turn_id
 
 
@@ -100,7 +100,7 @@ def test_stream_real_tokens_and_turn_before_final_chunk(stack, client):
             assert _turn(stack, chunk.model_extra["openclaw"]["turn_id"]) is not None
     assert final is not None and usage is not None and usage.completion_tokens <= 8
     turn = _turn(stack, final.model_extra["openclaw"]["turn_id"])
-    assert turn["response_message"]["content"] == text
+    assert turn.response_message["content"] == text
     assert content_chunks >= 2  # real streaming: one delta per (decodable) token, not one blob
 
 
@@ -192,7 +192,7 @@ def test_stop_strings_are_not_returned(client, script):
 
 
 def test_judge_reads_the_reply_as_served_after_stop_strings(stack, client, script):
-    from openclaw_trl.judging.scorer import response_text_for_judge
+    from openclaw_trl.judging.voters import response_text_for_judge
 
     script.script = lambda _ids: "alpha beta gamma"
     kw = dict(model="openclaw", messages=[{"role": "user", "content": "x"}], stop=[" beta"], max_tokens=20)
@@ -202,8 +202,8 @@ def test_judge_reads_the_reply_as_served_after_stop_strings(stack, client, scrip
         )
         last = list(reply)[-1] if stream else reply  # the final chunk carries the openclaw object
         turn = _turn(stack, last.model_extra["openclaw"]["turn_id"])
-        assert "beta" in turn["completion_text"]  # the ids keep what the model sampled
-        assert turn["response_message"]["content"] == "alpha"
+        assert "beta" in turn.completion_text  # the ids keep what the model sampled
+        assert turn.response_message["content"] == "alpha"
         assert response_text_for_judge(turn) == "alpha"
 
 
@@ -268,9 +268,9 @@ def test_feedback_route_is_the_next_state(stack, client):
     r = httpx.post(f"{stack.url}/v1/feedback", json={"turn_id": turn_id, "rating": -1, "text": "It is 4."})
     assert r.status_code == 200 and r.json()["attached"] is True
     turn = _turn(stack, turn_id)
-    assert turn["status"] == "ready" and turn["next_state"]["rating"] == -1
-    assert turn["next_state"]["text"] == "It is 4."
-    assert any(f["turn_id"] == turn_id and f["text"] == "It is 4." for f in stack.store.iter_feedback())
+    assert turn.status == "ready" and turn.next_state["rating"] == -1
+    assert turn.next_state["text"] == "It is 4."
+    assert any(f.turn_id == turn_id and f.text == "It is 4." for f in stack.store.iter_feedback())
     assert httpx.post(f"{stack.url}/v1/feedback", json={"turn_id": 10**9, "rating": 1}).status_code == 404
 
 
