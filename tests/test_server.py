@@ -118,11 +118,11 @@ def test_multi_turn_session_headers_attach_next_states(stack, client):
         if follow_up:
             messages.append({"role": "user", "content": follow_up})
     stored = [_turn(stack, i) for i in ids]
-    assert len({t["session_id"] for t in stored}) == 1
-    assert [t["idx"] for t in stored] == [0, 1, 2]
-    assert stored[0]["next_state"]["content"] == "tell me more"
-    assert stored[1]["next_state"]["content"] == "thanks"
-    assert stored[2]["status"] == "awaiting" and stored[2]["next_state"] is None
+    assert len({t.session_id for t in stored}) == 1
+    assert [t.idx for t in stored] == [0, 1, 2]
+    assert stored[0].next_state["content"] == "tell me more"
+    assert stored[1].next_state["content"] == "thanks"
+    assert stored[2].status == "awaiting" and stored[2].next_state is None
     # a side turn in the same session is served and stored, but does not take the next state
     side = client.chat.completions.with_raw_response.create(
         model="openclaw",
@@ -130,8 +130,8 @@ def test_multi_turn_session_headers_attach_next_states(stack, client):
         max_tokens=3,
         extra_headers={"X-Session-Id": "multi-1", "X-Turn-Type": "side"},
     )
-    assert _turn(stack, side.headers["x-openclaw-turn-id"])["turn_type"] == "side"
-    assert _turn(stack, ids[2])["next_state"] is None
+    assert _turn(stack, side.headers["x-openclaw-turn-id"]).turn_type == "side"
+    assert _turn(stack, ids[2]).next_state is None
 
 
 def test_tools_round_trip_tool_result_is_the_next_state(stack, client, script):
@@ -156,8 +156,8 @@ def test_tools_round_trip_tool_result_is_the_next_state(stack, client, script):
     )
     assert second.parse().model_extra["openclaw"]["next_state_of"] == int(raw.headers["x-openclaw-turn-id"])
     first = _turn(stack, raw.headers["x-openclaw-turn-id"])
-    assert first["tools"][0]["function"]["name"] == "get_weather"
-    assert first["next_state"]["role"] == "tool" and first["next_state"]["content"] == '{"temp_c": 21}'
+    assert first.tools[0]["function"]["name"] == "get_weather"
+    assert first.next_state["role"] == "tool" and first.next_state["content"] == '{"temp_c": 21}'
 
 
 def test_stream_tool_call_and_reasoning_deltas_carry_index(client, script):
@@ -217,7 +217,7 @@ def test_trainable_turns_are_sampled_at_the_training_temperature(stack, client):
             extra_headers=headers,
         )
         used = raw.parse().model_extra["openclaw"]["temperature"]
-        return used, _turn(stack, raw.headers["x-openclaw-turn-id"])["temperature"]
+        return used, _turn(stack, raw.headers["x-openclaw-turn-id"]).temperature
 
     train_t = stack.app.state.service.settings.train_temperature
     assert ask(0.3, **{"X-Session-Id": "temp-main"}) == (train_t, train_t)
