@@ -269,3 +269,57 @@ def test_recent_hints_newest_last_without_private(tmp_path):
         store.save_judgement(Judgement(store.get_turn(tid), votes, 0, f"hint number {i}"))
     assert store.recent_hints(2) == ["hint number 2", "hint number 3"]
     assert store.recent_hints(10) == ["hint number 0", "hint number 2", "hint number 3"]
+
+
+def test_records_are_built_from_any_mapping_row():
+    """A row is any mapping: JSON columns decoded, 0/1 columns booleans, extra columns ignored."""
+    from openclaw_trl.records import Session, Turn, pack_topk
+
+    turn = Turn.from_row(
+        {
+            "id": 3,
+            "session_id": 1,
+            "idx": 0,
+            "turn_type": "main",
+            "created": 1.5,
+            "prompt_messages": '[{"role": "user", "content": "hi"}]',
+            "tools": None,
+            "prompt_ids": "[1, 2]",
+            "completion_ids": "[3]",
+            "sampling_logprobs": "[-0.5]",
+            "completion_text": "x",
+            "temperature": 1.0,
+            "policy_version": 0,
+            "trainable": 1,
+            "status": "ready",
+            "next_state": '{"role": "user", "content": "thanks"}',
+            "a_future_column": "ignored",
+        }
+    )
+    assert turn.prompt_messages == [{"role": "user", "content": "hi"}] and turn.tools is None
+    assert (turn.prompt_ids, turn.trainable, turn.next_state["content"]) == ([1, 2], True, "thanks")
+    assert turn.private is None and turn.judge_round == 0  # not in the row: the field's default
+    session = Session.from_row(
+        {"id": 1, "key": None, "generation": 0, "created": 0, "last_active": 0, "private": 0}
+    )
+    assert session.private is False and session.ended is None
+    shape, ids, lps = pack_topk([[5, 6]], [[-0.25, -1.5]])
+    sample = TrainingSample.from_row(
+        {
+            "id": 9,
+            "turn_id": 3,
+            "prompt_ids": "[1]",
+            "completion_ids": "[3]",
+            "sampling_logprobs": "[-0.5]",
+            "temperature": 1.0,
+            "policy_version": 0,
+            "has_hint": 1,
+            "meta": "{}",
+            "topk_shape": shape,
+            "topk_ids": ids,
+            "topk_logprobs": lps,
+            "consumed_step": 4,
+        }
+    )
+    assert (sample.sample_id, sample.has_hint, sample.consumed_step) == (9, True, 4)
+    assert (sample.topk_ids, sample.topk_logprobs) == ([[5, 6]], [[-0.25, -1.5]])

@@ -16,10 +16,14 @@ class Queries:
 
     _db: Database
 
+    def _records(self, record: type, sql: str) -> Iterator:
+        """One ``record.from_row`` per row of ``sql`` (rows fetched first: no cursor left open)."""
+        for row in self._db.conn().execute(sql).fetchall():
+            yield record.from_row(row)
+
     def iter_sessions(self) -> Iterator[Session]:
         """Every session, private ones included (``private`` tells)."""
-        for row in self._db.conn().execute("SELECT * FROM sessions ORDER BY id").fetchall():
-            yield Session.from_row(row)
+        return self._records(Session, "SELECT * FROM sessions ORDER BY id")
 
     def iter_turns(self, include_private: bool = False) -> Iterator[Turn]:
         """Every turn with its ``session_key`` / ``session_generation`` / ``private``; turns of private
@@ -30,8 +34,7 @@ class Queries:
             + ("" if include_private else " WHERE s.private = 0")
             + " ORDER BY t.id"
         )
-        for row in self._db.conn().execute(sql).fetchall():
-            yield Turn.from_row(row)
+        return self._records(Turn, sql)
 
     def iter_samples(self, include_private: bool = False) -> Iterator[TrainingSample]:
         """Every sample, consumed or not (``origin``, ``created`` and ``consumed_step`` filled)."""
@@ -41,12 +44,10 @@ class Queries:
             + ("" if include_private else " WHERE COALESCE(ss.private, 0) = 0")
             + " ORDER BY s.id"
         )
-        for row in self._db.conn().execute(sql).fetchall():
-            yield TrainingSample.from_row(row)
+        return self._records(TrainingSample, sql)
 
     def iter_feedback(self) -> Iterator[Feedback]:
-        for row in self._db.conn().execute("SELECT * FROM feedback ORDER BY id").fetchall():
-            yield Feedback.from_row(row)
+        return self._records(Feedback, "SELECT * FROM feedback ORDER BY id")
 
     def recent_hints(self, n: int = 5) -> list[str]:
         """The hints of the ``n`` most recently judged turns that have one (private sessions left out)."""
