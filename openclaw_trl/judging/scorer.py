@@ -136,9 +136,7 @@ class Scorer:
     def close(self) -> None:
         self.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
-        close_voter = getattr(self._voter, "close", None)
-        if close_voter is not None:
-            close_voter()
+        self._voter.close()
 
     def wake(self) -> None:
         self._wake.set()

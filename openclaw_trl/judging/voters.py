@@ -26,7 +26,6 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from openclaw_trl import judge
 from openclaw_trl.engines.base import GenerationRequest, SamplingParams
@@ -76,8 +75,14 @@ class Verdict:
     raw: str = ""  # an explanation, stored as the vote's raw text
 
 
-class Voter(Protocol):
-    def votes(self, items: list[JudgeInput]) -> list[list[Vote]]: ...
+class Voter:
+    """The common interface: per turn of a group, its votes; ``close()`` releases what the voter holds."""
+
+    def votes(self, items: list[JudgeInput]) -> list[list[Vote]]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Nothing to release by default."""
 
 
 def response_text_for_judge(turn: Turn) -> str:
@@ -130,7 +135,7 @@ def _llm_vote(
     return Vote(kind, backend, raw, decision, hint or None, error)
 
 
-class FeedbackVoter:
+class FeedbackVoter(Voter):
     """Explicit feedback as votes: the rating is the PRM vote, the text the hint."""
 
     def __init__(self, config: JudgeConfig):
@@ -152,7 +157,7 @@ class FeedbackVoter:
         return votes
 
 
-class CallableVoter:
+class CallableVoter(Voter):
     """A Python judge, one call per turn on the judge pool, each bounded by ``timeout_s``."""
 
     def __init__(self, config: JudgeConfig, fn: Callable[[JudgeInput], Verdict | None], pool):
@@ -186,7 +191,7 @@ class CallableVoter:
         return votes
 
 
-class EngineVoter:
+class EngineVoter(Voter):
     """The colocated engine with base weights: every vote of a group in one batched ``generate``.
 
     ``stats["judge_prompt_too_long"]`` counts judge prompts the instructions alone overflow.
@@ -273,7 +278,7 @@ class EngineVoter:
             return [None] * len(requests), [error_text(exc)] * len(requests)
 
 
-class OpenAIVoter:
+class OpenAIVoter(Voter):
     """An OpenAI-compatible endpoint through :class:`~openclaw_trl.openai_client.OpenAIClient`, one HTTP
     call per vote on the judge pool, each bounded by ``timeout_s``."""
 
