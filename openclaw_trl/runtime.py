@@ -189,7 +189,7 @@ def build_runtime(
     from transformers import AutoTokenizer
 
     from openclaw_trl.engines import create_engine
-    from openclaw_trl.judging.scorer import JudgeConfig, Scorer
+    from openclaw_trl.judging import JudgeConfig, Scorer
     from openclaw_trl.resume import checkpoint_to_resume
     from openclaw_trl.sessions import SessionConfig, TurnCollector
 

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 
 from openclaw_trl.engines.base import Completion
 from openclaw_trl.judge import flatten_content
+from openclaw_trl.records import Session, Turn
 from openclaw_trl.store import Store
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -253,11 +254,11 @@ class TurnCollector:
             self.reap(now)
             session, prev = self._resolve_session(key, messages, now)
             if private:  # a request can only switch it on; off is an explicit set_private(key, False)
-                self.store.set_private(session["id"], True)
+                self.store.set_private(session.id, True)
             ctx = RequestContext(
-                session_id=session["id"],
+                session_id=session.id,
                 session_key=key,
-                session_generation=session["generation"],
+                session_generation=session.generation,
                 turn_type=turn_type,
                 session_done=done,
                 trainable=turn_type == "main" and (key is not None or self.config.train_anonymous),
@@ -267,17 +268,19 @@ class TurnCollector:
             )
             if turn_type == "main":
                 ctx.next_state_of = self._attach_request_next_state(prev, messages, now)
-            self.store.touch_session(session["id"], now)
+            self.store.touch_session(session.id, now)
         return ctx
 
-    def _resolve_session(self, key: str | None, messages: list[dict], now: float) -> tuple[dict, dict | None]:
+    def _resolve_session(
+        self, key: str | None, messages: list[dict], now: float
+    ) -> tuple[Session, Turn | None]:
         """The open session of the request (a new one when none continues), and its previous main turn."""
         if key is not None:
             session = self.store.find_open_session(key)
             if session is None:
                 session = self.store.get_session(self.store.open_session(key, now))
                 return session, None
-            return session, self.store.last_main_turn(session["id"])
+            return session, self.store.last_main_turn(session.id)
         # anonymous: continue the open anonymous conversation whose last main turn this request extends
         hashes = [
             history_hash(messages[:k])
@@ -286,29 +289,29 @@ class TurnCollector:
         ]
         prev = self.store.find_turn_by_history(hashes, anonymous_only=True)
         if prev is not None:
-            return self.store.get_session(prev["session_id"]), prev
+            return self.store.get_session(prev.session_id), prev
         return self.store.get_session(self.store.open_session(None, now)), None
 
-    def _attach_request_next_state(self, prev: dict | None, messages: list[dict], now: float) -> int | None:
-        if prev is None or prev["status"] != "awaiting":
+    def _attach_request_next_state(self, prev: Turn | None, messages: list[dict], now: float) -> int | None:
+        if prev is None or prev.status != "awaiting":
             return None
-        k = len(prev["prompt_messages"])
+        k = len(prev.prompt_messages)
         extends = (
             len(messages) > k + 1
             and messages[k].get("role") == "assistant"
-            and history_hash(messages[:k]) == prev["history_hash"]
+            and history_hash(messages[:k]) == prev.history_hash
         )
         if not extends:
-            self.store.close_turn(prev["id"], "history_diverged")
+            self.store.close_turn(prev.id, "history_diverged")
             return None
         state = next_state_after(messages, k)
         if state is None:
             # e.g. a trailing system reminder: not a next state. If the conversation already moved past
             # turn t without one, t never gets one.
             if any(m.get("role") == "assistant" for m in messages[k + 1 :]):
-                self.store.close_turn(prev["id"], "no_next_state")
+                self.store.close_turn(prev.id, "no_next_state")
             return None
-        return prev["id"] if self.store.attach_next_state(prev["id"], state, "request", now) else None
+        return prev.id if self.store.attach_next_state(prev.id, state, "request", now) else None
 
     def record_turn(
         self,
@@ -385,7 +388,7 @@ class TurnCollector:
             if turn is None:
                 raise UnknownTurnError(f"unknown turn id {turn_id}")
             feedback_id = self.store.add_feedback(turn_id, rating, text, attached=False)
-            if turn["turn_type"] != "main":
+            if turn.turn_type != "main":
                 return FeedbackResult(feedback_id, turn_id, False, "side turns are never trained on")
             state = {
                 "role": "user",
@@ -397,7 +400,7 @@ class TurnCollector:
             attached = self.store.attach_next_state(turn_id, state, "feedback", self.clock(), replace=True)
             if attached:
                 self.store.set_feedback_attached(feedback_id, True)
-                self.store.touch_session(turn["session_id"], self.clock())
+                self.store.touch_session(turn.session_id, self.clock())
                 return FeedbackResult(feedback_id, turn_id, True, "")
             return FeedbackResult(feedback_id, turn_id, False, "the turn was already judged into a sample")
 
@@ -408,7 +411,7 @@ class TurnCollector:
         """
         with self._lock:
             session = self.store.find_open_session(session_key)
-            sid = session["id"] if session else self.store.open_session(session_key, self.clock())
+            sid = session.id if session else self.store.open_session(session_key, self.clock())
             self.store.set_private(sid, private)
             return sid
 
@@ -418,7 +421,7 @@ class TurnCollector:
             session = self.store.find_open_session(session_key)
             if session is None:
                 return False
-            self.store.end_session(session["id"], reason, self.clock())
+            self.store.end_session(session.id, reason, self.clock())
             return True
 
     def reap(self, now: float | None = None) -> list[int]:

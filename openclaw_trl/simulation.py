@@ -95,7 +95,7 @@ def judge_reaction(next_state_text: str, next_state_role: str = "user") -> tuple
 def rule_judge(turn):
     """The ``callable`` judge backend for simulated conversations (``judge_callable:
     openclaw_trl.simulation:rule_judge``): receives a ``scorer.JudgeInput``, returns a ``scorer.Verdict``."""
-    from openclaw_trl.judging.scorer import Verdict
+    from openclaw_trl.judging import Verdict
 
     reward, hint = judge_reaction(turn.next_state_text, turn.next_state_role)
     return Verdict(reward=reward, hint=hint, raw=f"rule judge: reward {reward}, hint {hint!r}")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from openclaw_trl.engines.base import Completion
+from openclaw_trl.records import Turn
 
 
 class ScriptedEngine:
@@ -83,5 +84,5 @@ def running_stack(engine, db_path, ui: bool = False, **settings):
         store.close()
 
 
-def turns(store) -> list[dict]:
+def turns(store) -> list[Turn]:
     return list(store.iter_turns(include_private=True))

@@ -12,7 +12,7 @@ import pytest
 
 from openclaw_trl.cli import main
 from openclaw_trl.export import build_dataset, dataset_features, export_store
-from openclaw_trl.records import TrainingSample, Vote
+from openclaw_trl.records import Judgement, TrainingSample, Vote
 from openclaw_trl.store import Store
 
 SYSTEM = {"role": "system", "content": "You are a helpful tutor."}
@@ -60,11 +60,11 @@ def _judge(store: Store, turn_id: int, reward: float, hint: str | None, next_sta
     ]
     sample = TrainingSample(
         turn_id=turn_id,
-        prompt_ids=turn["prompt_ids"],
-        completion_ids=turn["completion_ids"],
-        sampling_logprobs=turn["sampling_logprobs"],
-        temperature=turn["temperature"],
-        policy_version=turn["policy_version"],
+        prompt_ids=turn.prompt_ids,
+        completion_ids=turn.completion_ids,
+        sampling_logprobs=turn.sampling_logprobs,
+        temperature=turn.temperature,
+        policy_version=turn.policy_version,
         reward=reward,
         has_hint=hint is not None,
         hint=hint,
@@ -73,7 +73,7 @@ def _judge(store: Store, turn_id: int, reward: float, hint: str | None, next_sta
         topk_logprobs=[[-0.25, -2.0], [-0.75, -1.0], [-0.0625, -3.5]] if hint else None,
         meta={"judge": "callable"},
     )
-    sample_id = store.save_judgement(turn_id, turn["judge_round"], votes, reward, hint, sample)
+    sample_id = store.save_judgement(Judgement(turn, votes, reward, hint, sample=sample))
     assert sample_id is not None
     return sample_id
 

@@ -265,7 +265,7 @@ def test_huge_feedback_and_session_id_refused_then_chat_served_quickly(engine, t
 
 def test_config_validates_the_limits_and_passes_them_on(tmp_path):
     from openclaw_trl.config import OpenClawConfig
-    from openclaw_trl.judging.scorer import JudgeConfig
+    from openclaw_trl.judging import JudgeConfig
     from openclaw_trl.runtime import server_settings
 
     with pytest.raises(ValueError, match="max_messages must be a positive integer"):

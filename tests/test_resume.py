@@ -164,7 +164,7 @@ def _checkpoint(run: Path, step: int, complete: bool = True) -> Path:
 
 
 def _consumed(store: Store) -> dict[int, int | None]:
-    return {s["turn_id"]: s["consumed_step"] for s in store.iter_samples(include_private=True)}
+    return {s.turn_id: s.consumed_step for s in store.iter_samples(include_private=True)}
 
 
 def test_start_point_requeues_later_steps_and_moves_incomplete_checkpoints(tmp_path):

@@ -68,10 +68,10 @@ def test_chat_sync_stores_the_turn_before_replying(stack, client):
     assert reply.choices[0].finish_reason in ("stop", "length")
     assert reply.usage.completion_tokens <= 6
     turn = _turn(stack, turn_id)  # the reply is out, so the turn must already be committed
-    assert turn is not None and turn["turn_type"] == "main"
-    assert len(turn["completion_ids"]) == reply.usage.completion_tokens == len(turn["sampling_logprobs"])
-    assert len(turn["prompt_ids"]) == reply.usage.prompt_tokens
-    assert turn["temperature"] == pytest.approx(0.8)
+    assert turn is not None and turn.turn_type == "main"
+    assert len(turn.completion_ids) == reply.usage.completion_tokens == len(turn.sampling_logprobs)
+    assert len(turn.prompt_ids) == reply.usage.prompt_tokens
+    assert turn.temperature == pytest.approx(0.8)
     assert reply.model_extra["openclaw"]["turn_id"] == turn_id
 
 
@@ -100,7 +100,7 @@ def test_stream_real_tokens_and_turn_before_final_chunk(stack, client):
             assert _turn(stack, chunk.model_extra["openclaw"]["turn_id"]) is not None
     assert final is not None and usage is not None and usage.completion_tokens <= 8
     turn = _turn(stack, final.model_extra["openclaw"]["turn_id"])
-    assert turn["response_message"]["content"] == text
+    assert turn.response_message["content"] == text
     assert content_chunks >= 2  # real streaming: one delta per (decodable) token, not one blob
 
 
@@ -118,11 +118,11 @@ def test_multi_turn_session_headers_attach_next_states(stack, client):
         if follow_up:
             messages.append({"role": "user", "content": follow_up})
     stored = [_turn(stack, i) for i in ids]
-    assert len({t["session_id"] for t in stored}) == 1
-    assert [t["idx"] for t in stored] == [0, 1, 2]
-    assert stored[0]["next_state"]["content"] == "tell me more"
-    assert stored[1]["next_state"]["content"] == "thanks"
-    assert stored[2]["status"] == "awaiting" and stored[2]["next_state"] is None
+    assert len({t.session_id for t in stored}) == 1
+    assert [t.idx for t in stored] == [0, 1, 2]
+    assert stored[0].next_state["content"] == "tell me more"
+    assert stored[1].next_state["content"] == "thanks"
+    assert stored[2].status == "awaiting" and stored[2].next_state is None
     # a side turn in the same session is served and stored, but does not take the next state
     side = client.chat.completions.with_raw_response.create(
         model="openclaw",
@@ -130,8 +130,8 @@ def test_multi_turn_session_headers_attach_next_states(stack, client):
         max_tokens=3,
         extra_headers={"X-Session-Id": "multi-1", "X-Turn-Type": "side"},
     )
-    assert _turn(stack, side.headers["x-openclaw-turn-id"])["turn_type"] == "side"
-    assert _turn(stack, ids[2])["next_state"] is None
+    assert _turn(stack, side.headers["x-openclaw-turn-id"]).turn_type == "side"
+    assert _turn(stack, ids[2]).next_state is None
 
 
 def test_tools_round_trip_tool_result_is_the_next_state(stack, client, script):
@@ -156,8 +156,8 @@ def test_tools_round_trip_tool_result_is_the_next_state(stack, client, script):
     )
     assert second.parse().model_extra["openclaw"]["next_state_of"] == int(raw.headers["x-openclaw-turn-id"])
     first = _turn(stack, raw.headers["x-openclaw-turn-id"])
-    assert first["tools"][0]["function"]["name"] == "get_weather"
-    assert first["next_state"]["role"] == "tool" and first["next_state"]["content"] == '{"temp_c": 21}'
+    assert first.tools[0]["function"]["name"] == "get_weather"
+    assert first.next_state["role"] == "tool" and first.next_state["content"] == '{"temp_c": 21}'
 
 
 def test_stream_tool_call_and_reasoning_deltas_carry_index(client, script):
@@ -192,7 +192,7 @@ def test_stop_strings_are_not_returned(client, script):
 
 
 def test_judge_reads_the_reply_as_served_after_stop_strings(stack, client, script):
-    from openclaw_trl.judging.scorer import response_text_for_judge
+    from openclaw_trl.judging.voters import response_text_for_judge
 
     script.script = lambda _ids: "alpha beta gamma"
     kw = dict(model="openclaw", messages=[{"role": "user", "content": "x"}], stop=[" beta"], max_tokens=20)
@@ -202,8 +202,8 @@ def test_judge_reads_the_reply_as_served_after_stop_strings(stack, client, scrip
         )
         last = list(reply)[-1] if stream else reply  # the final chunk carries the openclaw object
         turn = _turn(stack, last.model_extra["openclaw"]["turn_id"])
-        assert "beta" in turn["completion_text"]  # the ids keep what the model sampled
-        assert turn["response_message"]["content"] == "alpha"
+        assert "beta" in turn.completion_text  # the ids keep what the model sampled
+        assert turn.response_message["content"] == "alpha"
         assert response_text_for_judge(turn) == "alpha"
 
 
@@ -217,7 +217,7 @@ def test_trainable_turns_are_sampled_at_the_training_temperature(stack, client):
             extra_headers=headers,
         )
         used = raw.parse().model_extra["openclaw"]["temperature"]
-        return used, _turn(stack, raw.headers["x-openclaw-turn-id"])["temperature"]
+        return used, _turn(stack, raw.headers["x-openclaw-turn-id"]).temperature
 
     train_t = stack.app.state.service.settings.train_temperature
     assert ask(0.3, **{"X-Session-Id": "temp-main"}) == (train_t, train_t)
@@ -268,9 +268,9 @@ def test_feedback_route_is_the_next_state(stack, client):
     r = httpx.post(f"{stack.url}/v1/feedback", json={"turn_id": turn_id, "rating": -1, "text": "It is 4."})
     assert r.status_code == 200 and r.json()["attached"] is True
     turn = _turn(stack, turn_id)
-    assert turn["status"] == "ready" and turn["next_state"]["rating"] == -1
-    assert turn["next_state"]["text"] == "It is 4."
-    assert any(f["turn_id"] == turn_id and f["text"] == "It is 4." for f in stack.store.iter_feedback())
+    assert turn.status == "ready" and turn.next_state["rating"] == -1
+    assert turn.next_state["text"] == "It is 4."
+    assert any(f.turn_id == turn_id and f.text == "It is 4." for f in stack.store.iter_feedback())
     assert httpx.post(f"{stack.url}/v1/feedback", json={"turn_id": 10**9, "rating": 1}).status_code == 404
 
 

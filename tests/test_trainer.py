@@ -130,7 +130,7 @@ def test_update_changes_adapter_not_base_and_marks_consumed(tiny_model_dir, tmp_
     assert any(not torch.equal(lora_before[n], lora_after[n]) for n in lora_before)
     assert all(torch.equal(base_before[n], base_after[n]) for n in base_before)
     # The first 4 samples were consumed by step 1; the surplus stays queued.
-    consumed = {s["sample_id"]: s["consumed_step"] for s in store.iter_samples(include_private=True)}
+    consumed = {s.sample_id: s.consumed_step for s in store.iter_samples(include_private=True)}
     assert [consumed[i] for i in ids] == [1, 1, 1, 1, None, None]
     assert store.count_waiting() == 2
     logs = trainer.state.log_history[0]
@@ -187,7 +187,7 @@ def test_several_iterations_clip(tiny_model_dir, tmp_path):
     assert len(clip) == 4 and clip[0] == 0.0 and max(clip) > 0.0
     assert kl[0] == 0.0 and max(kl) > 0.0
     # One batch reused for 4 optimizer steps: consumed once, by the last step.
-    assert {s["consumed_step"] for s in store.iter_samples(include_private=True)} == {4}
+    assert {s.consumed_step for s in store.iter_samples(include_private=True)} == {4}
 
 
 def test_resume_continues_with_next_unconsumed(tiny_model_dir, tmp_path):
@@ -195,7 +195,7 @@ def test_resume_continues_with_next_unconsumed(tiny_model_dir, tmp_path):
     ids = [store.add_sample(s) for s in _sampled(tiny_model_dir, 12)]
     trainer = _trainer(tiny_model_dir, tmp_path, store, max_steps=2, save_strategy="steps", save_steps=1)
     trainer.train()
-    steps = {s["sample_id"]: s["consumed_step"] for s in store.iter_samples(include_private=True)}
+    steps = {s.sample_id: s.consumed_step for s in store.iter_samples(include_private=True)}
     assert [steps[i] for i in ids[:8]] == [1] * 4 + [2] * 4
     # Resume from checkpoint-1: the samples step 2 used are queued again and trained by the new step 2.
     checkpoint = tmp_path / "run" / "checkpoint-1"
@@ -203,7 +203,7 @@ def test_resume_continues_with_next_unconsumed(tiny_model_dir, tmp_path):
     store2 = Store(tmp_path / "store.sqlite")
     resumed = _trainer(tiny_model_dir, tmp_path, store2, max_steps=3, save_strategy="no")
     resumed.train(resume_from_checkpoint=str(checkpoint))
-    steps = {s["sample_id"]: s["consumed_step"] for s in store2.iter_samples(include_private=True)}
+    steps = {s.sample_id: s.consumed_step for s in store2.iter_samples(include_private=True)}
     assert [steps[i] for i in ids] == [1] * 4 + [2] * 4 + [3] * 4
     assert resumed.state.global_step == 3
     info = (tmp_path / "run" / "openclaw_run.json").read_text()

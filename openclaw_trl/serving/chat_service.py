@@ -196,7 +196,7 @@ class ChatService:
         if not ctx.trainable:
             return False
         session = self.store.get_session(ctx.session_id)
-        return not (session and session["private"])
+        return not (session and session.private)
 
     def _render(self, messages: list[dict], tools: list[dict] | None) -> list[int]:
         from openclaw_trl.chat import render_prompt_ids
