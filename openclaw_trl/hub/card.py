@@ -181,8 +181,11 @@ def _table(rows: dict[str, Any], header: tuple[str, str]) -> str:
 
 def _usage(kind: str, repo_id: str, base: str, lora_rank: int | None) -> str:
     """How to load the model: Transformers and vLLM, plus PEFT for an adapter."""
-    if kind == "merged":
-        return f"""### Transformers
+    return _merged_usage(repo_id) if kind == "merged" else _adapter_usage(repo_id, base, lora_rank)
+
+
+def _merged_usage(repo_id: str) -> str:
+    return f"""### Transformers
 
 {_transformers_snippet(repo_id, tokenizer=repo_id)}
 
@@ -200,6 +203,9 @@ outputs = llm.chat([{{"role": "user", "content": "Hello!"}}], SamplingParams(max
 print(outputs[0].outputs[0].text)
 ```
 """
+
+
+def _adapter_usage(repo_id: str, base: str, lora_rank: int | None) -> str:
     name = repo_id.split("/")[-1]
     rank = vllm_max_lora_rank(lora_rank)
     return f"""### Transformers
