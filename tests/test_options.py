@@ -162,9 +162,9 @@ def test_student_topk_distillation_gradient(tiny_model_dir, tmp_path, monkeypatc
     """OPD with a zero advantage: the gradient is the KD term's, on the student's top-K ids with the base
     teacher's log-probs under the hint-augmented prompt (an independent forward of the base model)."""
     if chunked:
-        import openclaw_trl.trainer as trainer_module
+        import openclaw_trl.trainer.distill as distill_module
 
-        monkeypatch.setattr(trainer_module, "KD_LOGITS_ELEMS", 3 * 2048)  # 3 positions per chunk
+        monkeypatch.setattr(distill_module, "KD_LOGITS_ELEMS", 3 * 2048)  # 3 positions per chunk
     samples = _sampled(tiny_model_dir, 4, hint=True, rewards=[0.0] * 4)
     for i, s in enumerate(samples):  # the hint: a few more prompt tokens (one sample without a stored prompt)
         s.teacher_prompt_ids = s.prompt_ids + [40 + i, 77, 301, 12] if i != 2 else None

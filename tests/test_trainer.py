@@ -248,9 +248,9 @@ def test_topk_distillation_gradient(tiny_model_dir, tmp_path, monkeypatch, chunk
     """OPD with teacher == student (advantage 0): the whole gradient is the top-K KD term's, whether the
     LM head runs on all distilled positions at once or in checkpointed chunks (large batches)."""
     if chunked:
-        import openclaw_trl.trainer as trainer_module
+        import openclaw_trl.trainer.distill as distill_module
 
-        monkeypatch.setattr(trainer_module, "KD_LOGITS_ELEMS", 3 * 2048)  # 3 positions per chunk
+        monkeypatch.setattr(distill_module, "KD_LOGITS_ELEMS", 3 * 2048)  # 3 positions per chunk
     samples = _sampled(tiny_model_dir, 4, hint=True, rewards=[0.0] * 4)
     gen = torch.Generator().manual_seed(3)
     for s in samples:  # a teacher that prefers other tokens: random top-3 ids with a peaked distribution
