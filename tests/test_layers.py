@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pkgutil
 import re
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 import openclaw_trl
 
@@ -19,4 +20,6 @@ def test_every_module_of_the_package_is_in_a_layer():
     named = {m for layer in layers for m in re.split(r"\s*[:|]\s*", layer)}
     modules = {f"openclaw_trl.{m.name}" for m in pkgutil.iter_modules(openclaw_trl.__path__)}
     assert modules - named == set(), f"add these to a layer of the import contract: {sorted(modules - named)}"
-    assert named - modules == set(), f"the contract names modules that do not exist: {sorted(named - modules)}"
+    assert named - modules == set(), (
+        f"the contract names modules that do not exist: {sorted(named - modules)}"
+    )
