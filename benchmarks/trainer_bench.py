@@ -589,7 +589,7 @@ def bench_publish(label: str, r: int = 16, repeats: int = 3) -> dict:
         # The engine's base tensors stand in for vLLM's weights (what load_weights copies into).
         targets = {
             n.removeprefix("base_model.model.").replace(".base_layer", ""): p
-            for n, p in engine._lm.named_parameters()
+            for n, p in engine.model.lm.named_parameters()
             if "lora_" not in n
         }
 

@@ -148,3 +148,14 @@ def test_identical_prompts_share_one_prefill(tiny_model_dir, tiny_tokenizer):
         assert together[0].token_ids != together[1].token_ids or together[0].logprobs != together[1].logprobs
     finally:
         eng.close()
+
+
+def test_closed_engine_refuses_generation(tiny_model_dir, tiny_tokenizer):
+    """``close`` stops the worker: later calls fail at once with an error that says so; closing twice is fine."""
+    eng = create_engine("hf", tiny_model_dir, dtype="float32")
+    p = contract.prompts(tiny_tokenizer, 1)[0]
+    assert eng.generate([GenerationRequest(p, SamplingParams(max_new_tokens=2))])
+    eng.close()
+    eng.close()
+    with pytest.raises(RuntimeError, match="HFEngine is closed"):
+        eng.generate([GenerationRequest(p, SamplingParams(max_new_tokens=2))])

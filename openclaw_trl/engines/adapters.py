@@ -1,4 +1,4 @@
-"""LoRA adapter files and vLLM's LoRA rank rule: one place for the engines and the Hub tools.
+"""LoRA adapter files and vLLM's LoRA rules (rank, target modules): one place for the engines and the Hub tools.
 
 An adapter directory has PEFT's ``save_pretrained`` layout: ``adapter_model.safetensors`` (or the older
 ``adapter_model.bin``) and ``adapter_config.json``. The HF engine publishes state dicts in memory; the vLLM
@@ -51,3 +51,17 @@ def adapter_state_dict_to_dir(state_dict: dict, lora_config, path: str | Path) -
     save_file(tensors, str(path / "adapter_model.safetensors"))
     lora_config.save_pretrained(str(path))
     return path
+
+
+# vLLM fuses q/k/v and gate/up projections; LoRA targets are given by its (fused) module suffixes.
+_FUSED = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "gate_proj": "gate_up_proj"}
+_FUSED["up_proj"] = "gate_up_proj"
+_DEFAULT_TARGETS = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
+
+
+def vllm_lora_targets(lora_config) -> list[str]:
+    """vLLM target-module suffixes for a PEFT ``LoraConfig`` (fused names; defaults for regex / "all-linear")."""
+    targets = getattr(lora_config, "target_modules", None)
+    if not targets or isinstance(targets, str):
+        return list(_DEFAULT_TARGETS)
+    return sorted({_FUSED.get(t, t) for t in targets})
