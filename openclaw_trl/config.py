@@ -5,19 +5,24 @@ checkpointing and ``accelerate`` need keeps its TRL name and meaning. One thing 
 turn has exactly one completion, so there is no group of ``num_generations`` completions to
 normalise rewards over. ``GRPOConfig.__post_init__`` rejects ``num_generations < 2`` and requires the
 generation batch to hold whole groups; we therefore run ``TrainingArguments``' validation (via TRL's
-``_BaseConfig``) and do the batch geometry ourselves (``_derive_batch_geometry``): one update consumes
+``_BaseConfig``) and do the batch geometry ourselves (``config_trl.derive_batch_geometry``): one update consumes
 ``batch_size`` judged samples, split in micro-batches of ``per_device_train_batch_size``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from openclaw_trl.config_trl import refuse_fields_of_the_other_engine, refuse_inapplicable_trl_fields
+from openclaw_trl.config_trl import (
+    check_importance_sampling_clip,
+    derive_batch_geometry,
+    refuse_fields_of_the_other_engine,
+    refuse_inapplicable_trl_fields,
+    set_live_training_defaults,
+)
 from openclaw_trl.judge import JUDGE_BACKENDS, METHODS
 from openclaw_trl.judging import JudgeConfig
 from openclaw_trl.serving.openai_schema import RequestLimits
@@ -351,22 +356,11 @@ class OpenClawConfig(GRPOConfig):
             self.w_opd = 0.0
         elif self.method == "opd":
             self.w_rl = 0.0
-        if self.bf16 is None and not self.fp16 and not _cuda_available():
-            self.bf16 = False  # CPU: float32 (bf16 is ~160x slower on this kind of CPU)
-        if not _cuda_available():
-            self.dataloader_pin_memory = False  # the placeholder loader carries no tensors worth pinning
-        if self.max_steps is None or self.max_steps <= 0:
-            self.max_steps = 10**9  # live learning has no dataset length: it runs until stopped
+        set_live_training_defaults(self)
         # TRL's _BaseConfig / TrainingArguments validation, skipping GRPOConfig's group checks (see module doc).
         super(GRPOConfig, self).__post_init__()
-        self._derive_batch_geometry()
-        if self.vllm_importance_sampling_correction and self.vllm_importance_sampling_clip_max is None:
-            raise ValueError("vllm_importance_sampling_clip_max must be set when the correction is on.")
-        low, high = self.vllm_importance_sampling_clip_min, self.vllm_importance_sampling_clip_max
-        if low is not None and high is not None and low >= high:
-            raise ValueError(
-                f"vllm_importance_sampling_clip_min ({low}) must be less than vllm_importance_sampling_clip_max ({high})."
-            )
+        derive_batch_geometry(self)
+        check_importance_sampling_clip(self)
         if self.store_path is None:
             self.store_path = f"{self.output_dir}/openclaw.sqlite"
 
@@ -419,30 +413,6 @@ class OpenClawConfig(GRPOConfig):
         self.session_config()  # raises on a session_idle_timeout that is not > 0
         refuse_inapplicable_trl_fields(self)
         refuse_fields_of_the_other_engine(self)
-
-    def _derive_batch_geometry(self) -> None:
-        """One update = ``batch_size`` samples = ``steps_per_generation`` micro-batches, one optimizer step.
-
-        ``num_iterations`` > 1 reuses the batch for more optimizer steps (PPO clipping then matters).
-        """
-        self.num_generations = 1
-        world = self.world_size
-        launched = int(os.environ.get("WORLD_SIZE", "1"))
-        if launched != world:
-            raise ValueError(
-                f"{launched} processes were launched (WORLD_SIZE) but the Trainer runs {world}: on CPU set "
-                "use_cpu: true (--use_cpu true) so the processes train together over gloo"
-            )
-        micro = min(self.per_device_train_batch_size, max(1, self.batch_size // world))
-        if self.batch_size % (micro * world) != 0:
-            raise ValueError(
-                f"batch_size ({self.batch_size}) must be divisible by per_device_train_batch_size ({micro}) x "
-                f"processes ({world}); pick e.g. batch_size={micro * world * max(1, self.batch_size // (micro * world))}."
-            )
-        self.per_device_train_batch_size = micro
-        self.steps_per_generation = self.batch_size // (micro * world)
-        self.gradient_accumulation_steps = self.steps_per_generation
-        self.generation_batch_size = self.batch_size
 
     def request_limits(self) -> RequestLimits:
         """The request limit fields as the server's ``RequestLimits``."""
@@ -517,9 +487,3 @@ class OpenClawConfig(GRPOConfig):
         if self.vllm_max_model_length is not None:
             kwargs["max_model_len"] = self.vllm_max_model_length
         return kwargs
-
-
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()

@@ -1,13 +1,16 @@
-"""The ``GRPOConfig`` fields that do not apply to ``OpenClawConfig``, and the engine fields of the other engine.
+"""How ``OpenClawConfig`` fits TRL's ``GRPOConfig``: the fields that do not apply, the batch geometry and
+the defaults of live training.
 
 A live turn is sampled by the serving engine, has one completion and one judged reward, so TRL's fields of
 generation, reward aggregation, completion logging and the dataset are accepted only at the value that
-matches what runs; any other value is refused with an error that says why and what to use instead.
+matches what runs; any other value is refused with an error that says why and what to use instead. The
+engine fields of the engine that does not run are refused the same way.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 
 VLLM_ONLY_FIELDS = ("vllm_gpu_memory_utilization", "vllm_enable_sleep_mode", "vllm_max_model_length")
 """``GRPOConfig`` fields that configure ``engine: vllm``; with ``engine: hf`` they must keep TRL's defaults."""
@@ -124,3 +127,54 @@ def _default(config, name: str):
     """The default of the field ``name`` of ``config``'s dataclass."""
     (default,) = [f.default for f in dataclasses.fields(config) if f.name == name]
     return default
+
+
+def set_live_training_defaults(config) -> None:
+    """Defaults that differ for live training: float32 and no pinned memory on CPU, no step limit."""
+    import torch
+
+    if not torch.cuda.is_available():
+        if config.bf16 is None and not config.fp16:
+            config.bf16 = False  # float32: bf16 is ~160x slower on this kind of CPU
+        config.dataloader_pin_memory = False  # the placeholder loader carries no tensors worth pinning
+    if config.max_steps is None or config.max_steps <= 0:
+        config.max_steps = 10**9  # live learning has no dataset length: it runs until stopped
+
+
+def derive_batch_geometry(config) -> None:
+    """One update = ``batch_size`` samples = ``steps_per_generation`` micro-batches, one optimizer step.
+
+    Each of the ``world_size`` processes takes micro-batches of ``per_device_train_batch_size`` samples
+    (at most ``batch_size // world_size``), so ``steps_per_generation = batch_size / (micro x world)``
+    micro-batches are accumulated into one optimizer step. ``num_iterations`` > 1 reuses the batch for more
+    optimizer steps (PPO clipping then matters).
+    """
+    config.num_generations = 1
+    world = config.world_size
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched != world:
+        raise ValueError(
+            f"{launched} processes were launched (WORLD_SIZE) but the Trainer runs {world}: on CPU set "
+            "use_cpu: true (--use_cpu true) so the processes train together over gloo"
+        )
+    micro = min(config.per_device_train_batch_size, max(1, config.batch_size // world))
+    if config.batch_size % (micro * world) != 0:
+        raise ValueError(
+            f"batch_size ({config.batch_size}) must be divisible by per_device_train_batch_size ({micro}) x "
+            f"processes ({world}); pick e.g. batch_size={micro * world * max(1, config.batch_size // (micro * world))}."
+        )
+    config.per_device_train_batch_size = micro
+    config.steps_per_generation = config.batch_size // (micro * world)
+    config.gradient_accumulation_steps = config.steps_per_generation
+    config.generation_batch_size = config.batch_size
+
+
+def check_importance_sampling_clip(config) -> None:
+    """The truncated importance-sampling bounds: a maximum when the correction is on, and min < max."""
+    if config.vllm_importance_sampling_correction and config.vllm_importance_sampling_clip_max is None:
+        raise ValueError("vllm_importance_sampling_clip_max must be set when the correction is on.")
+    low, high = config.vllm_importance_sampling_clip_min, config.vllm_importance_sampling_clip_max
+    if low is not None and high is not None and low >= high:
+        raise ValueError(
+            f"vllm_importance_sampling_clip_min ({low}) must be less than vllm_importance_sampling_clip_max ({high})."
+        )

@@ -298,7 +298,7 @@ HONOURED = {
     "temperature": "serving temperature = training temperature (test_trainer, test_chat)",
     "max_completion_length": "the serving token limit (runtime)",
     "num_iterations": "passes per batch (test_trainer.test_several_iterations_clip)",
-    "per_device_train_batch_size": "the micro-batch of an update (_derive_batch_geometry)",
+    "per_device_train_batch_size": "the micro-batch of an update (derive_batch_geometry)",
     "epsilon": "TRL's PPO clip",
     "epsilon_high": "TRL's PPO clip (method default, test_opd_clip_*)",
     "delta": "TRL's two-sided clip",
