@@ -127,6 +127,8 @@ def build_serving(
 
 @dataclass
 class Runtime:
+    """The components of one run; the engine, collector and scorer (and the store) exist only in the main process."""
+
     config: OpenClawConfig
     model_path: str
     tokenizer: object
@@ -159,64 +161,85 @@ class Runtime:
 def build_runtime(
     config: OpenClawConfig, model_args, recipe_yaml: str | None = None, train: bool = True
 ) -> Runtime:
-    """Create every component for ``config`` (the trainer only when ``train``)."""
-    from accelerate import PartialState
-    from transformers import AutoTokenizer
+    """Create every component for ``config`` (the trainer only when ``train``).
 
-    from openclaw_trl.engines import create_engine
-    from openclaw_trl.judging.scorer import Scorer
+    The main process owns the store, the engine, the collector and the scorer; every process loads the
+    same checkpoint to continue from and builds its trainer.
+    """
+    from accelerate import PartialState
+
     from openclaw_trl.resume import checkpoint_to_resume
-    from openclaw_trl.sessions import TurnCollector
 
     state = PartialState()
-    main = state.is_main_process
     store = start = None
-    if main:
+    if state.is_main_process:
         store, start = prepare_start(config)
         resolve_model_path(model_args, config)  # builds the tiny test model once, before the others read it
     state.wait_for_everyone()
     config.resume_from_checkpoint = checkpoint_to_resume(config)  # every process loads the same one
     model_path = resolve_model_path(model_args, config)
     peft_config = lora_config(model_args)
+    tokenizer = _load_tokenizer(model_path)
+    runtime = Runtime(config, model_path, tokenizer, store, None, None, None)
+    if state.is_main_process:
+        _build_serving_side(runtime, start, peft_config, model_args.dtype)
+    if train:
+        runtime.trainer = _build_trainer(runtime, model_args, peft_config, recipe_yaml)
+    return runtime
+
+
+def _load_tokenizer(model_path: str):
+    """The model's tokenizer; a model that cannot be loaded is a :class:`UserError` that says what to try."""
+    from transformers import AutoTokenizer
+
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        return AutoTokenizer.from_pretrained(model_path)
     except OSError as err:
         raise UserError(
             f"could not load the model {model_path!r} ({str(err).splitlines()[0]}). It is downloaded from the "
             "Hugging Face Hub on first use: check the connection, or point model_name_or_path at a local "
             f"copy. Offline, try the tiny demo: make run RECIPE=recipes/tiny_offline.yaml"
         ) from err
-    engine = collector = scorer = None
-    if main:
-        kwargs = config.engine_kwargs(lora_config=peft_config, dtype=model_args.dtype)
-        engine = create_engine(config.engine, model_path, **kwargs)
-        if start.checkpoint:  # the resumed adapter is served from the first request on
-            engine.publish_adapter(start.checkpoint, version=start.step)
-        collector = TurnCollector(store, config.session_config(), tokenizer=tokenizer)
-        scorer = Scorer(store, config.judge_config(), engine=engine, tokenizer=tokenizer)
-    runtime = Runtime(config, model_path, tokenizer, store, engine, collector, scorer)
-    if train:
-        from openclaw_trl.trainer import OpenClawTrainer
 
-        if model_args.dtype not in (None, "auto"):
-            config.model_init_kwargs = {**(config.model_init_kwargs or {}), "dtype": model_args.dtype}
-        if model_args.load_in_4bit or model_args.load_in_8bit:
-            from trl import get_quantization_config
 
-            config.model_init_kwargs = {
-                **(config.model_init_kwargs or {}),
-                "quantization_config": get_quantization_config(model_args),
-            }
-        runtime.trainer = OpenClawTrainer(
-            model=model_path,
-            args=config,
-            store=store,
-            engine=engine,
-            processing_class=tokenizer,
-            peft_config=peft_config,
-            recipe_yaml=recipe_yaml,
-        )
-    return runtime
+def _build_serving_side(runtime: Runtime, start, peft_config, dtype: str | None) -> None:
+    """The engine (serving the resumed adapter from the first request on), the collector and the scorer."""
+    from openclaw_trl.engines import create_engine
+    from openclaw_trl.judging.scorer import Scorer
+    from openclaw_trl.sessions import TurnCollector
+
+    config, store, tokenizer = runtime.config, runtime.store, runtime.tokenizer
+    kwargs = config.engine_kwargs(lora_config=peft_config, dtype=dtype)
+    runtime.engine = create_engine(config.engine, runtime.model_path, **kwargs)
+    if start.checkpoint:
+        runtime.engine.publish_adapter(start.checkpoint, version=start.step)
+    runtime.collector = TurnCollector(store, config.session_config(), tokenizer=tokenizer)
+    runtime.scorer = Scorer(store, config.judge_config(), engine=runtime.engine, tokenizer=tokenizer)
+
+
+def _build_trainer(runtime: Runtime, model_args, peft_config, recipe_yaml: str | None):
+    """``OpenClawTrainer`` on the recipe's model, loaded in its dtype and quantization."""
+    from openclaw_trl.trainer import OpenClawTrainer
+
+    config = runtime.config
+    if model_args.dtype not in (None, "auto"):
+        config.model_init_kwargs = {**(config.model_init_kwargs or {}), "dtype": model_args.dtype}
+    if model_args.load_in_4bit or model_args.load_in_8bit:
+        from trl import get_quantization_config
+
+        config.model_init_kwargs = {
+            **(config.model_init_kwargs or {}),
+            "quantization_config": get_quantization_config(model_args),
+        }
+    return OpenClawTrainer(
+        model=runtime.model_path,
+        args=config,
+        store=runtime.store,
+        engine=runtime.engine,
+        processing_class=runtime.tokenizer,
+        peft_config=peft_config,
+        recipe_yaml=recipe_yaml,
+    )
 
 
 def prepare_start(config: OpenClawConfig):
