@@ -155,3 +155,24 @@ def test_a_field_of_the_other_engine_is_refused(tmp_path, engine, field, value):
         OpenClawConfig(
             output_dir=str(tmp_path), report_to="none", engine=engine, temperature=1.0, **{field: value}
         )
+
+
+@pytest.mark.parametrize("engine", ["hf", "vllm"])
+def test_engine_arguments_are_named_parameters_of_the_engine(tmp_path, engine):
+    """Every argument the config builds is a named parameter of the engine's constructor (none would fall
+    into vLLM's pass-through ``**llm_kwargs``, nor be dropped)."""
+    import inspect
+
+    from openclaw_trl.config import OpenClawConfig
+    from openclaw_trl.engines.hf import HFEngine
+    from openclaw_trl.engines.vllm import VLLMEngine
+
+    cls = {"hf": HFEngine, "vllm": VLLMEngine}[engine]
+    vllm_only = {"vllm_max_model_length": 4096} if engine == "vllm" else {}
+    config = OpenClawConfig(output_dir=str(tmp_path), report_to="none", engine=engine, **vllm_only)
+    named = {
+        name
+        for name, p in inspect.signature(cls.__init__).parameters.items()
+        if p.kind is not inspect.Parameter.VAR_KEYWORD
+    }
+    assert set(config.engine_kwargs(lora_config=None, dtype="float32")) <= named
