@@ -71,7 +71,8 @@ class SessionConfig:
     """How requests are grouped into sessions.
 
     session_idle_timeout: seconds without a request after which a session ends (its last turn then has no
-        next state, unless feedback arrives for it later).
+        next state, unless feedback arrives for it later). Half an hour by default: a person reading a long
+        answer or an agent running a long tool comes back within it, and waiting longer costs nothing.
     train_anonymous: also train on requests that carry no session id (they are chained by history).
     """
 

@@ -43,3 +43,12 @@ def test_invalid_recipe_value_is_one_line_and_exit_2(tmp_path):
     assert result.returncode == 2, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     assert "openclaw-trl train: error: invalid recipe: batch_size (3) must be divisible" in result.stderr
+
+
+def test_serve_option_mistakes_are_user_errors(capsys):
+    from openclaw_trl.cli import main
+
+    assert main(["serve"]) == 2
+    assert "openclaw-trl serve: error: give exactly one of --config RECIPE" in capsys.readouterr().err
+    assert main(["serve", "--model-dir", "tiny", "--share"]) == 2
+    assert "--share exposes the API publicly: set --api-key-env" in capsys.readouterr().err

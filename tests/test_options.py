@@ -222,8 +222,8 @@ def test_student_source_with_base_teacher_needs_an_adapter(tiny_model_dir, tmp_p
 
 def test_student_source_asks_the_engine_for_no_topk():
     common = dict(output_dir="/tmp/unused", report_to="none", method="opd", w_kd=0.1)
-    assert OpenClawConfig(**common).judge_settings()["kd_topk"] == 20
-    assert OpenClawConfig(**common, kd_topk_source="student").judge_settings()["kd_topk"] == 0
+    assert OpenClawConfig(**common).judge_config().kd_topk == 20
+    assert OpenClawConfig(**common, kd_topk_source="student").judge_config().kd_topk == 0
 
 
 # -------------------------------------------------------------------------------------- OPD clip range
@@ -298,7 +298,7 @@ HONOURED = {
     "temperature": "serving temperature = training temperature (test_trainer, test_chat)",
     "max_completion_length": "the serving token limit (runtime)",
     "num_iterations": "passes per batch (test_trainer.test_several_iterations_clip)",
-    "per_device_train_batch_size": "the micro-batch of an update (_derive_batch_geometry)",
+    "per_device_train_batch_size": "the micro-batch of an update (derive_batch_geometry)",
     "epsilon": "TRL's PPO clip",
     "epsilon_high": "TRL's PPO clip (method default, test_opd_clip_*)",
     "delta": "TRL's two-sided clip",

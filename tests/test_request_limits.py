@@ -265,16 +265,14 @@ def test_huge_feedback_and_session_id_refused_then_chat_served_quickly(engine, t
 
 def test_config_validates_the_limits_and_passes_them_on(tmp_path):
     from openclaw_trl.config import OpenClawConfig
-    from openclaw_trl.judging import JudgeConfig
-    from openclaw_trl.runtime import server_settings
 
     with pytest.raises(ValueError, match="max_messages must be a positive integer"):
         OpenClawConfig(output_dir=str(tmp_path), max_messages=0)
     with pytest.raises(ValueError, match="max_hint_chars must be a positive integer"):
         OpenClawConfig(output_dir=str(tmp_path), max_hint_chars=0)
     config = OpenClawConfig(output_dir=str(tmp_path), max_feedback_chars=99, max_judge_prompt_tokens=777)
-    assert server_settings(config, ui=False).limits.max_feedback_chars == 99
-    judge = JudgeConfig(**config.judge_settings())
+    assert config.server_settings(ui=False).limits.max_feedback_chars == 99
+    judge = config.judge_config()
     assert (judge.max_prompt_tokens, judge.max_hint_chars) == (777, 2000)
 
 

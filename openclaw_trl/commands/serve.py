@@ -19,6 +19,8 @@ import argparse
 import logging
 from pathlib import Path
 
+from openclaw_trl.errors import UserError
+
 logger = logging.getLogger(__name__)
 
 
@@ -54,11 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if bool(args.config) == bool(args.model_dir):
-        raise SystemExit(
-            "give exactly one of --config RECIPE (serve + train) or --model-dir DIR (serve only)"
-        )
+        raise UserError("give exactly one of --config RECIPE (serve + train) or --model-dir DIR (serve only)")
     if args.share and not args.api_key_env:
-        raise SystemExit("--share exposes the API publicly: set --api-key-env to a variable holding a key")
+        raise UserError("--share exposes the API publicly: set --api-key-env to a variable holding a key")
     if args.config:
         return _run_recipe(args)
 

@@ -9,7 +9,7 @@ from openclaw_trl import judge
 
 @dataclass
 class JudgeConfig:
-    """How turns are judged (``OpenClawConfig.judge_settings()`` builds one).
+    """How turns are judged (``OpenClawConfig.judge_config()`` builds one).
 
     method: ``rl`` / ``opd`` / ``combine`` (the sample rules of :mod:`openclaw_trl.judging.scorer`).
     backend: ``engine`` / ``openai`` / ``callable`` / ``feedback`` (:mod:`openclaw_trl.judging.voters`).
