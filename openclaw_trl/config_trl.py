@@ -139,6 +139,19 @@ def set_live_training_defaults(config) -> None:
         config.dataloader_pin_memory = False  # the placeholder loader carries no tensors worth pinning
     if config.max_steps is None or config.max_steps <= 0:
         config.max_steps = 10**9  # live learning has no dataset length: it runs until stopped
+    _map_activation_checkpointing(config)
+
+
+def _map_activation_checkpointing(config) -> None:
+    """``activation_checkpointing`` is the name of recent ``transformers``; older releases (5.17 and before)
+    only know ``gradient_checkpointing``, and there our field would be read by nobody: map it."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    known = {f.name for f in dataclasses.fields(TrainingArguments)}
+    if "activation_checkpointing" not in known and config.activation_checkpointing:
+        config.gradient_checkpointing = True
 
 
 def derive_batch_geometry(config) -> None:
