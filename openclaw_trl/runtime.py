@@ -105,7 +105,8 @@ def build_serving(
     """Engine (``HFEngine`` unless one is given) + ``Store`` + ``TurnCollector`` + ``create_app``."""
     from transformers import AutoTokenizer
 
-    from openclaw_trl.serving.server import ServerSettings, create_app
+    from openclaw_trl.serving.app import create_app
+    from openclaw_trl.serving.settings import ServerSettings
     from openclaw_trl.sessions import SessionConfig, TurnCollector
     from openclaw_trl.store import Store
 
@@ -288,7 +289,7 @@ def _supported(kind: str, kwargs: dict) -> dict:
 
 
 def server_settings(config: OpenClawConfig, port: int | None = None, ui: bool = True):
-    from openclaw_trl.serving.server import ServerSettings
+    from openclaw_trl.serving.settings import ServerSettings
 
     return ServerSettings(
         host=config.host,
@@ -307,7 +308,7 @@ def server_settings(config: OpenClawConfig, port: int | None = None, ui: bool = 
 
 def start_server(runtime: Runtime, port: int | None = None, ui: bool = True):
     """The FastAPI app (+ Gradio UI) in a background uvicorn thread; returns the ServerThread."""
-    from openclaw_trl.serving.server import ServerThread, create_app
+    from openclaw_trl.serving.app import ServerThread, create_app
 
     settings = server_settings(runtime.config, port=port, ui=ui)
     runtime.app = create_app(
@@ -435,7 +436,7 @@ def share_publicly(runtime: Runtime) -> str:
     refused unless the API requires a key (``api_key_env``)."""
     if not runtime.config.api_key_env:
         raise ValueError("--share exposes the API publicly: set api_key_env to a variable holding a key")
-    from openclaw_trl.serving.server import open_share_link
+    from openclaw_trl.serving.app import open_share_link
 
     url = open_share_link(runtime.config.host, runtime.server.port)
     logger.info("public link: %s", url)

@@ -299,14 +299,16 @@ def test_bearer_auth(engine, tmp_path, monkeypatch):
         assert turns(s.store) and len(turns(s.store)) == 1  # rejected requests stored nothing
     monkeypatch.delenv("OPENCLAW_TEST_KEY")
     with pytest.raises(ValueError, match="OPENCLAW_TEST_KEY"):
-        from openclaw_trl.serving.server import ServerSettings, create_app
+        from openclaw_trl.serving.app import create_app
+        from openclaw_trl.serving.settings import ServerSettings
 
         create_app(engine, None, None, ServerSettings(ui=False, api_key_env="OPENCLAW_TEST_KEY"))
 
 
 def test_build_serving_wires_a_working_stack(tiny_model_dir, tmp_path):
     from openclaw_trl.runtime import build_serving
-    from openclaw_trl.serving.server import ServerSettings, ServerThread
+    from openclaw_trl.serving.app import ServerThread
+    from openclaw_trl.serving.settings import ServerSettings
 
     serving = build_serving(
         tiny_model_dir, tmp_path / "serve.db", ServerSettings(ui=False, default_max_tokens=3)
@@ -368,7 +370,7 @@ def test_api_key_also_guards_the_ui(engine, tmp_path, monkeypatch):
 
 def test_stream_decoder_flushes_a_character_cut_by_the_length_limit(tiny_tokenizer):
     """A completion that stops inside a multi-byte character still streams every byte the model produced."""
-    from openclaw_trl.serving.chat_service import StreamDecoder
+    from openclaw_trl.serving.streaming import StreamDecoder
 
     ids = tiny_tokenizer.encode("ok 🙂", add_special_tokens=False)
     cut = ids[:-1]  # the last byte token of the emoji never came: the text ends mid-character
