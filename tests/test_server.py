@@ -358,6 +358,27 @@ def test_client_leaving_mid_stream_stores_no_turn(stack, client):
     assert reply.choices  # and the server serves on
 
 
+def test_client_leaving_at_the_first_chunk_still_ends_a_done_session(stack, client):
+    """A stream left before its turn is stored is aborted with the collector, which honours ``session_done``."""
+    import time
+
+    messages = [{"role": "user", "content": "a long story"}]
+    client.chat.completions.create(
+        model="openclaw", messages=messages, max_tokens=2, extra_headers={"X-Session-Id": "left-done"}
+    )
+    assert stack.store.find_open_session("left-done") is not None
+    before = len(turns(stack.store))
+    body = {"model": "openclaw", "messages": messages, "max_tokens": 40, "stream": True}
+    headers = {"X-Session-Id": "left-done", "X-Session-Done": "1"}
+    with httpx.stream("POST", f"{stack.url}/v1/chat/completions", json=body, headers=headers) as r:
+        assert next(r.iter_lines()).startswith("data: ")  # the role chunk, then we hang up
+    deadline = time.monotonic() + 10.0
+    while stack.store.find_open_session("left-done") is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert stack.store.find_open_session("left-done") is None  # the abort ended the session
+    assert len(turns(stack.store)) == before  # and stored no turn
+
+
 def test_api_key_also_guards_the_ui(engine, tmp_path, monkeypatch):
     monkeypatch.setenv("OPENCLAW_TEST_KEY", "s3cret")
     with running_stack(engine, tmp_path / "ui-auth.db", ui=True, api_key_env="OPENCLAW_TEST_KEY") as s:

@@ -207,45 +207,24 @@ def _finite(value):
 
 
 async def stream_sse(service: ChatService, prep: PreparedChat) -> AsyncIterator[bytes]:
-    """Real token streaming: tokens cross from the engine thread to the event loop as they are sampled.
+    """Real token streaming: each delta leaves as a chunk as soon as its tokens are sampled.
 
     The turn is stored before the final chunk (the one with ``finish_reason``) is sent. A client that
     disconnects mid-stream gets no turn stored: it never saw the reply its next message would judge.
     """
-    loop = asyncio.get_running_loop()
-    tokens: asyncio.Queue = asyncio.Queue()
     version = getattr(service.engine, "policy_version", 0)
-
-    def on_token(token_id: int) -> None:
-        try:
-            loop.call_soon_threadsafe(tokens.put_nowait, token_id)
-        except RuntimeError:  # the event loop is closed (shutdown): nobody is listening any more
-            pass
-
-    future = loop.run_in_executor(service.executor, service.generate, prep, on_token)
-    future.add_done_callback(lambda _f: tokens.put_nowait(None))
-    decoder = service.stream_parser(prep)
-    recorded = False
     try:
-        yield _sse(_chunk(prep, version, {"role": "assistant", "content": ""}))
-        while (tid := await tokens.get()) is not None:
-            for delta in decoder.feed(tid):
+        async with service.stream(prep) as turn:
+            yield _sse(_chunk(prep, version, {"role": "assistant", "content": ""}))
+            async for delta in turn:
                 yield _sse(_chunk(prep, version, delta))
-        completion = await future
-        for delta in decoder.finish():
-            yield _sse(_chunk(prep, version, delta))
-        result = await loop.run_in_executor(None, service.finish, prep, completion, decoder.message())
-        recorded = True
-        for chunk in _final_chunks(prep, result):
+        for chunk in _final_chunks(prep, turn.result):
             yield _sse(chunk)
     except ApiError as err:
         yield _sse(err.body())
     except Exception as exc:  # the status line is sent already: report the error in-band
         logger.exception("streaming generation failed")
         yield _sse(ApiError(500, f"generation failed: {exc}", "server_error").body())
-    finally:
-        if not recorded:  # failed, or the client went away (the generator is closed): no turn to store
-            service.abort(prep)
     yield b"data: [DONE]\n\n"
 
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import queue
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +28,7 @@ from openclaw_trl.serving.openai_schema import (
     normalize_messages,
 )
 from openclaw_trl.serving.settings import ServerSettings
-from openclaw_trl.serving.streaming import StopTrimmer, StreamDecoder
+from openclaw_trl.serving.streaming import StopTrimmer, StreamDecoder, TurnStream
 
 logger = logging.getLogger(__name__)
 
@@ -334,28 +333,9 @@ class ChatService:
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
-    # -- a blocking token stream (the UI's path; the API streams with ``api.stream_sse``) ----------
-
-    def iter_stream(self, prep: PreparedChat) -> Iterator[tuple[str, Any]]:
-        """Yields ``("delta", delta_dict)`` while tokens arrive, then ``("done", TurnResult)``."""
-        tokens: queue.Queue = queue.Queue()
-        future = self.executor.submit(self.generate, prep, tokens.put)
-        future.add_done_callback(lambda _f: tokens.put(None))
-        decoder = self.stream_parser(prep)
-        done = False
-        try:
-            while (tid := tokens.get()) is not None:
-                for delta in decoder.feed(tid):
-                    yield "delta", delta
-            completion = future.result()
-            for delta in decoder.finish():
-                yield "delta", delta
-            result = self.finish(prep, completion, decoder.message())
-            done = True
-            yield "done", result
-        finally:
-            if not done:
-                self.abort(prep)
+    def stream(self, prep: PreparedChat) -> TurnStream:
+        """The turn streamed to the event loop (the API's SSE stream and the UI): see ``TurnStream``."""
+        return TurnStream(self, prep)
 
 
 def _lp(value) -> float:

@@ -1,11 +1,62 @@
-"""Token ids -> OpenAI stream deltas: ``StreamDecoder`` and the ``stop`` trimming it applies to content.
+"""Streamed turns: ``TurnStream`` (one turn's deltas as they are sampled), ``StreamDecoder`` (token ids ->
+OpenAI deltas) and ``StopTrimmer`` (the ``stop`` text is not returned).
 
-Both the API's SSE stream and the UI's blocking stream feed sampled token ids through one ``StreamDecoder``;
-the non-streaming reply trims its decoded content with the same ``StopTrimmer``, so every path returns the
-same text for the same tokens.
+The API's SSE stream and the UI both stream through ``TurnStream``; the non-streaming reply trims its decoded
+content with the same ``StopTrimmer``, so every path returns the same text for the same tokens.
 """
 
 from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+
+class TurnStream:
+    """One turn streamed to the event loop: ``async with service.stream(prep) as turn`` starts generating,
+    ``async for delta in turn`` yields the OpenAI deltas as tokens are sampled, then ``turn.result`` is the
+    stored ``TurnResult``.
+
+    Tokens cross from the engine thread (``service.executor``) to the event loop through a queue. The turn
+    is stored (``service.finish``) when the deltas end, before the caller sends its final chunk; a turn left
+    before that (an error, the client went away) stores nothing and is aborted with the collector when the
+    ``async with`` block exits: the client never saw the reply its next message would judge.
+    """
+
+    def __init__(self, service, prep):
+        self.service, self.prep = service, prep
+        self.result = None  # the TurnResult, once the turn is stored
+
+    async def __aenter__(self) -> TurnStream:
+        loop = asyncio.get_running_loop()
+        self._tokens: asyncio.Queue = asyncio.Queue()
+
+        def on_token(token_id: int) -> None:
+            try:
+                loop.call_soon_threadsafe(self._tokens.put_nowait, token_id)
+            except RuntimeError:  # the event loop is closed (shutdown): nobody is listening any more
+                pass
+
+        self._future = loop.run_in_executor(self.service.executor, self.service.generate, self.prep, on_token)
+        self._future.add_done_callback(lambda _f: self._tokens.put_nowait(None))
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self.result is None:  # failed, or the caller went away: no turn to store
+            self.service.abort(self.prep)
+
+    async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        decoder = self.service.stream_parser(self.prep)
+        while (tid := await self._tokens.get()) is not None:
+            for delta in decoder.feed(tid):
+                yield delta
+        completion = await self._future
+        for delta in decoder.finish():
+            yield delta
+        loop = asyncio.get_running_loop()
+        self.result = await loop.run_in_executor(
+            None, self.service.finish, self.prep, completion, decoder.message()
+        )
 
 
 class StopTrimmer:

@@ -11,6 +11,7 @@ in-process: the same template, engine, collector and store as the OpenAI API.
 here: Gradio reads the ``gr.LikeData`` annotation at runtime to inject the event data.
 """
 
+import asyncio
 import html
 import uuid
 from dataclasses import dataclass
@@ -122,42 +123,40 @@ class UiHandlers:
         self.service = service
         self.model = service.settings.model_names[0]
 
-    def respond(self, text: str, history: list, conv: dict, private: bool):
+    async def respond(self, text: str, history: list, conv: dict, private: bool):
         """Send a message; the answer streams into the chat, then the conversation records its turn."""
         text = (text or "").strip()
         messages = conv["messages"] + [{"role": "user", "content": text}]
-        prep = self._prepare(messages, conv, private) if text else None
+        prep = await self._prepare(messages, conv, private) if text else None
         if prep is None:
             yield gr.skip(), history, conv, gr.skip()
             return
         history = history + [{"role": "user", "content": text}]
         partial: dict[str, Any] = {"role": "assistant", "content": "", "reasoning_content": ""}
         yield "", history + _display_assistant(partial), conv, gr.skip()
-        result = None
         try:
-            for kind, item in self.service.iter_stream(prep):
-                if kind == "done":
-                    result = item
-                    break
-                for key in ("content", "reasoning_content"):
-                    if item.get(key):
-                        partial[key] += item[key]
-                yield gr.skip(), history + _display_assistant(partial), conv, gr.skip()
-        except Exception as exc:  # the turn was not stored (iter_stream aborted it): say so, keep the chat
+            async with self.service.stream(prep) as turn:
+                async for delta in turn:
+                    for key in ("content", "reasoning_content"):
+                        if delta.get(key):
+                            partial[key] += delta[key]
+                    yield gr.skip(), history + _display_assistant(partial), conv, gr.skip()
+        except Exception as exc:  # the turn was not stored (the stream aborted it): say so, keep the chat
             gr.Warning(f"Generation failed: {exc}")
             yield text, history[:-1], conv, f"Generation failed: {exc}"  # the message goes back in the box
             return
-        yield gr.skip(), *self._recorded(history, conv, messages, result)
+        yield gr.skip(), *self._recorded(history, conv, messages, turn.result)
 
-    def _prepare(self, messages: list[dict], conv: dict, private: bool):
+    async def _prepare(self, messages: list[dict], conv: dict, private: bool):
         """The turn of ``messages`` in this conversation's session, or ``None`` (with a warning) when refused."""
         headers = {
             "x-session-id": conv["session_id"],
             "x-turn-type": "main",
             "x-session-private": "true" if private else "false",
         }
+        payload = {"model": self.model, "messages": messages}
         try:
-            return self.service.prepare({"model": self.model, "messages": messages}, headers)
+            return await asyncio.to_thread(self.service.prepare, payload, headers)
         except ApiError as err:
             gr.Warning(err.message)
             return None
