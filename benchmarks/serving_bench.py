@@ -257,7 +257,8 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     from openclaw_trl.runtime import build_serving
-    from openclaw_trl.serving.server import ServerSettings, ServerThread
+    from openclaw_trl.serving.app import ServerThread
+    from openclaw_trl.serving.settings import ServerSettings
 
     work = Path(tempfile.mkdtemp(prefix="serving-bench-"))
     model_dir = args.model_dir

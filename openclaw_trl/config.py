@@ -26,7 +26,7 @@ from openclaw_trl.config_trl import (
 from openclaw_trl.judge import JUDGE_BACKENDS, METHODS
 from openclaw_trl.judging import JudgeConfig
 from openclaw_trl.serving.openai_schema import RequestLimits
-from openclaw_trl.serving.server import ServerSettings
+from openclaw_trl.serving.settings import ServerSettings
 from openclaw_trl.sessions import SessionConfig
 
 SOURCES = ("live", "replay", "simulated")

@@ -107,7 +107,8 @@ def build_serving(
     """Engine (``HFEngine`` unless one is given) + ``Store`` + ``TurnCollector`` + ``create_app``."""
     from transformers import AutoTokenizer
 
-    from openclaw_trl.serving.server import ServerSettings, create_app
+    from openclaw_trl.serving.app import create_app
+    from openclaw_trl.serving.settings import ServerSettings
     from openclaw_trl.sessions import SessionConfig, TurnCollector
     from openclaw_trl.store import Store
 
@@ -258,7 +259,7 @@ def prepare_start(config: OpenClawConfig):
 
 def start_server(runtime: Runtime, port: int | None = None, ui: bool = True):
     """The FastAPI app (+ Gradio UI) in a background uvicorn thread; returns the ServerThread."""
-    from openclaw_trl.serving.server import ServerThread, create_app
+    from openclaw_trl.serving.app import ServerThread, create_app
 
     settings = runtime.config.server_settings(port=port, ui=ui)
     runtime.app = create_app(
@@ -272,7 +273,7 @@ def start_server(runtime: Runtime, port: int | None = None, ui: bool = True):
 def share_publicly(runtime: Runtime) -> str:
     """A public Gradio link to the running server. It exposes an API that trains the model, so :func:`run`
     refuses it unless the API requires a key (``api_key_env``)."""
-    from openclaw_trl.serving.server import open_share_link
+    from openclaw_trl.serving.app import open_share_link
 
     url = open_share_link(runtime.config.host, runtime.server.port)
     logger.info("public link: %s", url)

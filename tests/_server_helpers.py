@@ -68,7 +68,8 @@ class Stack:
 @contextlib.contextmanager
 def running_stack(engine, db_path, ui: bool = False, **settings):
     """Store + collector + app around ``engine``, served by uvicorn on 127.0.0.1 (a free port)."""
-    from openclaw_trl.serving.server import ServerSettings, ServerThread, create_app
+    from openclaw_trl.serving.app import ServerThread, create_app
+    from openclaw_trl.serving.settings import ServerSettings
     from openclaw_trl.sessions import TurnCollector
     from openclaw_trl.store import Store
 

@@ -79,7 +79,7 @@ def test_vllm_opd_needs_temperature_one(tmp_path):
 def test_component_settings_come_from_the_config_with_the_components_defaults(tmp_path):
     from openclaw_trl.config import OpenClawConfig
     from openclaw_trl.judging import JudgeConfig
-    from openclaw_trl.serving.server import ServerSettings
+    from openclaw_trl.serving.settings import ServerSettings
     from openclaw_trl.sessions import SessionConfig
 
     config = OpenClawConfig(output_dir=str(tmp_path), report_to="none")

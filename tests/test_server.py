@@ -299,14 +299,16 @@ def test_bearer_auth(engine, tmp_path, monkeypatch):
         assert turns(s.store) and len(turns(s.store)) == 1  # rejected requests stored nothing
     monkeypatch.delenv("OPENCLAW_TEST_KEY")
     with pytest.raises(ValueError, match="OPENCLAW_TEST_KEY"):
-        from openclaw_trl.serving.server import ServerSettings, create_app
+        from openclaw_trl.serving.app import create_app
+        from openclaw_trl.serving.settings import ServerSettings
 
         create_app(engine, None, None, ServerSettings(ui=False, api_key_env="OPENCLAW_TEST_KEY"))
 
 
 def test_build_serving_wires_a_working_stack(tiny_model_dir, tmp_path):
     from openclaw_trl.runtime import build_serving
-    from openclaw_trl.serving.server import ServerSettings, ServerThread
+    from openclaw_trl.serving.app import ServerThread
+    from openclaw_trl.serving.settings import ServerSettings
 
     serving = build_serving(
         tiny_model_dir, tmp_path / "serve.db", ServerSettings(ui=False, default_max_tokens=3)
@@ -356,6 +358,27 @@ def test_client_leaving_mid_stream_stores_no_turn(stack, client):
     assert reply.choices  # and the server serves on
 
 
+def test_client_leaving_at_the_first_chunk_still_ends_a_done_session(stack, client):
+    """A stream left before its turn is stored is aborted with the collector, which honours ``session_done``."""
+    import time
+
+    messages = [{"role": "user", "content": "a long story"}]
+    client.chat.completions.create(
+        model="openclaw", messages=messages, max_tokens=2, extra_headers={"X-Session-Id": "left-done"}
+    )
+    assert stack.store.find_open_session("left-done") is not None
+    before = len(turns(stack.store))
+    body = {"model": "openclaw", "messages": messages, "max_tokens": 40, "stream": True}
+    headers = {"X-Session-Id": "left-done", "X-Session-Done": "1"}
+    with httpx.stream("POST", f"{stack.url}/v1/chat/completions", json=body, headers=headers) as r:
+        assert next(r.iter_lines()).startswith("data: ")  # the role chunk, then we hang up
+    deadline = time.monotonic() + 10.0
+    while stack.store.find_open_session("left-done") is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert stack.store.find_open_session("left-done") is None  # the abort ended the session
+    assert len(turns(stack.store)) == before  # and stored no turn
+
+
 def test_api_key_also_guards_the_ui(engine, tmp_path, monkeypatch):
     monkeypatch.setenv("OPENCLAW_TEST_KEY", "s3cret")
     with running_stack(engine, tmp_path / "ui-auth.db", ui=True, api_key_env="OPENCLAW_TEST_KEY") as s:
@@ -368,7 +391,7 @@ def test_api_key_also_guards_the_ui(engine, tmp_path, monkeypatch):
 
 def test_stream_decoder_flushes_a_character_cut_by_the_length_limit(tiny_tokenizer):
     """A completion that stops inside a multi-byte character still streams every byte the model produced."""
-    from openclaw_trl.serving.chat_service import StreamDecoder
+    from openclaw_trl.serving.streaming import StreamDecoder
 
     ids = tiny_tokenizer.encode("ok 🙂", add_special_tokens=False)
     cut = ids[:-1]  # the last byte token of the emoji never came: the text ends mid-character

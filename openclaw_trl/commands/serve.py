@@ -62,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
     if args.config:
         return _run_recipe(args)
 
-    from openclaw_trl.serving.server import ServerSettings, ServerThread
+    from openclaw_trl.serving.app import ServerThread
+    from openclaw_trl.serving.settings import ServerSettings
 
     model_dir = args.model_dir
     if model_dir == "tiny":
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         ui=not args.no_ui,
     )
     from openclaw_trl.runtime import build_serving
-    from openclaw_trl.serving.server import open_share_link
+    from openclaw_trl.serving.app import open_share_link
 
     serving = build_serving(model_dir, args.store, settings)
     server = ServerThread(serving.app, host=settings.host, port=settings.port, log_level="info").start()
