@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from openclaw_trl.config import OpenClawConfig
+from openclaw_trl.toy import TOY_MODEL_ID
 from openclaw_trl.trainer import last_step_metrics
 
 logger = logging.getLogger(__name__)
@@ -43,7 +44,8 @@ def load_recipe(argv: list[str] | None = None):
 
 
 def resolve_model_path(model_args, config: OpenClawConfig) -> str:
-    """The local model directory (building the tiny model when the recipe names ``TINY_MODEL_ID``)."""
+    """The local model directory (building the tiny model when the recipe names ``TINY_MODEL_ID``, the
+    pre-trained toy model, cached in the user cache directory, when it names ``TOY_MODEL_ID``)."""
     name = model_args.model_name_or_path
     if not name:
         raise ValueError("the recipe must set model_name_or_path")
@@ -54,6 +56,10 @@ def resolve_model_path(model_args, config: OpenClawConfig) -> str:
 
             build_tiny_model(path)
         return str(path)
+    if name == TOY_MODEL_ID:
+        from openclaw_trl.toy.pretrain import toy_model
+
+        return str(toy_model(log=logger.info))
     return name
 
 
