@@ -150,7 +150,7 @@ def build_runtime(
         raise OSError(
             f"could not load the model {model_path!r} ({str(err).splitlines()[0]}). It is downloaded from the "
             "Hugging Face Hub on first use: check the connection, or point model_name_or_path at a local "
-            f"copy. Offline, try the tiny demo: make run RECIPE=recipes/tiny_offline.yaml"
+            f"copy. Offline, try the toy demo: make run RECIPE=recipes/toy_offline.yaml"
         ) from err
     Path(config.store_path).parent.mkdir(parents=True, exist_ok=True)
     store = Store(config.store_path)

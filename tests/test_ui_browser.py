@@ -2,7 +2,9 @@
 
 Load the page, send a message, see the streamed reply, click 👎, write a correction, and find both in the
 store as the turn's next state; the "don't learn" switch and "New conversation" are exercised too. A
-screenshot goes to ``tests/artifacts/ui_feedback.png`` (git-ignored). ``make test`` installs the browser
+screenshot goes to ``tests/artifacts/ui_feedback.png`` (git-ignored). The offline toy demo
+(``recipes/toy_offline.yaml``) is driven too: 👍/👎 clicks until its answers are mostly bulleted
+(``tests/artifacts/toy_demo_learns.png``). ``make test`` installs the browser
 (``make browser``); without it the test is skipped.
 """
 
