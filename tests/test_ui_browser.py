@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -180,6 +179,7 @@ def test_toy_demo_learns_the_bulleted_style_from_clicks(toy_demo_model, tmp_path
 
     from openclaw_trl.runtime import build_runtime, load_recipe, start_server
     from openclaw_trl.toy import world
+    from openclaw_trl.toy.pretrain import META_FILE
 
     bullets = next(s for s in world.STYLES if s.name == "bullets")
     argv = ["--config", "recipes/toy_offline.yaml", "--output_dir", str(tmp_path / "run")]
@@ -193,7 +193,6 @@ def test_toy_demo_learns_the_bulleted_style_from_clicks(toy_demo_model, tmp_path
         wait = WebDriverWait(driver, 60)
         driver.get(server.url + "/")
         replies = []  # (policy version that answered, liked)
-        started = time.monotonic()
         for _ in range(TOY_MAX_ROUNDS):
             replies.append(_ask_and_rate(driver, wait, runtime.store, bullets))
             final = [liked for version, liked in replies if version == TOY_UPDATES]
@@ -204,13 +203,12 @@ def test_toy_demo_learns_the_bulleted_style_from_clicks(toy_demo_model, tmp_path
                 break
             driver.find_element(By.ID, "new-conversation").click()
             wait.until(lambda d: "New conversation" in d.find_element(By.ID, "notice").text)
-        print(f"toy demo: {len(replies)} clicks in {time.monotonic() - started:.0f}s: {replies}")
         assert len(final) >= TOY_LAST_K, (
             f"{TOY_UPDATES} updates not reached in {len(replies)} clicks: {replies}"
         )
-        first = [liked for version, liked in replies if version == 0]
         assert sum(final) >= 6, f"bulleted among the last {TOY_LAST_K} replies: {sum(final)}; all: {replies}"
-        assert sum(final) / len(final) > sum(first) / len(first), replies
+        base = json.loads((toy_demo_model / META_FILE).read_text())["metrics"]["bare"]["rate"]
+        assert base < 0.5  # before any update, bulleted answers are a minority (about 1 in 4)
         assert not trainer.is_alive() and runtime.trainer.state.global_step == TOY_UPDATES
     finally:
         runtime.close()
