@@ -149,9 +149,17 @@ TOY_LAST_K = 8  # replies sampled by the final policy that are counted
 TOY_MAX_ROUNDS = 40  # the bound on questions (and clicks)
 
 
-def _ask_and_rate(driver, wait, store, liked_style) -> tuple[int, bool]:
-    """Ask "Tell me about apples." in the UI, 👍 the answer if it has ``liked_style`` else 👎; returns the
-    policy version that answered and whether it was liked."""
+def _well_bulleted(answer: str) -> bool:
+    """What a person 👍 in the toy demo: the toy world's two bullet lines, each a whole sentence (a
+    degenerate answer that only starts with "- " is 👎, as a person would)."""
+    lines = answer.strip().splitlines()
+    return len(lines) == 2 and all(re.fullmatch(r"- [A-Z][a-z ]*[a-z]\.", line.strip()) for line in lines)
+
+
+def _ask_and_rate(driver, wait, store, bullets) -> tuple[int, bool, bool]:
+    """Ask "Tell me about apples." in the UI, 👍 a well-formed bulleted answer, 👎 anything else; returns
+    the policy version that answered, whether the answer is in the ``bullets`` style and whether it was
+    liked."""
     from selenium.webdriver.common.by import By
 
     notice = lambda: driver.find_element(By.ID, "notice").text  # noqa: E731
@@ -163,15 +171,15 @@ def _ask_and_rate(driver, wait, store, liked_style) -> tuple[int, bool]:
     chat = driver.find_element(By.ID, "chat")
     shown = re.sub(r"^\s*(-|\d+\.)\s*", "", answer.splitlines()[0])  # Markdown renders the list marker
     wait.until(lambda d: shown in chat.text)  # the answer the user sees
-    liked = liked_style.matches(answer)
+    liked = _well_bulleted(answer)
     chat.find_element(By.CSS_SELECTOR, f"button[aria-label='{'Like' if liked else 'Dislike'}']").click()
     wait.until(lambda d: f"recorded for turn {turn['id']}" in notice())
-    return turn["policy_version"], liked
+    return turn["policy_version"], bullets.matches(answer), liked
 
 
 def test_toy_demo_learns_the_bulleted_style_from_clicks(toy_demo_model, tmp_path, driver):
-    """The offline demo in the browser: ask "Tell me about apples.", 👍 the bulleted answers and 👎 the
-    others, a new conversation each time; after the trainer's updates most answers are bulleted."""
+    """The offline demo in the browser: ask "Tell me about apples.", 👍 the (well-formed) bulleted answers
+    and 👎 the others, a new conversation each time; after the trainer's updates most answers are bulleted."""
     import threading
 
     from selenium.webdriver.common.by import By
@@ -192,11 +200,11 @@ def test_toy_demo_learns_the_bulleted_style_from_clicks(toy_demo_model, tmp_path
         trainer.start()
         wait = WebDriverWait(driver, 60)
         driver.get(server.url + "/")
-        replies = []  # (policy version that answered, liked)
+        replies = []  # (policy version that answered, bulleted, liked)
         for _ in range(TOY_MAX_ROUNDS):
             replies.append(_ask_and_rate(driver, wait, runtime.store, bullets))
-            final = [liked for version, liked in replies if version == TOY_UPDATES]
-            if replies[-1][1] and final:
+            final = [bulleted for version, bulleted, _ in replies if version == TOY_UPDATES]
+            if replies[-1][2] and final:
                 ARTIFACTS.mkdir(exist_ok=True)  # a bulleted answer of the final policy, 👍 recorded
                 driver.save_screenshot(str(ARTIFACTS / "toy_demo_learns.png"))
             if len(final) >= TOY_LAST_K:
