@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from openclaw_trl.config import OpenClawConfig
+from openclaw_trl.toy import TOY_MODEL_ID
 from openclaw_trl.trainer import last_step_metrics
 
 logger = logging.getLogger(__name__)
@@ -49,7 +50,8 @@ def load_recipe(argv: list[str] | None = None):
 
 
 def resolve_model_path(model_args, config: OpenClawConfig) -> str:
-    """The local model directory (building the tiny model when the recipe names ``TINY_MODEL_ID``)."""
+    """The local model directory (building the tiny model when the recipe names ``TINY_MODEL_ID``, the
+    pre-trained toy model, cached in the user cache directory, when it names ``TOY_MODEL_ID``)."""
     name = model_args.model_name_or_path
     if not name:
         raise ValueError("the recipe must set model_name_or_path")
@@ -60,6 +62,10 @@ def resolve_model_path(model_args, config: OpenClawConfig) -> str:
 
             build_tiny_model(path)
         return str(path)
+    if name == TOY_MODEL_ID:
+        from openclaw_trl.toy.pretrain import toy_model
+
+        return str(toy_model(log=logger.info))
     return name
 
 
@@ -160,7 +166,7 @@ def build_runtime(
         raise OSError(
             f"could not load the model {model_path!r} ({str(err).splitlines()[0]}). It is downloaded from the "
             "Hugging Face Hub on first use: check the connection, or point model_name_or_path at a local "
-            f"copy. Offline, try the tiny demo: make run RECIPE=recipes/tiny_offline.yaml"
+            f"copy. Offline, try the toy demo: make run RECIPE=recipes/toy_offline.yaml"
         ) from err
     engine = collector = scorer = None
     if main:
