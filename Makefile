@@ -22,8 +22,9 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
+# Without RECIPE=..., app.py runs the default recipe, or the offline toy demo when its model cannot be fetched.
 run: install
-	$(PY) app.py --config $(RECIPE)
+	$(PY) app.py $(if $(filter file,$(origin RECIPE)),,--config $(RECIPE))
 
 lint: install
 	$(PY) -m ruff check openclaw_trl tests benchmarks app.py

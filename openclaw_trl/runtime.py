@@ -31,6 +31,7 @@ from openclaw_trl.config import OpenClawConfig
 from openclaw_trl.errors import UserError
 from openclaw_trl.sources import replay_and_judge, start_simulation
 from openclaw_trl.status import learning_status
+from openclaw_trl.toy import TOY_MODEL_ID
 from openclaw_trl.trainer import last_step_metrics
 
 logger = logging.getLogger(__name__)
@@ -55,7 +56,8 @@ def load_recipe(argv: list[str] | None = None):
 
 
 def resolve_model_path(model_args, config: OpenClawConfig) -> str:
-    """The local model directory (building the tiny model when the recipe names ``TINY_MODEL_ID``)."""
+    """The local model directory (building the tiny model when the recipe names ``TINY_MODEL_ID``, the
+    pre-trained toy model, cached in the user cache directory, when it names ``TOY_MODEL_ID``)."""
     name = model_args.model_name_or_path
     if not name:
         raise UserError("the recipe must set model_name_or_path (a Hub model id or a local directory)")
@@ -66,6 +68,10 @@ def resolve_model_path(model_args, config: OpenClawConfig) -> str:
 
             build_tiny_model(path)
         return str(path)
+    if name == TOY_MODEL_ID:
+        from openclaw_trl.toy.pretrain import toy_model
+
+        return str(toy_model(log=logger.info))
     return name
 
 
@@ -199,7 +205,7 @@ def _load_tokenizer(model_path: str):
         raise UserError(
             f"could not load the model {model_path!r} ({str(err).splitlines()[0]}). It is downloaded from the "
             "Hugging Face Hub on first use: check the connection, or point model_name_or_path at a local "
-            f"copy. Offline, try the tiny demo: make run RECIPE=recipes/tiny_offline.yaml"
+            f"copy. Offline, try the toy demo: make run RECIPE=recipes/toy_offline.yaml"
         ) from err
 
 

@@ -34,3 +34,13 @@ def adapters(tiny_model_dir):
 
     cfg = lora_config()
     return random_adapter(tiny_model_dir, cfg, seed=1), random_adapter(tiny_model_dir, cfg, seed=2)
+
+
+@pytest.fixture(scope="session")
+def toy_demo_model():
+    """The offline demo's pre-trained toy model, in the user cache (``openclaw_trl.toy.pretrain.cache_root``):
+    pre-trained once (a few minutes), then shared by every test and every later session."""
+    from openclaw_trl.toy.pretrain import torch_threads, toy_model
+
+    with torch_threads(1):
+        return toy_model(log=lambda *_: None)

@@ -39,12 +39,14 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def toy_model(tmp_path_factory):
-    pretrain = _load("pretrain")
+    from openclaw_trl.toy import pretrain
+
     return pretrain.pretrain(tmp_path_factory.mktemp("toy-model"), pretrain.TINY, log=lambda *_: None)
 
 
 def test_toy_world_chats_render_and_match_the_user():
-    world = _load("toy_world")
+    from openclaw_trl.toy import world
+
     user = world.make_user("bullets")
     for style in world.STYLES:
         answer = world.render_answer(style.name, "apples", __import__("random").Random(0))

@@ -2,13 +2,17 @@
 
 Load the page, send a message, see the streamed reply, click 👎, write a correction, and find both in the
 store as the turn's next state; the "don't learn" switch and "New conversation" are exercised too. A
-screenshot goes to ``tests/artifacts/ui_feedback.png`` (git-ignored). ``make test`` installs the browser
+screenshot goes to ``tests/artifacts/ui_feedback.png`` (git-ignored). The offline toy demo
+(``recipes/toy_offline.yaml``) is driven too: 👍/👎 clicks until its answers are mostly bulleted
+(``tests/artifacts/toy_demo_learns.png``). ``make test`` installs the browser
 (``make browser``); without it the test is skipped.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -136,3 +140,82 @@ def test_chat_dislike_and_correct_in_the_browser(tiny_model_dir, tmp_path, drive
             assert not stack.store.get_session(rows[1].session_id).private  # the switch is per conversation
     finally:
         hf.close()
+
+
+TOY_UPDATES = 8  # the trainer's max_steps: 2 rated answers each (the recipe's batch_size)
+TOY_LAST_K = 8  # replies sampled by the final policy that are counted
+TOY_MAX_ROUNDS = 40  # the bound on questions (and clicks)
+
+
+def _well_bulleted(answer: str) -> bool:
+    """What a person 👍 in the toy demo: the toy world's two bullet lines, each a whole sentence (a
+    degenerate answer that only starts with "- " is 👎, as a person would)."""
+    lines = answer.strip().splitlines()
+    return len(lines) == 2 and all(re.fullmatch(r"- [A-Z][a-z ]*[a-z]\.", line.strip()) for line in lines)
+
+
+def _ask_and_rate(driver, wait, store, bullets) -> tuple[int, bool, bool]:
+    """Ask "Tell me about apples." in the UI, 👍 a well-formed bulleted answer, 👎 anything else; returns
+    the policy version that answered, whether the answer is in the ``bullets`` style and whether it was
+    liked."""
+    from selenium.webdriver.common.by import By
+
+    notice = lambda: driver.find_element(By.ID, "notice").text  # noqa: E731
+    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#msg textarea")).send_keys("Tell me about apples.")
+    driver.find_element(By.ID, "send").click()
+    wait.until(lambda d: "recorded as turn" in notice())
+    turn = store.get_turn(int(notice().split("turn ")[1].split(" ")[0]))
+    answer = json.loads(turn["response_message"])["content"]
+    chat = driver.find_element(By.ID, "chat")
+    shown = re.sub(r"^\s*(-|\d+\.)\s*", "", answer.splitlines()[0])  # Markdown renders the list marker
+    wait.until(lambda d: shown in chat.text)  # the answer the user sees
+    liked = _well_bulleted(answer)
+    chat.find_element(By.CSS_SELECTOR, f"button[aria-label='{'Like' if liked else 'Dislike'}']").click()
+    wait.until(lambda d: f"recorded for turn {turn['id']}" in notice())
+    return turn["policy_version"], bullets.matches(answer), liked
+
+
+def test_toy_demo_learns_the_bulleted_style_from_clicks(toy_demo_model, tmp_path, driver):
+    """The offline demo in the browser: ask "Tell me about apples.", 👍 the (well-formed) bulleted answers
+    and 👎 the others, a new conversation each time; after the trainer's updates most answers are bulleted."""
+    import threading
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from openclaw_trl.runtime import build_runtime, load_recipe, start_server
+    from openclaw_trl.toy import world
+    from openclaw_trl.toy.pretrain import META_FILE
+
+    bullets = next(s for s in world.STYLES if s.name == "bullets")
+    argv = ["--config", "recipes/toy_offline.yaml", "--output_dir", str(tmp_path / "run")]
+    argv += ["--save_strategy", "no", "--max_steps", str(TOY_UPDATES)]
+    runtime = build_runtime(*load_recipe(argv))
+    trainer = threading.Thread(target=runtime.trainer.train, daemon=True)
+    try:
+        runtime.scorer.start()
+        server = start_server(runtime, port=0, ui=True)
+        trainer.start()
+        wait = WebDriverWait(driver, 60)
+        driver.get(server.url + "/")
+        replies = []  # (policy version that answered, bulleted, liked)
+        for _ in range(TOY_MAX_ROUNDS):
+            replies.append(_ask_and_rate(driver, wait, runtime.store, bullets))
+            final = [bulleted for version, bulleted, _ in replies if version == TOY_UPDATES]
+            if replies[-1][2] and final:
+                ARTIFACTS.mkdir(exist_ok=True)  # a bulleted answer of the final policy, 👍 recorded
+                driver.save_screenshot(str(ARTIFACTS / "toy_demo_learns.png"))
+            if len(final) >= TOY_LAST_K:
+                break
+            driver.find_element(By.ID, "new-conversation").click()
+            wait.until(lambda d: "New conversation" in d.find_element(By.ID, "notice").text)
+        assert len(final) >= TOY_LAST_K, (
+            f"{TOY_UPDATES} updates not reached in {len(replies)} clicks: {replies}"
+        )
+        assert sum(final) >= 6, f"bulleted among the last {TOY_LAST_K} replies: {sum(final)}; all: {replies}"
+        base = json.loads((toy_demo_model / META_FILE).read_text())["metrics"]["bare"]["rate"]
+        assert base < 0.5  # before any update, bulleted answers are a minority (about 1 in 4)
+        assert not trainer.is_alive() and runtime.trainer.state.global_step == TOY_UPDATES
+    finally:
+        runtime.close()
+        trainer.join(timeout=60)

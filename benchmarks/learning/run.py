@@ -7,8 +7,8 @@ Everything goes through the real serving path, wired by ``openclaw_trl.runtime``
 server over HTTP (session headers), the store, the turn collector, the background scorer (``callable``
 backend with ``simulation.rule_judge``, or the ``feedback`` backend fed by ``POST /v1/feedback``) and
 ``OpenClawTrainer`` publishing each LoRA update to the engine the server samples from. The simulated user
-(``toy_world.make_user``) prefers bulleted answers; the model (``pretrain.py``) answers in one of four
-styles at random unless told.
+(``openclaw_trl.toy.world.make_user``) prefers bulleted answers; the model (``openclaw_trl.toy``) answers
+in one of four styles at random unless told.
 
 Protocol (why it is built this way):
 
@@ -46,10 +46,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import pretrain  # noqa: E402
-import toy_world  # noqa: E402
+from openclaw_trl.toy import pretrain
+from openclaw_trl.toy import world as toy_world
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -565,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--w-opd", type=float, default=None, help="Combine's OPD weight (ablations)")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--no-feedback-run", action="store_true")
-    parser.add_argument("--model-dir", default=str(pretrain.DEFAULT_OUT))
+    parser.add_argument("--model-dir", default=None, help="default: the toy model in the user cache")
     parser.add_argument("--out", default=str(RESULTS), help="where learning.json / .png / _summary.md go")
     parser.add_argument("--from-json", default=None, help="only redraw the plot and summary of a saved run")
     args = parser.parse_args(argv)
@@ -596,7 +594,10 @@ def main(argv: list[str] | None = None) -> int:
     settings.w_rl = settings.w_rl if args.w_rl is None else args.w_rl
     settings.w_opd = settings.w_opd if args.w_opd is None else args.w_opd
 
-    model_dir = pretrain.pretrain(args.model_dir, log=log.info)
+    if args.model_dir:
+        model_dir = pretrain.pretrain(args.model_dir, log=log.info, progress=True)
+    else:
+        model_dir = pretrain.toy_model(log=log.info)
     report = run_benchmark(model_dir, settings, seeds, tuple(args.methods), not args.no_feedback_run)
     report["quick"] = args.quick
     report["pretrain"] = json.loads((Path(model_dir) / pretrain.META_FILE).read_text())

@@ -1,6 +1,6 @@
-"""The toy world of the learning benchmark: topics, answer styles, and the chats the small model is taught.
+"""The toy world: topics, answer styles, and the chats the small toy model is taught.
 
-Why a made-up world: learning from conversation has to be *seen* on a 2-core CPU, so the model must be
+Why a made-up world: learning from conversation has to be *seen* on a small CPU, so the model must be
 small enough to pre-train from scratch in minutes, and the task must have the same structure as the
 reference evaluation (a user with a hidden preference about *how* an answer looks, who asks for a change
 in words when the answer misses it). Here every request is "Tell me about <topic>." and an answer comes
