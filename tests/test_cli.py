@@ -34,8 +34,8 @@ def test_unloadable_model_is_one_line_and_exit_2(tmp_path):
     assert result.returncode == 2, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     (line,) = [x for x in result.stderr.splitlines() if "error:" in x]
-    assert line.startswith("openclaw-trl train: error: could not load the model 'nobody/no-such-model-xyz'")
-    assert "tiny_offline.yaml" in line
+    assert line.startswith("openclaw-trl train: error: nobody/no-such-model-xyz cannot be fetched")
+    assert "toy_offline.yaml" in line
 
 
 def test_invalid_recipe_value_is_one_line_and_exit_2(tmp_path):
