@@ -165,14 +165,14 @@ def _ask_and_rate(driver, wait, store, bullets) -> tuple[int, bool, bool]:
     driver.find_element(By.ID, "send").click()
     wait.until(lambda d: "recorded as turn" in notice())
     turn = store.get_turn(int(notice().split("turn ")[1].split(" ")[0]))
-    answer = json.loads(turn["response_message"])["content"]
+    answer = turn.response_message["content"]
     chat = driver.find_element(By.ID, "chat")
     shown = re.sub(r"^\s*(-|\d+\.)\s*", "", answer.splitlines()[0])  # Markdown renders the list marker
     wait.until(lambda d: shown in chat.text)  # the answer the user sees
     liked = _well_bulleted(answer)
     chat.find_element(By.CSS_SELECTOR, f"button[aria-label='{'Like' if liked else 'Dislike'}']").click()
-    wait.until(lambda d: f"recorded for turn {turn['id']}" in notice())
-    return turn["policy_version"], bullets.matches(answer), liked
+    wait.until(lambda d: f"recorded for turn {turn.id}" in notice())
+    return turn.policy_version, bullets.matches(answer), liked
 
 
 def test_toy_demo_learns_the_bulleted_style_from_clicks(toy_demo_model, tmp_path, driver):
