@@ -29,6 +29,7 @@ run: install
 lint: install
 	$(PY) -m ruff check openclaw_trl tests benchmarks app.py
 	$(PY) -m ruff format --check openclaw_trl tests benchmarks app.py
+	$(VENV)/bin/lint-imports --no-cache
 
 format: install
 	$(PY) -m ruff format openclaw_trl tests benchmarks app.py

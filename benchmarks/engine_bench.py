@@ -79,13 +79,14 @@ def _hf_forward(engine, prompts, comps):
     for b, s in enumerate(seqs):
         ids[b, : len(s)] = torch.tensor(s)
         mask[b, : len(s)] = 1
-    selected, _ = engine._pin("policy")  # same weights as score(weights="policy")
+    model = engine.model
+    selected, _ = model.pin("policy")  # same weights as score(weights="policy")
     try:
-        with engine._model_lock, torch.inference_mode():
-            engine._select(selected)
-            engine._lm(input_ids=ids.to(engine.device), attention_mask=mask.to(engine.device)).logits.float()
+        with model.lock, torch.inference_mode():
+            model.select(selected)
+            model.lm(input_ids=ids.to(engine.device), attention_mask=mask.to(engine.device)).logits.float()
     finally:
-        engine._unpin(selected)
+        model.unpin(selected)
 
 
 def _vllm_forward(engine, prompts, comps):

@@ -114,7 +114,7 @@ def _warm_up(engine, max_tokens: int) -> None:
 
 def bench_scorer(model_dir: Path, m: int, turns: int, completion_len: int, judge_max_tokens: int) -> dict:
     from openclaw_trl.engines.hf import HFEngine
-    from openclaw_trl.scorer import JudgeConfig, Scorer
+    from openclaw_trl.judging import JudgeConfig, Scorer
     from openclaw_trl.store import Store
 
     engine = HFEngine(model_dir, device=None, max_batch_size=16)

@@ -256,8 +256,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     import torch
 
-    from openclaw_trl.commands.serve import build_serving
-    from openclaw_trl.server import ServerSettings, ServerThread
+    from openclaw_trl.runtime import build_serving
+    from openclaw_trl.serving.app import ServerThread
+    from openclaw_trl.serving.settings import ServerSettings
 
     work = Path(tempfile.mkdtemp(prefix="serving-bench-"))
     model_dir = args.model_dir

@@ -105,7 +105,7 @@ def make_samples(n: int, geometry: dict, vocab: int, kd_topk: int = 0, seed: int
 
     ``policy_version`` is the index of the update that consumes the sample, so every batch is on-policy.
     """
-    from openclaw_trl.samples import TrainingSample
+    from openclaw_trl.records import TrainingSample
 
     rng = random.Random(seed)
     out = []
@@ -589,7 +589,7 @@ def bench_publish(label: str, r: int = 16, repeats: int = 3) -> dict:
         # The engine's base tensors stand in for vLLM's weights (what load_weights copies into).
         targets = {
             n.removeprefix("base_model.model.").replace(".base_layer", ""): p
-            for n, p in engine._lm.named_parameters()
+            for n, p in engine.model.lm.named_parameters()
             if "lora_" not in n
         }
 

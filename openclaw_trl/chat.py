@@ -1,4 +1,4 @@
-"""Chat rendering and parsing around the token-level engines (DESIGN.md §2).
+"""Chat rendering and parsing around the token-level engines.
 
 * :func:`render_prompt_ids` turns OpenAI-style messages (+ tools) into prompt token ids with the tokenizer's
   own chat template. The engines only see ids, so what is trained on is exactly what was rendered and sampled

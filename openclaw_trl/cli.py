@@ -3,6 +3,7 @@
 Each subcommand lives in its own module, which exposes ``add_arguments(parser)`` and ``run(args)``
 (or ``run_argv(argv)`` when it parses a recipe itself with TRL's ``TrlParser``);
 the module is imported only when its subcommand runs, so ``openclaw-trl --help`` stays fast.
+A :class:`~openclaw_trl.errors.UserError` raised anywhere below is printed here, on one line, with exit code 2.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import argparse
 import importlib
 import os
 import sys
+
+from openclaw_trl.errors import UserError
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -48,6 +51,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     name, rest = argv[0], argv[1:]
+    try:
+        return _dispatch(name, rest)
+    except UserError as err:
+        print(f"openclaw-trl {name}: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(name: str, rest: list[str]) -> int:
     module = importlib.import_module(COMMANDS[name][0])
     if hasattr(module, "run_argv"):  # recipe commands parse their own arguments with TRL's TrlParser
         return int(module.run_argv(rest) or 0)

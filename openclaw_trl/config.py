@@ -5,24 +5,33 @@ checkpointing and ``accelerate`` need keeps its TRL name and meaning. One thing 
 turn has exactly one completion, so there is no group of ``num_generations`` completions to
 normalise rewards over. ``GRPOConfig.__post_init__`` rejects ``num_generations < 2`` and requires the
 generation batch to hold whole groups; we therefore run ``TrainingArguments``' validation (via TRL's
-``_BaseConfig``) and do the batch geometry ourselves (``_derive_batch_geometry``): one update consumes
+``_BaseConfig``) and do the batch geometry ourselves (``config_trl.derive_batch_geometry``): one update consumes
 ``batch_size`` judged samples, split in micro-batches of ``per_device_train_batch_size``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from openclaw_trl.judge import MAX_HINT_CHARS, MAX_JUDGE_PROMPT_TOKENS
-from openclaw_trl.openai_schema import RequestLimits
+from openclaw_trl.config_trl import (
+    check_importance_sampling_clip,
+    derive_batch_geometry,
+    refuse_fields_of_the_other_engine,
+    refuse_inapplicable_trl_fields,
+    set_live_training_defaults,
+)
+from openclaw_trl.judge import JUDGE_BACKENDS, METHODS
+from openclaw_trl.judging import JudgeConfig
+from openclaw_trl.serving.openai_schema import RequestLimits
+from openclaw_trl.serving.settings import ServerSettings
+from openclaw_trl.sessions import SessionConfig
 
-METHODS = ("rl", "opd", "combine")
-JUDGE_BACKENDS = ("engine", "openai", "callable", "feedback")
 SOURCES = ("live", "replay", "simulated")
+ENGINES = ("hf", "vllm")
+KD_TOPK_SOURCES = ("teacher", "student")
 
 
 @dataclass
@@ -31,6 +40,13 @@ class OpenClawConfig(GRPOConfig):
     Configuration of an openclaw-trl run: the learning method, the judges, the engine and the server.
     Every field of TRL's ``GRPOConfig`` / ``TrainingArguments`` is available too (``learning_rate``,
     ``num_iterations``, ``epsilon``, ``loss_type``, ``output_dir``, ``save_steps``, ``report_to``, …).
+
+    It is the one source of configuration: ``judge_config()``, ``session_config()``, ``server_settings()``,
+    ``request_limits()`` and ``engine_kwargs()`` build the settings of the scorer, the collector, the server
+    and the engine from these fields. Defaults are defined once, by the components: a field that sets a
+    component's value takes its default from that component's dataclass (``JudgeConfig``, ``SessionConfig``,
+    ``ServerSettings``, ``RequestLimits``), so a component built directly and one built from a recipe behave
+    the same.
 
     > Parameters that control the learning method
 
@@ -107,9 +123,12 @@ class OpenClawConfig(GRPOConfig):
     engine (`str`, defaults to `"hf"`):
         `"hf"` (Transformers + PEFT, CPU or GPU) or `"vllm"` (colocated vLLM with LoRA adapters). The
         `vllm_gpu_memory_utilization`, `vllm_enable_sleep_mode` and `vllm_max_model_length` fields of
-        `GRPOConfig` configure the vLLM engine.
+        `GRPOConfig` configure the vLLM engine (`vllm_max_model_length: null`: 4096 tokens) and are refused
+        with `engine: hf`. Both engines load the weights in the `dtype` of the recipe (`auto`: float32 on
+        CPU; on GPU bfloat16 with hf, the checkpoint's dtype with vllm) with the LoRA adapter of its `lora_*` fields.
     engine_max_batch_size (`int`, defaults to `16`):
-        Concurrent requests batched into one generation pass.
+        Concurrent requests batched into one generation pass of `engine: hf`; refused with `engine: vllm`,
+        which batches requests itself (continuous batching).
 
     > Parameters that control serving and the sample source
 
@@ -124,8 +143,11 @@ class OpenClawConfig(GRPOConfig):
         Name of an environment variable holding a bearer token the API then requires.
     served_model_name (`str`, defaults to `"openclaw"`):
         The model name the API reports and accepts.
-    session_idle_timeout (`float`, defaults to `900`):
-        Seconds of inactivity after which a session ends (its last turn then has no next state).
+    session_idle_timeout (`float`, defaults to `1800`):
+        Seconds of inactivity after which a session ends (its last turn then has no next state). Half an
+        hour: a person reading a long answer or an agent running a long tool comes back within it, and a
+        longer wait costs nothing (open sessions live in the store, and a turn without a reply is never
+        trained on either way).
     train_anonymous (`bool`, defaults to `False`):
         Train on requests that carry no session id.
     store_path (`str`):
@@ -195,36 +217,53 @@ class OpenClawConfig(GRPOConfig):
     """
 
     # Learning method
-    method: str = field(default="combine", metadata={"help": "rl, opd or combine.", "choices": METHODS})
+    method: str = field(
+        default=JudgeConfig.method, metadata={"help": "rl, opd or combine.", "choices": METHODS}
+    )
     w_rl: float = field(default=1.0, metadata={"help": "Weight of the Binary-RL reward term."})
     w_opd: float = field(default=1.0, metadata={"help": "Weight of the OPD term."})
     batch_size: int = field(default=16, metadata={"help": "Judged samples consumed per update."})
-    teacher: str = field(default="base", metadata={"help": "Teacher weights: base or policy."})
+    teacher: str = field(default=JudgeConfig.teacher, metadata={"help": "Teacher weights: base or policy."})
     # Top-K distillation
     w_kd: float = field(default=0.0, metadata={"help": "Weight of the top-K distillation loss (0 = off)."})
     kd_topk: int = field(default=20, metadata={"help": "K of the top-K distillation."})
     kd_topk_source: str = field(default="teacher", metadata={"help": "teacher or student top-K support."})
     kd_cap: float = field(default=10.0, metadata={"help": "Per-token cap of the KD term."})
     # Judges
-    judge_backend: str = field(default="engine", metadata={"help": "engine, openai, callable or feedback."})
-    judge_m: int = field(default=1, metadata={"help": "Votes per judged turn."})
-    judge_temperature: float = field(default=0.6, metadata={"help": "Judge sampling temperature."})
-    judge_top_p: float = field(default=1.0, metadata={"help": "Judge top-p."})
-    judge_max_tokens: int = field(default=2048, metadata={"help": "Judge max new tokens."})
-    judge_openai_base_url: str | None = field(default=None, metadata={"help": "openai backend base URL."})
-    judge_openai_model: str | None = field(default=None, metadata={"help": "openai backend model."})
-    judge_openai_api_key_env: str = field(
-        default="OPENAI_API_KEY", metadata={"help": "Env var with the key."}
+    judge_backend: str = field(
+        default=JudgeConfig.backend, metadata={"help": "engine, openai, callable or feedback."}
     )
-    judge_callable: str | None = field(default=None, metadata={"help": "callable backend: module:function."})
-    judge_max_concurrency: int = field(default=4, metadata={"help": "Concurrent judge calls."})
-    judge_timeout_s: float = field(default=120.0, metadata={"help": "Per-vote timeout in seconds."})
+    judge_m: int = field(default=JudgeConfig.m, metadata={"help": "Votes per judged turn."})
+    judge_temperature: float = field(
+        default=JudgeConfig.temperature, metadata={"help": "Judge sampling temperature."}
+    )
+    judge_top_p: float = field(default=JudgeConfig.top_p, metadata={"help": "Judge top-p."})
+    judge_max_tokens: int = field(default=JudgeConfig.max_tokens, metadata={"help": "Judge max new tokens."})
+    judge_openai_base_url: str | None = field(
+        default=JudgeConfig.openai_base_url, metadata={"help": "openai backend base URL."}
+    )
+    judge_openai_model: str | None = field(
+        default=JudgeConfig.openai_model, metadata={"help": "openai backend model."}
+    )
+    judge_openai_api_key_env: str = field(
+        default=JudgeConfig.openai_api_key_env, metadata={"help": "Env var with the key."}
+    )
+    judge_callable: str | None = field(
+        default=JudgeConfig.callable, metadata={"help": "callable backend: module:function."}
+    )
+    judge_max_concurrency: int = field(
+        default=JudgeConfig.max_concurrency, metadata={"help": "Concurrent judge calls."}
+    )
+    judge_timeout_s: float = field(
+        default=JudgeConfig.timeout_s, metadata={"help": "Per-vote timeout in seconds."}
+    )
     judge_max_attempts: int = field(
-        default=3, metadata={"help": "Failed judging attempts before a turn is set aside as failed."}
+        default=JudgeConfig.max_attempts,
+        metadata={"help": "Failed judging attempts before a turn is set aside as failed."},
     )
     # Engine
-    engine: str = field(default="hf", metadata={"help": "hf or vllm."})
-    engine_max_batch_size: int = field(default=16, metadata={"help": "Requests per generation pass."})
+    engine: str = field(default="hf", metadata={"help": "hf or vllm.", "choices": ENGINES})
+    engine_max_batch_size: int = field(default=16, metadata={"help": "Requests per generation pass (hf)."})
     # Serving and sources
     source: str = field(default="live", metadata={"help": "live, replay or simulated."})
     replay_path: str | None = field(default=None, metadata={"help": "JSONL / datasets file for replay."})
@@ -235,14 +274,18 @@ class OpenClawConfig(GRPOConfig):
     simulated_sessions: int = field(
         default=0, metadata={"help": "Conversations to simulate (0 = until max_steps)."}
     )
-    host: str = field(default="127.0.0.1", metadata={"help": "Bind address of the UI/API."})
-    port: int = field(default=7860, metadata={"help": "Port of the UI/API."})
-    api_key_env: str | None = field(default=None, metadata={"help": "Env var holding the API bearer token."})
+    host: str = field(default=ServerSettings.host, metadata={"help": "Bind address of the UI/API."})
+    port: int = field(default=ServerSettings.port, metadata={"help": "Port of the UI/API."})
+    api_key_env: str | None = field(
+        default=ServerSettings.api_key_env, metadata={"help": "Env var holding the API bearer token."}
+    )
     served_model_name: str = field(default="openclaw", metadata={"help": "Model name reported by the API."})
     session_idle_timeout: float = field(
-        default=900.0, metadata={"help": "Seconds before an idle session ends."}
+        default=SessionConfig.session_idle_timeout, metadata={"help": "Seconds before an idle session ends."}
     )
-    train_anonymous: bool = field(default=False, metadata={"help": "Train on requests without a session id."})
+    train_anonymous: bool = field(
+        default=SessionConfig.train_anonymous, metadata={"help": "Train on requests without a session id."}
+    )
     store_path: str | None = field(default=None, metadata={"help": "SQLite store path."})
     # Where a run starts
     fresh_start: bool = field(
@@ -275,9 +318,11 @@ class OpenClawConfig(GRPOConfig):
         default=RequestLimits.max_prompt_tokens, metadata={"help": "Rendered prompt tokens."}
     )
     max_judge_prompt_tokens: int = field(
-        default=MAX_JUDGE_PROMPT_TOKENS, metadata={"help": "Tokens of one engine judge prompt."}
+        default=JudgeConfig.max_prompt_tokens, metadata={"help": "Tokens of one engine judge prompt."}
     )
-    max_hint_chars: int = field(default=MAX_HINT_CHARS, metadata={"help": "Characters of a teacher hint."})
+    max_hint_chars: int = field(
+        default=JudgeConfig.max_hint_chars, metadata={"help": "Characters of a teacher hint."}
+    )
 
     # TRL defaults we change (documented above).
     epsilon_high: float | None = field(
@@ -311,22 +356,11 @@ class OpenClawConfig(GRPOConfig):
             self.w_opd = 0.0
         elif self.method == "opd":
             self.w_rl = 0.0
-        if self.bf16 is None and not self.fp16 and not _cuda_available():
-            self.bf16 = False  # CPU: float32 (bf16 is ~160x slower on this kind of CPU)
-        if not _cuda_available():
-            self.dataloader_pin_memory = False  # the placeholder loader carries no tensors worth pinning
-        if self.max_steps is None or self.max_steps <= 0:
-            self.max_steps = 10**9  # live learning has no dataset length: it runs until stopped
+        set_live_training_defaults(self)
         # TRL's _BaseConfig / TrainingArguments validation, skipping GRPOConfig's group checks (see module doc).
         super(GRPOConfig, self).__post_init__()
-        self._derive_batch_geometry()
-        if self.vllm_importance_sampling_correction and self.vllm_importance_sampling_clip_max is None:
-            raise ValueError("vllm_importance_sampling_clip_max must be set when the correction is on.")
-        low, high = self.vllm_importance_sampling_clip_min, self.vllm_importance_sampling_clip_max
-        if low is not None and high is not None and low >= high:
-            raise ValueError(
-                f"vllm_importance_sampling_clip_min ({low}) must be less than vllm_importance_sampling_clip_max ({high})."
-            )
+        derive_batch_geometry(self)
+        check_importance_sampling_clip(self)
         if self.store_path is None:
             self.store_path = f"{self.output_dir}/openclaw.sqlite"
 
@@ -336,12 +370,10 @@ class OpenClawConfig(GRPOConfig):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         checks = [
-            (self.method in METHODS, f"method must be one of {METHODS}, got {self.method!r}"),
             (self.judge_backend in JUDGE_BACKENDS, f"judge_backend must be one of {JUDGE_BACKENDS}"),
             (self.source in SOURCES, f"source must be one of {SOURCES}, got {self.source!r}"),
-            (self.engine in ("hf", "vllm"), f"engine must be 'hf' or 'vllm', got {self.engine!r}"),
-            (self.teacher in ("base", "policy"), f"teacher must be 'base' or 'policy', got {self.teacher!r}"),
-            (self.kd_topk_source in ("teacher", "student"), "kd_topk_source must be 'teacher' or 'student'"),
+            (self.engine in ENGINES, f"engine must be one of {ENGINES}, got {self.engine!r}"),
+            (self.kd_topk_source in KD_TOPK_SOURCES, f"kd_topk_source must be one of {KD_TOPK_SOURCES}"),
             (self.batch_size >= 1, "batch_size must be >= 1"),
             (self.judge_m >= 1, "judge_m must be >= 1"),
             (self.judge_max_attempts >= 1, f"judge_max_attempts must be >= 1, got {self.judge_max_attempts}"),
@@ -377,155 +409,81 @@ class OpenClawConfig(GRPOConfig):
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
-        self._refuse_inapplicable_trl_fields()
-
-    def _refuse_inapplicable_trl_fields(self) -> None:
-        """TRL fields whose code paths this trainer replaces: accepted only at the value that matches what runs."""
-        generated = "the serving engine samples every turn (TRL does not generate here)"
-        server = "engine: vllm runs vLLM inside this process; there is no separate vLLM server"
-        per_request = (
-            "sampling values other than temperature come from each chat request (its top_p, top_k, ...)"
-        )
-        derived = (
-            "the batch geometry is derived from batch_size and per_device_train_batch_size: set batch_size"
-        )
-        logged = "every turn and sample is kept in the store: read them with openclaw-trl export"
-        # (field, accepted values, why it does not apply and what to use instead)
-        table = [
-            ("use_vllm", (False,), f"{generated}: use engine: vllm"),
-            ("vllm_mode", ("colocate",), server),
-            ("vllm_server_base_url", (None,), server),
-            ("vllm_server_host", ("0.0.0.0",), server),
-            ("vllm_server_port", (8000,), server),
-            ("vllm_group_port", (51216,), server),
-            ("vllm_server_timeout", (240.0,), server),
-            ("vllm_tensor_parallel_size", (1,), "engine: vllm runs on one device"),
-            ("vllm_model_impl", ("vllm",), "engine: vllm uses vLLM's own model implementation"),
-            ("vllm_structured_outputs_regex", (None,), f"{generated} as each chat request asks"),
-            ("use_transformers_continuous_batching", (False,), f"{generated}: use engine: hf"),
-            ("use_transformers_paged", (False,), f"{generated}: use engine: hf"),
-            ("transformers_continuous_batching_config", (None,), f"{generated}: use engine_max_batch_size"),
-            ("cache_implementation", (None,), generated),
-            ("ds3_gather_for_generation", (True,), generated),
-            ("generation_kwargs", (None,), f"{generated}; {per_request}"),
-            ("top_p", (1.0,), per_request),
-            ("top_k", (0, None), per_request),
-            ("min_p", (None,), per_request),
-            ("repetition_penalty", (1.0,), per_request),
-            (
-                "chat_template_kwargs",
-                (None,),
-                "the server renders each request's messages with the chat template",
-            ),
-            (
-                "max_tool_calling_iterations",
-                (None,),
-                "tools run in the client: each tool result is the next turn",
-            ),
-            ("pad_to_multiple_of", ("auto", None), "batches are padded to their longest sample"),
-            ("generation_batch_size", (None, self.batch_size), derived),
-            ("steps_per_generation", (None,), derived),
-            ("gradient_accumulation_steps", (1,), derived),
-            ("auto_find_batch_size", (False,), derived),
-            ("num_generations_eval", (None,), "there is no evaluation dataset: use openclaw-trl eval"),
-            ("eval_strategy", ("no",), "there is no evaluation dataset: use openclaw-trl eval"),
-            ("per_device_eval_batch_size", (8,), "there is no evaluation dataset: use openclaw-trl eval"),
-            (
-                "reward_weights",
-                (None,),
-                "the judges give one reward per turn: weigh the terms with w_rl and w_opd",
-            ),
-            (
-                "multi_objective_aggregation",
-                ("sum_then_normalize",),
-                "one judged reward per turn: nothing to aggregate",
-            ),
-            (
-                "scale_rewards",
-                ("none", False),
-                "a turn has one completion, so there is no group to normalise over: rewards are used as judged",
-            ),
-            (
-                "shuffle_dataset",
-                (False, None),
-                "samples are trained oldest first from the store (no dataset)",
-            ),
-            (
-                "sync_ref_model",
-                (False,),
-                "the KL reference (beta) is the base model, the policy with its adapter disabled: TRL cannot sync it",
-            ),
-            ("ref_model_mixup_alpha", (0.6,), "it only applies with sync_ref_model"),
-            ("ref_model_sync_steps", (512,), "it only applies with sync_ref_model"),
-            ("log_completions", (False,), logged),
-            ("log_completions_hub_repo", (None,), logged),
-            ("num_completions_to_print", (None,), logged),
-            ("log_unique_prompts", (False,), logged),
-            ("log_multimodal", (True,), "turns are text only"),
-            (
-                "vllm_importance_sampling_cap",
-                (None,),
-                "deprecated in TRL: use vllm_importance_sampling_clip_max",
-            ),
-        ]
-        for name, accepted, why in table:
-            value = getattr(self, name)
-            if value not in accepted:
-                raise ValueError(f"{name}={value!r} is not supported: {why}.")
-
-    def _derive_batch_geometry(self) -> None:
-        """One update = ``batch_size`` samples = ``steps_per_generation`` micro-batches, one optimizer step.
-
-        ``num_iterations`` > 1 reuses the batch for more optimizer steps (PPO clipping then matters).
-        """
-        self.num_generations = 1
-        world = self.world_size
-        launched = int(os.environ.get("WORLD_SIZE", "1"))
-        if launched != world:
-            raise ValueError(
-                f"{launched} processes were launched (WORLD_SIZE) but the Trainer runs {world}: on CPU set "
-                "use_cpu: true (--use_cpu true) so the processes train together over gloo"
-            )
-        micro = min(self.per_device_train_batch_size, max(1, self.batch_size // world))
-        if self.batch_size % (micro * world) != 0:
-            raise ValueError(
-                f"batch_size ({self.batch_size}) must be divisible by per_device_train_batch_size ({micro}) x "
-                f"processes ({world}); pick e.g. batch_size={micro * world * max(1, self.batch_size // (micro * world))}."
-            )
-        self.per_device_train_batch_size = micro
-        self.steps_per_generation = self.batch_size // (micro * world)
-        self.gradient_accumulation_steps = self.steps_per_generation
-        self.generation_batch_size = self.batch_size
+        self.judge_config()  # raises on a method, teacher or judge value the scorer cannot take
+        self.session_config()  # raises on a session_idle_timeout that is not > 0
+        refuse_inapplicable_trl_fields(self)
+        refuse_fields_of_the_other_engine(self)
 
     def request_limits(self) -> RequestLimits:
         """The request limit fields as the server's ``RequestLimits``."""
         return RequestLimits(**{f.name: getattr(self, f.name) for f in dataclasses.fields(RequestLimits)})
 
-    def judge_settings(self) -> dict:
-        """The judge fields as plain keyword arguments (for the scorer's ``JudgeConfig``)."""
-        return {
-            "method": self.method,
-            "backend": self.judge_backend,
-            "m": self.judge_m,
-            "temperature": self.judge_temperature,
-            "top_p": self.judge_top_p,
-            "max_tokens": self.judge_max_tokens,
-            "openai_base_url": self.judge_openai_base_url,
-            "openai_model": self.judge_openai_model,
-            "openai_api_key_env": self.judge_openai_api_key_env,
-            "callable": self.judge_callable,
-            "teacher": self.teacher,
+    def judge_config(self) -> JudgeConfig:
+        """The judge fields as the scorer's ``JudgeConfig``."""
+        return JudgeConfig(
+            method=self.method,
+            backend=self.judge_backend,
+            m=self.judge_m,
+            temperature=self.judge_temperature,
+            top_p=self.judge_top_p,
+            max_tokens=self.judge_max_tokens,
+            openai_base_url=self.judge_openai_base_url,
+            openai_model=self.judge_openai_model,
+            openai_api_key_env=self.judge_openai_api_key_env,
+            callable=self.judge_callable,
+            teacher=self.teacher,
             # The engine returns the teacher's top-K only when it is the support (student: the trainer picks it).
-            "kd_topk": self.kd_topk if self.w_kd > 0 and self.kd_topk_source == "teacher" else 0,
-            "max_concurrency": self.judge_max_concurrency,
-            "timeout_s": self.judge_timeout_s,
-            "max_attempts": self.judge_max_attempts,
-            "max_prompt_tokens": self.max_judge_prompt_tokens,
-            "max_hint_chars": self.max_hint_chars,
+            kd_topk=self.kd_topk if self.w_kd > 0 and self.kd_topk_source == "teacher" else 0,
+            max_concurrency=self.judge_max_concurrency,
+            timeout_s=self.judge_timeout_s,
+            max_attempts=self.judge_max_attempts,
+            max_prompt_tokens=self.max_judge_prompt_tokens,
+            max_hint_chars=self.max_hint_chars,
+        )
+
+    def session_config(self) -> SessionConfig:
+        """The session fields as the collector's ``SessionConfig``."""
+        return SessionConfig(
+            session_idle_timeout=self.session_idle_timeout, train_anonymous=self.train_anonymous
+        )
+
+    def server_settings(self, port: int | None = None, ui: bool = True) -> ServerSettings:
+        """The serving fields as ``ServerSettings``; ``port`` overrides the recipe's (0: a free port).
+
+        Trainable turns are sampled at ``temperature``, which is also the default of the other turns; a
+        request's ``max_tokens`` defaults to ``min(512, max_completion_length)`` and is capped at
+        ``max_completion_length``.
+        """
+        return ServerSettings(
+            host=self.host,
+            port=self.port if port is None else port,
+            model_names=[self.served_model_name],
+            api_key_env=self.api_key_env,
+            default_temperature=self.temperature,
+            train_temperature=self.temperature,
+            default_max_tokens=min(512, self.max_completion_length or 512),
+            max_tokens_cap=max(self.max_completion_length or 512, 1),
+            limits=self.request_limits(),
+            ui=ui,
+        )
+
+    def engine_kwargs(self, lora_config=None, dtype: str | None = None) -> dict:
+        """Keyword arguments of the ``engine``'s constructor (``create_engine(self.engine, path, **kwargs)``).
+
+        ``lora_config`` is the PEFT ``LoraConfig`` of the adapter and ``dtype`` the recipe's weight dtype
+        (``None`` or ``"auto"``: the engine's default, float32 on CPU). ``vllm_max_model_length: None``
+        leaves vLLM's context at the engine's default.
+        """
+        dtype = None if dtype == "auto" else dtype
+        if self.engine == "hf":
+            return {"lora_config": lora_config, "dtype": dtype, "max_batch_size": self.engine_max_batch_size}
+        kwargs = {
+            "lora_config": lora_config,
+            "dtype": dtype,
+            "gpu_memory_utilization": self.vllm_gpu_memory_utilization,
+            "enable_sleep_mode": self.vllm_enable_sleep_mode,
+            "max_logprobs": max(20, self.kd_topk),
         }
-
-
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
+        if self.vllm_max_model_length is not None:
+            kwargs["max_model_len"] = self.vllm_max_model_length
+        return kwargs

@@ -16,13 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from openclaw_trl.errors import UserError
 from openclaw_trl.fsutil import staged_directory
 
 SPLITS = ("sessions", "turns", "samples")
-
-
-class ExportError(Exception):
-    """A problem the user can fix; the message says how."""
 
 
 def _json_feature():
@@ -114,67 +111,67 @@ def collect_rows(store, include_private: bool = False) -> dict[str, list[dict[st
     _, encode = _json_feature()
     sessions = [
         {
-            "session_id": s["id"],
-            "session_key": s["key"],
-            "generation": s["generation"],
-            "created": s["created"],
-            "last_active": s["last_active"],
-            "ended": s["ended"],
-            "end_reason": s["end_reason"],
-            "private": s["private"],
-            "anonymous": s["anonymous"],
+            "session_id": s.id,
+            "session_key": s.key,
+            "generation": s.generation,
+            "created": s.created,
+            "last_active": s.last_active,
+            "ended": s.ended,
+            "end_reason": s.end_reason,
+            "private": s.private,
+            "anonymous": s.anonymous,
         }
         for s in store.iter_sessions()
-        if include_private or not s["private"]
+        if include_private or not s.private
     ]
     turns = [
         {
-            "turn_id": t["id"],
-            "session_id": t["session_id"],
-            "session_key": t["session_key"],
-            "turn_index": t["idx"],
-            "turn_type": t["turn_type"],
-            "created": t["created"],
-            "messages": [encode(m) for m in t["prompt_messages"]],
-            "tools": encode(t["tools"]),
-            "completion": t["completion_text"],
-            "response_message": encode(t.get("response_message")),  # the reply as the client got it
-            "finish_reason": t["finish_reason"],
-            "next_state": encode(t["next_state"]),
-            "next_state_source": t["next_state_source"],
-            "reward": t["reward"],
-            "hint": t["hint"],
-            "policy_version": t["policy_version"],
-            "temperature": t["temperature"],
-            "status": t["status"],  # failed: judging kept raising (judge_error says why)
-            "close_reason": t["close_reason"],
-            "judge_error": t["judge_error"],
-            "private": t["private"],
-            "prompt_ids": t["prompt_ids"],
-            "completion_ids": t["completion_ids"],
-            "sampling_logprobs": t["sampling_logprobs"],
+            "turn_id": t.id,
+            "session_id": t.session_id,
+            "session_key": t.session_key,
+            "turn_index": t.idx,
+            "turn_type": t.turn_type,
+            "created": t.created,
+            "messages": [encode(m) for m in t.prompt_messages],
+            "tools": encode(t.tools),
+            "completion": t.completion_text,
+            "response_message": encode(t.response_message),  # the reply as the client got it
+            "finish_reason": t.finish_reason,
+            "next_state": encode(t.next_state),
+            "next_state_source": t.next_state_source,
+            "reward": t.reward,
+            "hint": t.hint,
+            "policy_version": t.policy_version,
+            "temperature": t.temperature,
+            "status": t.status,  # failed: judging kept raising (judge_error says why)
+            "close_reason": t.close_reason,
+            "judge_error": t.judge_error,
+            "private": t.private,
+            "prompt_ids": t.prompt_ids,
+            "completion_ids": t.completion_ids,
+            "sampling_logprobs": t.sampling_logprobs,
         }
         for t in store.iter_turns(include_private=include_private)
     ]
     samples = [
         {
-            "sample_id": s["sample_id"],
-            "turn_id": s["turn_id"],
-            "origin": s["origin"],
-            "created": s["created"],
-            "prompt_ids": s["prompt_ids"],
-            "completion_ids": s["completion_ids"],
-            "sampling_logprobs": s["sampling_logprobs"],
-            "temperature": s["temperature"],
-            "policy_version": s["policy_version"],
-            "reward": s["reward"],
-            "has_hint": s["has_hint"],
-            "hint": s["hint"],
-            "teacher_logprobs": s["teacher_logprobs"],
-            "topk_ids": s["topk_ids"],
-            "topk_logprobs": s["topk_logprobs"],
-            "meta": encode(s["meta"]),
-            "consumed_step": s["consumed_step"],
+            "sample_id": s.sample_id,
+            "turn_id": s.turn_id,
+            "origin": s.origin,
+            "created": s.created,
+            "prompt_ids": s.prompt_ids,
+            "completion_ids": s.completion_ids,
+            "sampling_logprobs": s.sampling_logprobs,
+            "temperature": s.temperature,
+            "policy_version": s.policy_version,
+            "reward": s.reward,
+            "has_hint": s.has_hint,
+            "hint": s.hint,
+            "teacher_logprobs": s.teacher_logprobs,
+            "topk_ids": s.topk_ids,
+            "topk_logprobs": s.topk_logprobs,
+            "meta": encode(s.meta),
+            "consumed_step": s.consumed_step,
         }
         for s in store.iter_samples(include_private=include_private)
     ]
@@ -189,11 +186,11 @@ def open_store(path: str | os.PathLike):
 
     path = Path(path).expanduser()
     if not path.is_file():
-        raise ExportError(f"store not found: {path} does not exist (pass the store path of your recipe)")
+        raise UserError(f"store not found: {path} does not exist (pass the store path of your recipe)")
     try:
         return Store(path)
     except (sqlite3.DatabaseError, StoreError) as err:
-        raise ExportError(f"cannot read the store {path}: {err}") from err
+        raise UserError(f"cannot read the store {path}: {err}") from err
 
 
 def build_dataset(store_path: str | os.PathLike, include_private: bool = False):
@@ -244,14 +241,14 @@ def export_store(
     non-empty ``out`` is only replaced with ``force``, and only once the new export is complete.
     """
     if out is None and push_to_hub is None:
-        raise ExportError("nothing to do: pass --out <dir> and/or --push-to-hub <user/name>")
+        raise UserError("nothing to do: pass --out <dir> and/or --push-to-hub <user/name>")
     if out is not None:
-        from openclaw_trl.hub import HubError, check_output_dir
+        from openclaw_trl.hub import check_output_dir
 
         try:
             out = check_output_dir(out, force)
-        except HubError as err:
-            raise ExportError(str(err)) from err
+        except UserError as err:
+            raise UserError(str(err)) from err
     dataset = build_dataset(store_path, include_private=include_private)
     result = ExportResult(
         counts={name: len(dataset[name]) for name in SPLITS}, include_private=include_private
@@ -272,7 +269,7 @@ def export_store(
                 commit_message=commit_message or "Export conversations with openclaw-trl",
             )
         except (HfHubHTTPError, LocalTokenNotFoundError, OfflineModeIsEnabled) as err:
-            raise ExportError(
+            raise UserError(
                 f"pushing to {push_to_hub!r} failed: {err}. Log in with `hf auth login` (or set HF_TOKEN) "
                 "and unset HF_HUB_OFFLINE."
             ) from err

@@ -1,4 +1,5 @@
-"""Writing an output directory all at once: a failure never leaves a half-written or mixed directory."""
+"""Run-directory file names and writing an output directory all at once (a failure never leaves a
+half-written or mixed directory)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+RUN_INFO_FILE = "openclaw_run.json"
+"""What a run dir records about the run (base model, method, recipe, updates, metrics); read by the model card."""
 
 
 @contextmanager

@@ -21,6 +21,11 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+METHODS = ("rl", "opd", "combine")
+"""The learning methods: which judges run (PRM votes for ``rl``, hint votes for ``opd``, both for ``combine``)."""
+JUDGE_BACKENDS = ("engine", "openai", "callable", "feedback")
+"""Where judge votes come from: the colocated engine, an OpenAI-compatible endpoint, a Python callable, 👍/👎."""
+
 HINT_MARKER = "[user's hint / instruction]"
 MIN_HINT_CHARS = 10  # a kept hint is strictly longer than this once stripped
 MAX_JUDGE_PROMPT_TOKENS = 4096  # tokens of one engine judge prompt (see fit_judge_messages)

@@ -1,4 +1,4 @@
-"""The learning signal as pure tensor functions: no I/O, no model (DESIGN.md §1).
+"""The learning signal as pure tensor functions: no I/O, no model.
 
 Shapes: ``B`` samples (one assistant turn each), ``T`` completion positions (right-padded), ``K``
 top-K entries. Every log-prob is ``log_softmax(logits / temperature)`` at the turn's sampling

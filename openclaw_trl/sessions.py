@@ -28,23 +28,23 @@ The next state of a main turn *t* is what follows its response in the next main 
 session: the user message, or the tool result(s) of the tool calls it made. Explicit feedback on a turn
 (:meth:`TurnCollector.feedback`) is a next state too, and wins over a request one that was not judged yet.
 
-Reference defects fixed here (notes §7):
+Rules that keep every turn accounted for:
 
-* 9 - next-state attachment and scoring do not depend on any record/log switch: every main turn with a
+* next-state attachment and scoring do not depend on any record/log switch: every main turn with a
   next state is ``ready`` for the scorer.
-* 10 - sessions end on ``session_done`` *or* after ``session_idle_timeout`` s idle (:meth:`reap`), also when
+* sessions end on ``session_done`` *or* after ``session_idle_timeout`` s idle (:meth:`reap`), also when
   the response was empty; a turn without a next state is closed, never trained, and never leaks memory
   (the state lives in the store). Sessions are keyed by (id, generation): a reused id after the end
   starts a new generation and never overwrites earlier turns.
-* 11 - ``main`` is the default turn type; without any id a request is anonymous (never chained with other
+* ``main`` is the default turn type; without any id a request is anonymous (never chained with other
   users' requests under one ``"unknown"`` key) and not trained on unless ``train_anonymous``.
-* 12 - the next state is attached only when the new request's history extends turn *t* (same messages up
+* the next state is attached only when the new request's history extends turn *t* (same messages up
   to *t*'s prompt, then an assistant message); otherwise (an edit, a regeneration, a compaction) turn *t* is
   closed as ``history_diverged``. Parallel tool results are all kept (joined), not only the last one; a
   trailing message that is neither user nor tool is never a next state; a turn takes a next state once.
-* 13, 14 - no "at least one sample per session" promotion and no masked placeholder samples: a turn
-  without a usable verdict simply produces no sample (see :mod:`openclaw_trl.scorer`).
-* 15 - nothing is dropped at batch boundaries (see :mod:`openclaw_trl.store`).
+* a turn without a usable verdict produces no sample (no "at least one sample per session" promotion, no
+  masked placeholder samples) (see :mod:`openclaw_trl.judging.scorer`).
+* nothing is dropped at batch boundaries (see :mod:`openclaw_trl.store`).
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from dataclasses import dataclass
 
 from openclaw_trl.engines.base import Completion
 from openclaw_trl.judge import flatten_content
+from openclaw_trl.records import Session, Turn
 from openclaw_trl.store import Store
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -70,7 +71,8 @@ class SessionConfig:
     """How requests are grouped into sessions.
 
     session_idle_timeout: seconds without a request after which a session ends (its last turn then has no
-        next state, unless feedback arrives for it later).
+        next state, unless feedback arrives for it later). Half an hour by default: a person reading a long
+        answer or an agent running a long tool comes back within it, and waiting longer costs nothing.
     train_anonymous: also train on requests that carry no session id (they are chained by history).
     """
 
@@ -253,11 +255,11 @@ class TurnCollector:
             self.reap(now)
             session, prev = self._resolve_session(key, messages, now)
             if private:  # a request can only switch it on; off is an explicit set_private(key, False)
-                self.store.set_private(session["id"], True)
+                self.store.set_private(session.id, True)
             ctx = RequestContext(
-                session_id=session["id"],
+                session_id=session.id,
                 session_key=key,
-                session_generation=session["generation"],
+                session_generation=session.generation,
                 turn_type=turn_type,
                 session_done=done,
                 trainable=turn_type == "main" and (key is not None or self.config.train_anonymous),
@@ -267,17 +269,19 @@ class TurnCollector:
             )
             if turn_type == "main":
                 ctx.next_state_of = self._attach_request_next_state(prev, messages, now)
-            self.store.touch_session(session["id"], now)
+            self.store.touch_session(session.id, now)
         return ctx
 
-    def _resolve_session(self, key: str | None, messages: list[dict], now: float) -> tuple[dict, dict | None]:
+    def _resolve_session(
+        self, key: str | None, messages: list[dict], now: float
+    ) -> tuple[Session, Turn | None]:
         """The open session of the request (a new one when none continues), and its previous main turn."""
         if key is not None:
             session = self.store.find_open_session(key)
             if session is None:
                 session = self.store.get_session(self.store.open_session(key, now))
                 return session, None
-            return session, self.store.last_main_turn(session["id"])
+            return session, self.store.last_main_turn(session.id)
         # anonymous: continue the open anonymous conversation whose last main turn this request extends
         hashes = [
             history_hash(messages[:k])
@@ -286,29 +290,29 @@ class TurnCollector:
         ]
         prev = self.store.find_turn_by_history(hashes, anonymous_only=True)
         if prev is not None:
-            return self.store.get_session(prev["session_id"]), prev
+            return self.store.get_session(prev.session_id), prev
         return self.store.get_session(self.store.open_session(None, now)), None
 
-    def _attach_request_next_state(self, prev: dict | None, messages: list[dict], now: float) -> int | None:
-        if prev is None or prev["status"] != "awaiting":
+    def _attach_request_next_state(self, prev: Turn | None, messages: list[dict], now: float) -> int | None:
+        if prev is None or prev.status != "awaiting":
             return None
-        k = len(prev["prompt_messages"])
+        k = len(prev.prompt_messages)
         extends = (
             len(messages) > k + 1
             and messages[k].get("role") == "assistant"
-            and history_hash(messages[:k]) == prev["history_hash"]
+            and history_hash(messages[:k]) == prev.history_hash
         )
         if not extends:
-            self.store.close_turn(prev["id"], "history_diverged")
+            self.store.close_turn(prev.id, "history_diverged")
             return None
         state = next_state_after(messages, k)
         if state is None:
             # e.g. a trailing system reminder: not a next state. If the conversation already moved past
             # turn t without one, t never gets one.
             if any(m.get("role") == "assistant" for m in messages[k + 1 :]):
-                self.store.close_turn(prev["id"], "no_next_state")
+                self.store.close_turn(prev.id, "no_next_state")
             return None
-        return prev["id"] if self.store.attach_next_state(prev["id"], state, "request", now) else None
+        return prev.id if self.store.attach_next_state(prev.id, state, "request", now) else None
 
     def record_turn(
         self,
@@ -385,7 +389,7 @@ class TurnCollector:
             if turn is None:
                 raise UnknownTurnError(f"unknown turn id {turn_id}")
             feedback_id = self.store.add_feedback(turn_id, rating, text, attached=False)
-            if turn["turn_type"] != "main":
+            if turn.turn_type != "main":
                 return FeedbackResult(feedback_id, turn_id, False, "side turns are never trained on")
             state = {
                 "role": "user",
@@ -397,7 +401,7 @@ class TurnCollector:
             attached = self.store.attach_next_state(turn_id, state, "feedback", self.clock(), replace=True)
             if attached:
                 self.store.set_feedback_attached(feedback_id, True)
-                self.store.touch_session(turn["session_id"], self.clock())
+                self.store.touch_session(turn.session_id, self.clock())
                 return FeedbackResult(feedback_id, turn_id, True, "")
             return FeedbackResult(feedback_id, turn_id, False, "the turn was already judged into a sample")
 
@@ -408,7 +412,7 @@ class TurnCollector:
         """
         with self._lock:
             session = self.store.find_open_session(session_key)
-            sid = session["id"] if session else self.store.open_session(session_key, self.clock())
+            sid = session.id if session else self.store.open_session(session_key, self.clock())
             self.store.set_private(sid, private)
             return sid
 
@@ -418,7 +422,7 @@ class TurnCollector:
             session = self.store.find_open_session(session_key)
             if session is None:
                 return False
-            self.store.end_session(session["id"], reason, self.clock())
+            self.store.end_session(session.id, reason, self.clock())
             return True
 
     def reap(self, now: float | None = None) -> list[int]:

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import httpx
+from openclaw_trl.openai_client import OpenAIClient
 
 THANKS = "Thanks, that's what I wanted. Next question."
 
@@ -95,7 +95,7 @@ def judge_reaction(next_state_text: str, next_state_role: str = "user") -> tuple
 def rule_judge(turn):
     """The ``callable`` judge backend for simulated conversations (``judge_callable:
     openclaw_trl.simulation:rule_judge``): receives a ``scorer.JudgeInput``, returns a ``scorer.Verdict``."""
-    from openclaw_trl.scorer import Verdict
+    from openclaw_trl.judging import Verdict
 
     reward, hint = judge_reaction(turn.next_state_text, turn.next_state_role)
     return Verdict(reward=reward, hint=hint, raw=f"rule judge: reward {reward}, hint {hint!r}")
@@ -124,14 +124,15 @@ def run_conversations(
 ) -> list[ConversationLog]:
     """Run ``n`` simulated conversations through ``POST /v1/chat/completions`` with session headers.
 
+    ``base_url`` is the server's root (``http://127.0.0.1:7860``), the API is under ``/v1``.
+
     Each conversation: the opening request, then the user's reaction to each reply, until the user is
     satisfied (its "thanks" is sent as the final request with ``X-Session-Done``) or ``max_turns``.
     With ``feedback`` (a :class:`FeedbackUser`), each reply is first rated with ``POST /v1/feedback``.
     """
     rng = random.Random(seed)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     logs = []
-    with httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout, headers=headers) as client:
+    with OpenAIClient(base_url.rstrip("/") + "/v1", model, api_key, timeout) as client:
         for i in range(n):
             if should_stop():
                 break
@@ -140,7 +141,7 @@ def run_conversations(
             first_ok, turn_ids = None, []
             for turn in range(user.max_turns):
                 last = turn == user.max_turns - 1
-                reply, turn_id = _chat(client, model, messages, session, max_tokens, done=False)
+                reply, turn_id = _chat(client, messages, session, max_tokens, done=False)
                 turn_ids.append(turn_id)
                 if feedback and turn_id:
                     _rate(client, user, reply, int(turn_id))
@@ -152,33 +153,27 @@ def run_conversations(
                 ]
                 if reaction.satisfied or last:
                     # The reaction is the next state of the last reply; this final request closes the session.
-                    _, turn_id = _chat(client, model, messages, session, max_tokens, done=True)
+                    _, turn_id = _chat(client, messages, session, max_tokens, done=True)
                     turn_ids.append(turn_id)
                     break
             logs.append(ConversationLog(session, bool(first_ok), len(turn_ids), turn_ids))
     return logs
 
 
-def _rate(client: httpx.Client, user, reply: str, turn_id: int) -> None:
+def _rate(client: OpenAIClient, user, reply: str, turn_id: int) -> None:
     rating, text = user.rate(reply)
     body = {"turn_id": turn_id, "rating": rating}
     if text:
         body["text"] = text
-    client.post("/v1/feedback", json=body).raise_for_status()
+    client.post("/feedback", body)
 
 
-def _chat(client: httpx.Client, model: str, messages: list, session: str, max_tokens: int, done: bool):
+def _chat(client: OpenAIClient, messages: list, session: str, max_tokens: int, done: bool):
     headers = {"X-Session-Id": session, "X-Turn-Type": "main"}
     if done:
         headers["X-Session-Done"] = "true"
-    response = client.post(
-        "/v1/chat/completions",
-        json={"model": model, "messages": messages, "max_tokens": max_tokens},
-        headers=headers,
-    )
-    response.raise_for_status()
-    body = response.json()
-    return body["choices"][0]["message"].get("content") or "", response.headers.get("x-openclaw-turn-id", "")
+    message, response = client.chat(messages, headers=headers, max_tokens=max_tokens)
+    return message.get("content") or "", response.headers.get("x-openclaw-turn-id", "")
 
 
 @dataclass

@@ -15,7 +15,7 @@ from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from openclaw_trl.config import OpenClawConfig
-from openclaw_trl.samples import TrainingSample
+from openclaw_trl.records import TrainingSample
 from openclaw_trl.store import Store
 from openclaw_trl.trainer import OpenClawTrainer
 
@@ -82,7 +82,7 @@ def train_once(model_dir: str, out: Path, loss_type: str) -> None:
         save_file(
             {k: v.detach().contiguous() for k, v in adapter.items()}, str(out / f"{loss_type}.safetensors")
         )
-        consumed = {s["consumed_step"] for s in store.iter_samples(include_private=True)}
+        consumed = {s.consumed_step for s in store.iter_samples(include_private=True)}
         assert consumed == {1}, consumed
     state.wait_for_everyone()
 

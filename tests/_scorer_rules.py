@@ -2,7 +2,7 @@
 
 import time
 
-from openclaw_trl.scorer import JudgeInput, Verdict
+from openclaw_trl.judging import JudgeInput, Verdict
 
 FRENCH_HINT = "Answer in French, the language the user writes in."
 CATS_HINT = "Make the joke about cats and keep it short."

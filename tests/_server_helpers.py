@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from openclaw_trl.engines.base import Completion
+from openclaw_trl.records import Turn
 
 
 class ScriptedEngine:
@@ -67,7 +68,8 @@ class Stack:
 @contextlib.contextmanager
 def running_stack(engine, db_path, ui: bool = False, **settings):
     """Store + collector + app around ``engine``, served by uvicorn on 127.0.0.1 (a free port)."""
-    from openclaw_trl.server import ServerSettings, ServerThread, create_app
+    from openclaw_trl.serving.app import ServerThread, create_app
+    from openclaw_trl.serving.settings import ServerSettings
     from openclaw_trl.sessions import TurnCollector
     from openclaw_trl.store import Store
 
@@ -83,5 +85,5 @@ def running_stack(engine, db_path, ui: bool = False, **settings):
         store.close()
 
 
-def turns(store) -> list[dict]:
+def turns(store) -> list[Turn]:
     return list(store.iter_turns(include_private=True))

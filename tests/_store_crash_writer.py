@@ -6,8 +6,8 @@ the parent knows what was durably committed before it sends SIGKILL.
 
 import sys
 
-from openclaw_trl.samples import TrainingSample
-from openclaw_trl.store import Store, Vote
+from openclaw_trl.records import Judgement, TrainingSample, Vote
+from openclaw_trl.store import Store
 
 
 def main(path: str) -> None:
@@ -35,9 +35,8 @@ def main(path: str) -> None:
             store.attach_next_state(previous, {"role": "user", "content": f"message {i}"}, "request")
             turn = store.get_turn(previous)
             sample = TrainingSample(previous, [1, 2, 3], [4, 5], [-0.5, -0.25], 1.0, 0, reward=1.0)
-            sample_id = store.save_judgement(
-                previous, turn["judge_round"], [Vote("prm", "test", "\\boxed{1}", 1)], 1.0, None, sample
-            )
+            votes = [Vote("prm", "test", "\\boxed{1}", 1)]
+            sample_id = store.save_judgement(Judgement(turn, votes, 1, sample=sample))
             print(f"sample {sample_id}", flush=True)
         previous = turn_id
         i += 1

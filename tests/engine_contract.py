@@ -258,6 +258,50 @@ def check_serving_ahead_of_learning(
     assert answered - sent < 0.5 * learn_s, (answered - sent, learn_s)
 
 
+def check_invalid_arguments(engine, tokenizer) -> None:
+    """``generate`` and ``score`` refuse out-of-range arguments with a ``ValueError`` that names them."""
+    p = prompts(tokenizer, 1)[0]
+    bad_sampling = {
+        "temperature": SamplingParams(temperature=-0.5),
+        "top_p": SamplingParams(top_p=0.0),
+        "top_k": SamplingParams(top_k=-1),
+        "max_new_tokens": SamplingParams(max_new_tokens=-1),
+    }
+    for name, sp in bad_sampling.items():
+        with pytest.raises(ValueError, match=name):
+            engine.generate([GenerationRequest(p, sp)])
+    with pytest.raises(ValueError, match="prompt token"):
+        engine.generate([GenerationRequest([], SamplingParams())])
+    with pytest.raises(ValueError, match="weights"):
+        engine.generate([GenerationRequest(p, SamplingParams(), weights="teacher")])
+    with pytest.raises(ValueError, match="priority"):
+        engine.generate([GenerationRequest(p, SamplingParams())], priority="later")
+    calls = {
+        "same length": dict(prompt_ids=[p, p], completion_ids=[[5]]),
+        "temperature": dict(prompt_ids=[p], completion_ids=[[5]], temperature=0.0),
+        "top_k": dict(prompt_ids=[p], completion_ids=[[5]], top_k=-2),
+        "weights": dict(prompt_ids=[p], completion_ids=[[5]], weights="teacher"),
+        "prompt token": dict(prompt_ids=[[]], completion_ids=[[5]]),
+        "priority": dict(prompt_ids=[p], completion_ids=[[5]], priority="later"),
+    }
+    for message, kwargs in calls.items():
+        with pytest.raises(ValueError, match=message):
+            engine.score(**kwargs)
+
+
+def check_failing_stream_callback(engine, tokenizer) -> None:
+    """An ``on_token`` callback that raises is the caller's problem: the generation completes, the engine
+    keeps serving."""
+    p = prompts(tokenizer, 1)[0]
+    req = GenerationRequest(p, SamplingParams(max_new_tokens=4, seed=11))
+
+    def broken(index, token):
+        raise RuntimeError("stream consumer went away")
+
+    (out,) = engine.generate([req], on_token=broken)
+    assert out.token_ids == engine.generate([req])[0].token_ids
+
+
 class EngineContract:
     """The contract as test methods. A test module that provides an ``engine`` fixture runs all of them with ``class TestXxxContract(EngineContract): pass`` (the base class is not collected)."""
 
@@ -299,3 +343,9 @@ class EngineContract:
 
     def test_serving_ahead_of_learning(self, engine, tiny_tokenizer):
         check_serving_ahead_of_learning(engine, tiny_tokenizer)
+
+    def test_invalid_arguments(self, engine, tiny_tokenizer):
+        check_invalid_arguments(engine, tiny_tokenizer)
+
+    def test_failing_stream_callback(self, engine, tiny_tokenizer):
+        check_failing_stream_callback(engine, tiny_tokenizer)

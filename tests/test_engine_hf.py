@@ -63,7 +63,7 @@ def test_concurrent_callers_share_batches(tiny_model_dir, tiny_tokenizer):
 
 def test_publish_directory_without_config(tiny_model_dir, tiny_tokenizer, adapters, tmp_path):
     """With no LoraConfig the engine serves base, then takes the config from the first adapter directory."""
-    from openclaw_trl.engines.hf import adapter_state_dict_to_dir
+    from openclaw_trl.engines.adapters import adapter_state_dict_to_dir
 
     eng = create_engine("hf", tiny_model_dir, dtype="float32")
     try:
@@ -148,3 +148,14 @@ def test_identical_prompts_share_one_prefill(tiny_model_dir, tiny_tokenizer):
         assert together[0].token_ids != together[1].token_ids or together[0].logprobs != together[1].logprobs
     finally:
         eng.close()
+
+
+def test_closed_engine_refuses_generation(tiny_model_dir, tiny_tokenizer):
+    """``close`` stops the worker: later calls fail at once with an error that says so; closing twice is fine."""
+    eng = create_engine("hf", tiny_model_dir, dtype="float32")
+    p = contract.prompts(tiny_tokenizer, 1)[0]
+    assert eng.generate([GenerationRequest(p, SamplingParams(max_new_tokens=2))])
+    eng.close()
+    eng.close()
+    with pytest.raises(RuntimeError, match="HFEngine is closed"):
+        eng.generate([GenerationRequest(p, SamplingParams(max_new_tokens=2))])

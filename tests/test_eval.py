@@ -98,13 +98,13 @@ def scripted_persona(script: list[str]):
 
 @pytest.mark.parametrize("persona", ["student", "teacher"])
 def test_conversation_against_our_server(engine, tmp_path, persona):
-    from openclaw_trl.eval import ChatEndpoint, EvalSettings, evaluate, load_problems
+    from openclaw_trl.eval import EvalSettings, OpenAIClient, evaluate, load_problems
 
     sentinel = "HOMEWORK_DONE" if persona == "student" else "GRADING_DONE"
     client, calls = scripted_persona(["no bold please, keep the steps", f"great, thanks\n{sentinel}"])
     with running_stack(engine, tmp_path / "s.sqlite") as stack:
-        server = ChatEndpoint(stack.url + "/v1", "openclaw")
-        user_llm = ChatEndpoint("http://persona.test/v1", "persona", client=client)
+        server = OpenAIClient(stack.url + "/v1", "openclaw")
+        user_llm = OpenAIClient("http://persona.test/v1", "persona", http=client)
         settings = EvalSettings(persona=persona, max_turns=4, server_max_tokens=6)
         result = evaluate(server, user_llm, load_problems(1, offset=3), settings, offset=3)
         problem = result.problems[0]
@@ -112,14 +112,14 @@ def test_conversation_against_our_server(engine, tmp_path, persona):
         assert problem.score == pytest.approx(0.25) and result.mean_score == pytest.approx(0.25)
         assert problem.session.startswith(f"{persona}-3-") and problem.policy_versions == [0, 0]
         rows = turns(stack.store)
-        assert len(rows) == 3 and len({r["session_id"] for r in rows}) == 1
+        assert len(rows) == 3 and len({r.session_id for r in rows}) == 1
         first, second, closing = rows
         # the persona's words are the next states; the closing request ends the session
-        assert first["next_state"]["content"] == "no bold please, keep the steps"
-        assert second["next_state"]["content"] == "great, thanks"
-        assert len(closing["completion_ids"]) == 1
-        session = stack.store.get_session(first["session_id"])
-        assert session["end_reason"] == "done"
+        assert first.next_state["content"] == "no bold please, keep the steps"
+        assert second.next_state["content"] == "great, thanks"
+        assert len(closing.completion_ids) == 1
+        session = stack.store.get_session(first.session_id)
+        assert session.end_reason == "done"
     # the persona saw the assistant's replies as "user" messages, its own as "assistant" ones
     conversation_calls = [c for c in calls if c["messages"][0]["role"] == "system"]
     assert conversation_calls[0]["messages"][2]["content"].startswith("The assistant replied:")
@@ -144,8 +144,8 @@ def test_cli_with_the_tiny_model_as_both_sides(engine, tmp_path, capsys):
         assert code == 0
         report = json.loads(out.read_text())
         assert report["summary"]["problems"] == 2 and report["summary"]["errors"] == 0
-        sessions = {r["session_id"] for r in turns(stack.store) if r["turn_type"] == "main"}
-        keys = {stack.store.get_session(s)["key"] for s in sessions}
+        sessions = {r.session_id for r in turns(stack.store) if r.turn_type == "main"}
+        keys = {stack.store.get_session(s).key for s in sessions}
         assert {k for k in keys if k} == {p["session"] for p in report["problems"]}
     printed = capsys.readouterr().out
     assert "student: mean rating of the first answer" in printed and printed.count("problem ") == 2

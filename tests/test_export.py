@@ -12,8 +12,8 @@ import pytest
 
 from openclaw_trl.cli import main
 from openclaw_trl.export import build_dataset, dataset_features, export_store
-from openclaw_trl.samples import TrainingSample
-from openclaw_trl.store import Store, Vote
+from openclaw_trl.records import Judgement, TrainingSample, Vote
+from openclaw_trl.store import Store
 
 SYSTEM = {"role": "system", "content": "You are a helpful tutor."}
 ASK = {"role": "user", "content": "What is 2 + 3?"}
@@ -60,11 +60,11 @@ def _judge(store: Store, turn_id: int, reward: float, hint: str | None, next_sta
     ]
     sample = TrainingSample(
         turn_id=turn_id,
-        prompt_ids=turn["prompt_ids"],
-        completion_ids=turn["completion_ids"],
-        sampling_logprobs=turn["sampling_logprobs"],
-        temperature=turn["temperature"],
-        policy_version=turn["policy_version"],
+        prompt_ids=turn.prompt_ids,
+        completion_ids=turn.completion_ids,
+        sampling_logprobs=turn.sampling_logprobs,
+        temperature=turn.temperature,
+        policy_version=turn.policy_version,
         reward=reward,
         has_hint=hint is not None,
         hint=hint,
@@ -73,7 +73,7 @@ def _judge(store: Store, turn_id: int, reward: float, hint: str | None, next_sta
         topk_logprobs=[[-0.25, -2.0], [-0.75, -1.0], [-0.0625, -3.5]] if hint else None,
         meta={"judge": "callable"},
     )
-    sample_id = store.save_judgement(turn_id, turn["judge_round"], votes, reward, hint, sample)
+    sample_id = store.save_judgement(Judgement(turn, votes, reward, hint, sample=sample))
     assert sample_id is not None
     return sample_id
 
@@ -170,18 +170,18 @@ def test_empty_store_exports_typed_empty_splits(tmp_path):
 
 def test_bad_inputs_give_clear_errors(store_path, tmp_path, capsys):
     missing = tmp_path / "typo.sqlite"
-    assert main(["export", "--store", str(missing), "--out", str(tmp_path / "o")]) == 1
+    assert main(["export", "--store", str(missing), "--out", str(tmp_path / "o")]) == 2
     assert "store not found" in capsys.readouterr().err and not missing.exists()  # no empty store created
 
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "keep.txt").write_text("mine")
-    assert main(["export", "--store", str(store_path), "--out", str(busy)]) == 1
+    assert main(["export", "--store", str(store_path), "--out", str(busy)]) == 2
     assert "is not empty" in capsys.readouterr().err and (busy / "keep.txt").exists()
     assert main(["export", "--store", str(store_path), "--out", str(busy), "--force"]) == 0
     assert not (busy / "keep.txt").exists()
 
-    assert main(["export", "--store", str(store_path)]) == 1
+    assert main(["export", "--store", str(store_path)]) == 2
     assert "--push-to-hub" in capsys.readouterr().err
 
 

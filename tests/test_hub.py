@@ -16,6 +16,8 @@ import torch
 
 from openclaw_trl import hub
 from openclaw_trl.cli import main
+from openclaw_trl.errors import UserError
+from openclaw_trl.fsutil import RUN_INFO_FILE
 
 RECIPE = "method: combine\nw_rl: 1.0\nw_opd: 1.0\nbatch_size: 16\nlearning_rate: 1.0e-5\n"
 
@@ -59,7 +61,7 @@ def run_dir(tiny_model_dir, tmp_path_factory) -> Path:
     """A run dir as the trainer leaves it: metadata, final adapter at the root, checkpoints, and a store."""
     run = tmp_path_factory.mktemp("run")
     _save_adapter(tiny_model_dir, run)
-    (run / hub.RUN_FILE).write_text(json.dumps(_run_info(str(tiny_model_dir))))
+    (run / RUN_INFO_FILE).write_text(json.dumps(_run_info(str(tiny_model_dir))))
     for step in (2, 10):
         checkpoint = run / f"checkpoint-{step}"
         checkpoint.mkdir()
@@ -113,7 +115,7 @@ def test_merged_dir_keeps_tokenizer_chat_template_and_generation_config(tiny_mod
     assert GenerationConfig.from_pretrained(merged_dir).eos_token_id == (
         GenerationConfig.from_pretrained(tiny_model_dir).eos_token_id
     )
-    info = json.loads((merged_dir / hub.RUN_FILE).read_text())
+    info = json.loads((merged_dir / RUN_INFO_FILE).read_text())
     assert info["method"] == "combine" and info["merged_into"] == str(tiny_model_dir)
 
 
@@ -128,9 +130,9 @@ def test_run_dir_without_final_adapter_uses_latest_checkpoint(run_dir, tmp_path)
 def test_adapter_trained_in_4bit_merges_into_full_precision_base(tiny_model_dir, run_dir, tmp_path):
     qlora_run = tmp_path / "qlora-run"
     shutil.copytree(run_dir, qlora_run, ignore=shutil.ignore_patterns("checkpoint-*"))
-    (qlora_run / hub.RUN_FILE).write_text(json.dumps(_run_info(str(tiny_model_dir), load_in_4bit=True)))
+    (qlora_run / RUN_INFO_FILE).write_text(json.dumps(_run_info(str(tiny_model_dir), load_in_4bit=True)))
     assert main(["merge", "--adapter", str(qlora_run), "--out", str(tmp_path / "merged")]) == 0
-    result_info = json.loads((tmp_path / "merged" / hub.RUN_FILE).read_text())
+    result_info = json.loads((tmp_path / "merged" / RUN_INFO_FILE).read_text())
     assert result_info["load_in_4bit"] is True and result_info["merge_dtype"] == "float32"
 
 
@@ -140,7 +142,7 @@ def test_prequantized_base_is_refused(tiny_model_dir, run_dir, tmp_path):
     config = json.loads((quantized / "config.json").read_text())
     config["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True}
     (quantized / "config.json").write_text(json.dumps(config))
-    with pytest.raises(hub.HubError, match="stored quantized.*full-precision model"):
+    with pytest.raises(UserError, match="stored quantized.*full-precision model"):
         hub.merge_adapter(run_dir, tmp_path / "out", base=str(quantized))
 
 
@@ -152,7 +154,7 @@ def test_cli_merge_end_to_end_and_force(run_dir, tmp_path, capsys):
         p.name for p in out.iterdir()
     }
 
-    assert main(["merge", "--adapter", str(run_dir), "--out", str(out)]) == 1
+    assert main(["merge", "--adapter", str(run_dir), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "is not empty" in err and "--force" in err
     (out / "stale.bin").write_bytes(b"old")
@@ -169,7 +171,7 @@ def test_cli_merge_end_to_end_and_force(run_dir, tmp_path, capsys):
 )
 def test_cli_merge_bad_adapter_path(tmp_path, capsys, make_path, message):
     (tmp_path / "notes.txt").write_text("not an adapter")
-    assert main(["merge", "--adapter", str(make_path(tmp_path)), "--out", str(tmp_path / "o")]) == 1
+    assert main(["merge", "--adapter", str(make_path(tmp_path)), "--out", str(tmp_path / "o")]) == 2
     assert message in capsys.readouterr().err
 
 
@@ -182,7 +184,7 @@ def test_adapter_for_a_different_base_is_explained(tiny_model_dir, run_dir, tmp_
         {**tiny_config_kwargs(), "hidden_size": 32, "intermediate_size": 64},
     )
     argv = ["merge", "--adapter", str(run_dir), "--base", str(narrow), "--out", str(tmp_path / "o")]
-    assert main(argv) == 1
+    assert main(argv) == 2
     err = capsys.readouterr().err
     assert "does not fit the base model" in err and re.search(
         r"takes \d+ inputs, the adapter expects \d+", err
@@ -196,7 +198,7 @@ def test_vocabulary_mismatch_is_explained(tiny_model_dir, tmp_path):
 
     adapter = _save_adapter(tiny_model_dir, tmp_path / "emb", target_modules=["embed_tokens", "q_proj"])
     small_vocab = build_tiny_model(tmp_path / "small-vocab", vocab_size=1024)
-    with pytest.raises(hub.HubError, match=r"vocabulary size \d+ in the base, 2054 in the adapter"):
+    with pytest.raises(UserError, match=r"vocabulary size \d+ in the base, 2054 in the adapter"):
         hub.merge_adapter(adapter, tmp_path / "o", base=str(small_vocab))
 
 
@@ -259,7 +261,7 @@ def test_push_adapter_uploads_adapter_files_and_a_model_card(tiny_model_dir, run
     assert "https://huggingface.co/me/tiny-lora/commit/0001" in capsys.readouterr().out
     repo = fake_hub.root / "me/tiny-lora/main"
     files = {p.relative_to(repo).as_posix() for p in repo.rglob("*") if p.is_file()}
-    assert files == {"adapter_config.json", "adapter_model.safetensors", "README.md", hub.RUN_FILE}
+    assert files == {"adapter_config.json", "adapter_model.safetensors", "README.md", RUN_INFO_FILE}
     assert fake_hub.repos == {"me/tiny-lora": {"private": False}}
 
     card = ModelCard.load(repo / "README.md")
@@ -298,7 +300,7 @@ def test_push_merged_to_a_private_branch(merged_dir, fake_hub, capsys):
 
 
 def test_push_refuses_a_merged_dir_that_is_an_adapter(run_dir, fake_hub, capsys):
-    assert main(["push", "--merged", str(run_dir), "--repo-id", "me/x"]) == 1
+    assert main(["push", "--merged", str(run_dir), "--repo-id", "me/x"]) == 2
     assert "push it with --adapter" in capsys.readouterr().err
     assert fake_hub.repos == {}
 
@@ -318,9 +320,9 @@ def test_model_card_metadata_names_a_hub_base_model():
 
 
 def test_unloadable_base_and_out_over_the_adapter_are_refused(run_dir, tmp_path):
-    with pytest.raises(hub.HubError, match="cannot load the base model"):
+    with pytest.raises(UserError, match="cannot load the base model"):
         hub.merge_adapter(run_dir, tmp_path / "o", base=str(tmp_path / "no-such-model"))
-    with pytest.raises(hub.HubError, match="would overwrite the adapter"):
+    with pytest.raises(UserError, match="would overwrite the adapter"):
         hub.merge_adapter(run_dir / "checkpoint-2", run_dir, force=True)
     assert (run_dir / "adapter_config.json").exists()
 
@@ -334,7 +336,7 @@ def test_tokenizer_larger_than_the_base_vocabulary_is_explained(tiny_model_dir, 
     shutil.copytree(run_dir, adapter, ignore=shutil.ignore_patterns("checkpoint-*"))
     AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(adapter)  # as HF Trainer checkpoints do
     small_vocab = build_tiny_model(tmp_path / "small-vocab", vocab_size=1024)  # same layer shapes
-    with pytest.raises(hub.HubError, match=r"tokenizer has 2054 tokens, the base's vocabulary 10\d\d"):
+    with pytest.raises(UserError, match=r"tokenizer has 2054 tokens, the base's vocabulary 10\d\d"):
         hub.merge_adapter(adapter, tmp_path / "o", base=str(small_vocab))
 
     same_shapes = build_tiny_model(tmp_path / "other-seed", seed=7)

@@ -183,7 +183,7 @@ def test_imports_are_light():
     ],
 )
 def test_engine_judge_whose_prompt_opens_think(text, opens_think, expected):
-    from openclaw_trl.scorer import _llm_vote
+    from openclaw_trl.judging.voters import _llm_vote
 
     vote = _llm_vote("prm", "engine", text, opens_think=opens_think)
     assert vote.value == expected and vote.raw_text == text  # the raw text is stored as generated

@@ -143,7 +143,7 @@ def test_existing_store_gains_the_new_sample_columns(tmp_path):
 
 
 def _sampled_stub(**kw):
-    from openclaw_trl.samples import TrainingSample
+    from openclaw_trl.records import TrainingSample
 
     return TrainingSample(
         turn_id=1,
@@ -162,9 +162,9 @@ def test_student_topk_distillation_gradient(tiny_model_dir, tmp_path, monkeypatc
     """OPD with a zero advantage: the gradient is the KD term's, on the student's top-K ids with the base
     teacher's log-probs under the hint-augmented prompt (an independent forward of the base model)."""
     if chunked:
-        import openclaw_trl.trainer as trainer_module
+        import openclaw_trl.trainer.distill as distill_module
 
-        monkeypatch.setattr(trainer_module, "KD_LOGITS_ELEMS", 3 * 2048)  # 3 positions per chunk
+        monkeypatch.setattr(distill_module, "KD_LOGITS_ELEMS", 3 * 2048)  # 3 positions per chunk
     samples = _sampled(tiny_model_dir, 4, hint=True, rewards=[0.0] * 4)
     for i, s in enumerate(samples):  # the hint: a few more prompt tokens (one sample without a stored prompt)
         s.teacher_prompt_ids = s.prompt_ids + [40 + i, 77, 301, 12] if i != 2 else None
@@ -222,8 +222,8 @@ def test_student_source_with_base_teacher_needs_an_adapter(tiny_model_dir, tmp_p
 
 def test_student_source_asks_the_engine_for_no_topk():
     common = dict(output_dir="/tmp/unused", report_to="none", method="opd", w_kd=0.1)
-    assert OpenClawConfig(**common).judge_settings()["kd_topk"] == 20
-    assert OpenClawConfig(**common, kd_topk_source="student").judge_settings()["kd_topk"] == 0
+    assert OpenClawConfig(**common).judge_config().kd_topk == 20
+    assert OpenClawConfig(**common, kd_topk_source="student").judge_config().kd_topk == 0
 
 
 # -------------------------------------------------------------------------------------- OPD clip range
@@ -298,7 +298,7 @@ HONOURED = {
     "temperature": "serving temperature = training temperature (test_trainer, test_chat)",
     "max_completion_length": "the serving token limit (runtime)",
     "num_iterations": "passes per batch (test_trainer.test_several_iterations_clip)",
-    "per_device_train_batch_size": "the micro-batch of an update (_derive_batch_geometry)",
+    "per_device_train_batch_size": "the micro-batch of an update (derive_batch_geometry)",
     "epsilon": "TRL's PPO clip",
     "epsilon_high": "TRL's PPO clip (method default, test_opd_clip_*)",
     "delta": "TRL's two-sided clip",

@@ -74,3 +74,105 @@ def test_vllm_opd_needs_temperature_one(tmp_path):
         OpenClawConfig(output_dir=str(tmp_path), engine="vllm", method="rl", temperature=0.6).temperature
         == 0.6
     )
+
+
+def test_component_settings_come_from_the_config_with_the_components_defaults(tmp_path):
+    from openclaw_trl.config import OpenClawConfig
+    from openclaw_trl.judging import JudgeConfig
+    from openclaw_trl.serving.settings import ServerSettings
+    from openclaw_trl.sessions import SessionConfig
+
+    config = OpenClawConfig(output_dir=str(tmp_path), report_to="none")
+    assert config.session_config() == SessionConfig()  # one session_idle_timeout everywhere: 1800 s
+    assert config.session_idle_timeout == 1800.0
+    assert config.judge_config() == JudgeConfig()
+    server = config.server_settings(port=0, ui=False)
+    assert (server.host, server.api_key_env, server.port, server.ui) == (
+        ServerSettings.host,
+        ServerSettings.api_key_env,
+        0,
+        False,
+    )
+    assert config.server_settings().port == ServerSettings.port
+    custom = OpenClawConfig(
+        output_dir=str(tmp_path), report_to="none", session_idle_timeout=60, train_anonymous=True
+    )
+    assert custom.session_config() == SessionConfig(session_idle_timeout=60, train_anonymous=True)
+    with pytest.raises(ValueError, match="session_idle_timeout must be > 0"):
+        OpenClawConfig(output_dir=str(tmp_path), report_to="none", session_idle_timeout=0)
+    with pytest.raises(ValueError, match="timeout_s must be > 0"):
+        OpenClawConfig(output_dir=str(tmp_path), report_to="none", judge_timeout_s=0)
+
+
+def test_engine_arguments_are_explicit_per_engine(tmp_path):
+    from openclaw_trl.config import OpenClawConfig
+
+    hf = OpenClawConfig(output_dir=str(tmp_path), report_to="none", engine_max_batch_size=8)
+    assert hf.engine_kwargs(lora_config="lora", dtype="auto") == {
+        "lora_config": "lora",
+        "dtype": None,
+        "max_batch_size": 8,
+    }
+    vllm = OpenClawConfig(
+        output_dir=str(tmp_path),
+        report_to="none",
+        engine="vllm",
+        temperature=1.0,
+        vllm_gpu_memory_utilization=0.45,
+        vllm_max_model_length=16384,
+        w_kd=1.0,
+        kd_topk=32,
+    )
+    assert vllm.engine_kwargs(lora_config="lora", dtype="bfloat16") == {
+        "lora_config": "lora",
+        "dtype": "bfloat16",
+        "gpu_memory_utilization": 0.45,
+        "enable_sleep_mode": False,
+        "max_logprobs": 32,
+        "max_model_len": 16384,
+    }
+    assert (
+        "max_model_len"
+        not in OpenClawConfig(
+            output_dir=str(tmp_path), report_to="none", engine="vllm", temperature=1.0
+        ).engine_kwargs()
+    )
+
+
+@pytest.mark.parametrize(
+    "engine, field, value",
+    [
+        ("hf", "vllm_gpu_memory_utilization", 0.45),
+        ("hf", "vllm_enable_sleep_mode", True),
+        ("hf", "vllm_max_model_length", 8192),
+        ("vllm", "engine_max_batch_size", 8),
+    ],
+)
+def test_a_field_of_the_other_engine_is_refused(tmp_path, engine, field, value):
+    from openclaw_trl.config import OpenClawConfig
+
+    with pytest.raises(ValueError, match=f"{field}={value!r} configures engine: .*remove {field}"):
+        OpenClawConfig(
+            output_dir=str(tmp_path), report_to="none", engine=engine, temperature=1.0, **{field: value}
+        )
+
+
+@pytest.mark.parametrize("engine", ["hf", "vllm"])
+def test_engine_arguments_are_named_parameters_of_the_engine(tmp_path, engine):
+    """Every argument the config builds is a named parameter of the engine's constructor (none would fall
+    into vLLM's pass-through ``**llm_kwargs``, nor be dropped)."""
+    import inspect
+
+    from openclaw_trl.config import OpenClawConfig
+    from openclaw_trl.engines.hf import HFEngine
+    from openclaw_trl.engines.vllm import VLLMEngine
+
+    cls = {"hf": HFEngine, "vllm": VLLMEngine}[engine]
+    vllm_only = {"vllm_max_model_length": 4096} if engine == "vllm" else {}
+    config = OpenClawConfig(output_dir=str(tmp_path), report_to="none", engine=engine, **vllm_only)
+    named = {
+        name
+        for name, p in inspect.signature(cls.__init__).parameters.items()
+        if p.kind is not inspect.Parameter.VAR_KEYWORD
+    }
+    assert set(config.engine_kwargs(lora_config=None, dtype="float32")) <= named

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from openclaw_trl.chat import render_prompt_ids
-from openclaw_trl.openai_schema import RequestLimits
+from openclaw_trl.serving.openai_schema import RequestLimits
 from tests._server_helpers import running_stack
 
 USER = [{"role": "user", "content": "hello there"}]
@@ -265,22 +265,20 @@ def test_huge_feedback_and_session_id_refused_then_chat_served_quickly(engine, t
 
 def test_config_validates_the_limits_and_passes_them_on(tmp_path):
     from openclaw_trl.config import OpenClawConfig
-    from openclaw_trl.runtime import server_settings
-    from openclaw_trl.scorer import JudgeConfig
 
     with pytest.raises(ValueError, match="max_messages must be a positive integer"):
         OpenClawConfig(output_dir=str(tmp_path), max_messages=0)
     with pytest.raises(ValueError, match="max_hint_chars must be a positive integer"):
         OpenClawConfig(output_dir=str(tmp_path), max_hint_chars=0)
     config = OpenClawConfig(output_dir=str(tmp_path), max_feedback_chars=99, max_judge_prompt_tokens=777)
-    assert server_settings(config, ui=False).limits.max_feedback_chars == 99
-    judge = JudgeConfig(**config.judge_settings())
+    assert config.server_settings(ui=False).limits.max_feedback_chars == 99
+    judge = config.judge_config()
     assert (judge.max_prompt_tokens, judge.max_hint_chars) == (777, 2000)
 
 
 def test_the_ui_path_gets_readable_errors(engine, tmp_path):
     """The Gradio UI calls the same ChatService: over a limit it gets an ApiError whose message it shows."""
-    from openclaw_trl.openai_schema import ApiError
+    from openclaw_trl.serving.openai_schema import ApiError
 
     with running_stack(engine, tmp_path / "store.db", limits=RequestLimits(max_feedback_chars=10)) as stack:
         service = stack.app.state.service

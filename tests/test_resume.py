@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from openclaw_trl.config import OpenClawConfig
+from openclaw_trl.records import TrainingSample
 from openclaw_trl.resume import checkpoint_to_resume, start_point
-from openclaw_trl.samples import TrainingSample
 from openclaw_trl.store import Store
 
 ROOT = Path(__file__).parent.parent
@@ -164,7 +164,7 @@ def _checkpoint(run: Path, step: int, complete: bool = True) -> Path:
 
 
 def _consumed(store: Store) -> dict[int, int | None]:
-    return {s["turn_id"]: s["consumed_step"] for s in store.iter_samples(include_private=True)}
+    return {s.turn_id: s.consumed_step for s in store.iter_samples(include_private=True)}
 
 
 def test_start_point_requeues_later_steps_and_moves_incomplete_checkpoints(tmp_path):

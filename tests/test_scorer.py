@@ -12,7 +12,7 @@ import torch
 from openclaw_trl.chat import render_prompt_ids
 from openclaw_trl.engines.base import Completion
 from openclaw_trl.judge import HINT_MARKER, append_hint
-from openclaw_trl.scorer import JudgeConfig, Scorer
+from openclaw_trl.judging import JudgeConfig, Scorer
 from openclaw_trl.sessions import SessionConfig, TurnCollector
 from openclaw_trl.store import Store
 
@@ -129,14 +129,14 @@ def test_scripted_conversation_gives_exact_samples(tmp_path, tiny_tokenizer, eng
         assert got == EXPECTED[method]
         for s in samples:
             turn = store.get_turn(s.turn_id)
-            assert s.completion_ids == turn["completion_ids"] and s.prompt_ids == turn["prompt_ids"]
+            assert s.completion_ids == turn.completion_ids and s.prompt_ids == turn.prompt_ids
             assert s.has_hint == (s.hint is not None) and s.temperature == 0.7 and s.policy_version == 1
             assert (s.teacher_logprobs is not None) == s.has_hint
             if s.has_hint:
                 assert len(s.teacher_logprobs) == len(s.completion_ids)
-        statuses = {n: store.get_turn(t)["status"] for n, t in turns.items()}
+        statuses = {n: store.get_turn(t).status for n, t in turns.items()}
         assert statuses["a5"] == statuses["b3"] == statuses["side"] == "closed"
-        assert statuses["a4"] == "judged" and store.get_turn(turns["a4"])["reward"] == 0
+        assert statuses["a4"] == "judged" and store.get_turn(turns["a4"]).reward == 0
         assert all(store.votes_for(turns[n]) for n in ("a1", "a4", "b1"))
         scorer.close()
 
@@ -152,11 +152,9 @@ def test_teacher_logprobs_match_an_independent_forward(tmp_path, tiny_model_dir,
         model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
         for name, hint in (("a3", FRENCH_HINT), ("b1", CATS_HINT)):
             s, turn = samples[turns[name]], store.get_turn(turns[name])
-            enhanced = render_prompt_ids(
-                tiny_tokenizer, append_hint(turn["prompt_messages"], hint), turn["tools"]
-            )
+            enhanced = render_prompt_ids(tiny_tokenizer, append_hint(turn.prompt_messages, hint), turn.tools)
             assert s.meta["teacher_prompt_len"] == len(enhanced) and len(enhanced) > len(s.prompt_ids)
-            assert s.teacher_prompt_ids == enhanced and s.finish_reason == turn["finish_reason"]
+            assert s.teacher_prompt_ids == enhanced and s.finish_reason == turn.finish_reason
             ids = torch.tensor([enhanced + s.completion_ids])
             with torch.no_grad():
                 logits = model(ids).logits[0, len(enhanced) - 1 : -1]
@@ -179,8 +177,8 @@ def test_engine_backend_garbage_votes_are_none(tmp_path, tiny_tokenizer, engine)
         assert scorer.run_until_idle() == 6
         assert store.count_waiting() == 0
         votes = store.votes_for(turns["a1"])
-        assert [v["kind"] for v in votes] == ["prm", "prm", "hint", "hint"]
-        assert all(v["value"] is None and isinstance(v["raw_text"], str) and v["raw_text"] for v in votes)
+        assert [v.kind for v in votes] == ["prm", "prm", "hint", "hint"]
+        assert all(v.value is None and isinstance(v.raw_text, str) and v.raw_text for v in votes)
         assert scorer.stats["none_votes"] == scorer.stats["votes"] == 24
         scorer.close()
 
@@ -218,13 +216,13 @@ class _FailingScoreEngine:
 def test_one_failing_teacher_prompt_does_not_sink_the_group(tmp_path, tiny_tokenizer, engine):
     with Store(tmp_path / "s.db") as store:
         turns = scripted(store, tiny_tokenizer)
-        a3_prompt = store.get_turn(turns["a3"])["prompt_ids"]  # the long one (tools + history)
+        a3_prompt = store.get_turn(turns["a3"]).prompt_ids  # the long one (tools + history)
         flaky = _FailingScoreEngine(engine, limit=len(a3_prompt))
         scorer = Scorer(store, JudgeConfig(method="opd", backend="callable", callable=RULES), engine=flaky)
         scorer.run_until_idle()
         (s,) = store.take_samples(5)
         assert s.turn_id == turns["b1"]
-        assert store.get_turn(turns["a3"])["judge_error"].startswith("teacher: ValueError: prompt too long")
+        assert store.get_turn(turns["a3"]).judge_error.startswith("teacher: ValueError: prompt too long")
         scorer.close()
 
 
@@ -262,7 +260,7 @@ def test_feedback_backend(tmp_path, tiny_tokenizer, engine):
 
 def _replay_turns(src: Store, dst: Store) -> None:
     """Copy a store's sessions and turns (same ids) so one conversation can be judged by several methods."""
-    src_conn, dst_conn = src._conn(), dst._conn()
+    src_conn, dst_conn = src._db.conn(), dst._db.conn()
     for table in ("sessions", "turns"):
         rows = src_conn.execute(f"SELECT * FROM {table} ORDER BY id").fetchall()
         cols = rows[0].keys()
@@ -309,7 +307,7 @@ def test_openai_backend_wire_format_and_failures(tmp_path, tiny_tokenizer, engin
         assert len(calls) == 6 and all(auth == "Bearer sk-test" for auth, _ in calls)
         assert {c["model"] for _, c in calls} == {"judge-model"} and calls[0][1]["max_tokens"] == 64
         votes = store.votes_for(conv.turns["t1"])
-        assert sum(v["value"] is None for v in votes) == 2  # the two HTTP 500s
+        assert sum(v.value is None for v in votes) == 2  # the two HTTP 500s
         (s,) = store.take_samples(5)
         assert (s.reward, s.hint, s.has_hint) == (1.0, "Use a numbered list of steps.", True)
         scorer.close()
@@ -334,8 +332,8 @@ def test_judge_failures_become_none_votes(tmp_path, tiny_tokenizer, path, error)
         scorer = Scorer(store, JudgeConfig(method="rl", backend="callable", callable=path, timeout_s=0.3))
         assert scorer.run_until_idle() == 1
         (vote,) = store.votes_for(conv.turns["t1"])
-        assert vote["value"] is None and error in vote["error"]
-        assert store.get_turn(conv.turns["t1"])["status"] == "judged" and store.count_waiting() == 0
+        assert vote.value is None and error in vote.error
+        assert store.get_turn(conv.turns["t1"]).status == "judged" and store.count_waiting() == 0
         scorer.close()
 
 
@@ -394,7 +392,7 @@ def test_poison_turn_is_set_aside_after_max_attempts_while_later_turns_are_judge
     from openclaw_trl.config import OpenClawConfig
     from openclaw_trl.export import collect_rows
     from openclaw_trl.runtime import Runtime
-    from openclaw_trl.ui import _status_views
+    from openclaw_trl.serving.ui import _status_views
 
     path = tmp_path / "s.db"
     with Store(path) as store:
@@ -404,17 +402,17 @@ def test_poison_turn_is_set_aside_after_max_attempts_while_later_turns_are_judge
         (s,) = store.take_samples(5)
         assert (s.turn_id, s.reward) == (turns["p2"], 1.0)
         p1 = store.get_turn(turns["p1"])
-        assert (p1["status"], p1["judge_attempts"]) == ("ready", 1)
+        assert (p1.status, p1.judge_attempts) == ("ready", 1)
         assert scorer.run_until_idle() == 2  # two more attempts, then it is set aside
         assert scorer.run_until_idle() == 0
         assert scorer.stats["failed"] == 1 and scorer.stats["failed_attempts"] == 3
         scorer.close()
     with Store(path) as store:  # persistent: a restart does not retry it
         p1 = store.get_turn(turns["p1"])
-        assert (p1["status"], p1["judge_attempts"]) == ("failed", 3)
-        assert p1["judge_error"].startswith("AttributeError") and store.count_ready() == 0
+        assert (p1.status, p1.judge_attempts) == ("failed", 3)
+        assert p1.judge_error.startswith("AttributeError") and store.count_ready() == 0
         row = next(t for t in collect_rows(store)["turns"] if t["turn_id"] == turns["p1"])
-        assert row["status"] == "failed" and row["judge_error"] == p1["judge_error"]
+        assert row["status"] == "failed" and row["judge_error"] == p1.judge_error
         status = Runtime(OpenClawConfig(output_dir=str(tmp_path)), "", None, store, None, None, None).status()
         assert (status["turns_failed"], status["teacher_failed"]) == (1, 0)
         assert "1 turns failed judging" in _status_views(status)[0]
@@ -450,7 +448,7 @@ def test_greedy_turn_is_judged_but_never_a_sample(tmp_path, tiny_tokenizer, engi
         )
         assert scorer.run_until_idle() == 1
         turn = store.get_turn(turn_id)
-        assert turn["status"] == "judged" and turn["reward"] == 1 and "greedy" in turn["judge_error"]
+        assert turn.status == "judged" and turn.reward == 1 and "greedy" in turn.judge_error
         assert store.count_waiting() == 0
 
 
@@ -498,9 +496,7 @@ def test_judge_and_teacher_prompts_are_bounded(tmp_path, tiny_tokenizer, engine)
         )
         scorer.run_until_idle()
         votes = store.votes_for(conv.turns["t1"])
-        assert len(votes) == 2 and all(
-            v["value"] is None and "judge_prompt_too_long" in v["error"] for v in votes
-        )
+        assert len(votes) == 2 and all(v.value is None and "judge_prompt_too_long" in v.error for v in votes)
         assert scorer.stats["judge_prompt_too_long"] == 1
         scorer.close()
 
@@ -515,7 +511,7 @@ def test_judge_and_teacher_prompts_are_bounded(tmp_path, tiny_tokenizer, engine)
         assert scorer.run_until_idle() == 1
         (sample,) = store.take_samples(5)
         assert len(sample.hint) <= 100 and sample.hint.startswith("Rhyme every line.")
-        served = len(store.get_turn(conv.turns["t1"])["prompt_ids"])
+        served = len(store.get_turn(conv.turns["t1"]).prompt_ids)
         added = f"\n\n{HINT_MARKER}\n{sample.hint}"  # what append_hint adds to the served prompt
         added_tokens = len(tiny_tokenizer.encode(added, add_special_tokens=False))
         ((kind, teacher_len, priority),) = recording.calls

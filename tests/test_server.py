@@ -68,10 +68,10 @@ def test_chat_sync_stores_the_turn_before_replying(stack, client):
     assert reply.choices[0].finish_reason in ("stop", "length")
     assert reply.usage.completion_tokens <= 6
     turn = _turn(stack, turn_id)  # the reply is out, so the turn must already be committed
-    assert turn is not None and turn["turn_type"] == "main"
-    assert len(turn["completion_ids"]) == reply.usage.completion_tokens == len(turn["sampling_logprobs"])
-    assert len(turn["prompt_ids"]) == reply.usage.prompt_tokens
-    assert turn["temperature"] == pytest.approx(0.8)
+    assert turn is not None and turn.turn_type == "main"
+    assert len(turn.completion_ids) == reply.usage.completion_tokens == len(turn.sampling_logprobs)
+    assert len(turn.prompt_ids) == reply.usage.prompt_tokens
+    assert turn.temperature == pytest.approx(0.8)
     assert reply.model_extra["openclaw"]["turn_id"] == turn_id
 
 
@@ -100,7 +100,7 @@ def test_stream_real_tokens_and_turn_before_final_chunk(stack, client):
             assert _turn(stack, chunk.model_extra["openclaw"]["turn_id"]) is not None
     assert final is not None and usage is not None and usage.completion_tokens <= 8
     turn = _turn(stack, final.model_extra["openclaw"]["turn_id"])
-    assert turn["response_message"]["content"] == text
+    assert turn.response_message["content"] == text
     assert content_chunks >= 2  # real streaming: one delta per (decodable) token, not one blob
 
 
@@ -118,11 +118,11 @@ def test_multi_turn_session_headers_attach_next_states(stack, client):
         if follow_up:
             messages.append({"role": "user", "content": follow_up})
     stored = [_turn(stack, i) for i in ids]
-    assert len({t["session_id"] for t in stored}) == 1
-    assert [t["idx"] for t in stored] == [0, 1, 2]
-    assert stored[0]["next_state"]["content"] == "tell me more"
-    assert stored[1]["next_state"]["content"] == "thanks"
-    assert stored[2]["status"] == "awaiting" and stored[2]["next_state"] is None
+    assert len({t.session_id for t in stored}) == 1
+    assert [t.idx for t in stored] == [0, 1, 2]
+    assert stored[0].next_state["content"] == "tell me more"
+    assert stored[1].next_state["content"] == "thanks"
+    assert stored[2].status == "awaiting" and stored[2].next_state is None
     # a side turn in the same session is served and stored, but does not take the next state
     side = client.chat.completions.with_raw_response.create(
         model="openclaw",
@@ -130,8 +130,8 @@ def test_multi_turn_session_headers_attach_next_states(stack, client):
         max_tokens=3,
         extra_headers={"X-Session-Id": "multi-1", "X-Turn-Type": "side"},
     )
-    assert _turn(stack, side.headers["x-openclaw-turn-id"])["turn_type"] == "side"
-    assert _turn(stack, ids[2])["next_state"] is None
+    assert _turn(stack, side.headers["x-openclaw-turn-id"]).turn_type == "side"
+    assert _turn(stack, ids[2]).next_state is None
 
 
 def test_tools_round_trip_tool_result_is_the_next_state(stack, client, script):
@@ -156,8 +156,8 @@ def test_tools_round_trip_tool_result_is_the_next_state(stack, client, script):
     )
     assert second.parse().model_extra["openclaw"]["next_state_of"] == int(raw.headers["x-openclaw-turn-id"])
     first = _turn(stack, raw.headers["x-openclaw-turn-id"])
-    assert first["tools"][0]["function"]["name"] == "get_weather"
-    assert first["next_state"]["role"] == "tool" and first["next_state"]["content"] == '{"temp_c": 21}'
+    assert first.tools[0]["function"]["name"] == "get_weather"
+    assert first.next_state["role"] == "tool" and first.next_state["content"] == '{"temp_c": 21}'
 
 
 def test_stream_tool_call_and_reasoning_deltas_carry_index(client, script):
@@ -192,7 +192,7 @@ def test_stop_strings_are_not_returned(client, script):
 
 
 def test_judge_reads_the_reply_as_served_after_stop_strings(stack, client, script):
-    from openclaw_trl.scorer import response_text_for_judge
+    from openclaw_trl.judging.voters import response_text_for_judge
 
     script.script = lambda _ids: "alpha beta gamma"
     kw = dict(model="openclaw", messages=[{"role": "user", "content": "x"}], stop=[" beta"], max_tokens=20)
@@ -202,8 +202,8 @@ def test_judge_reads_the_reply_as_served_after_stop_strings(stack, client, scrip
         )
         last = list(reply)[-1] if stream else reply  # the final chunk carries the openclaw object
         turn = _turn(stack, last.model_extra["openclaw"]["turn_id"])
-        assert "beta" in turn["completion_text"]  # the ids keep what the model sampled
-        assert turn["response_message"]["content"] == "alpha"
+        assert "beta" in turn.completion_text  # the ids keep what the model sampled
+        assert turn.response_message["content"] == "alpha"
         assert response_text_for_judge(turn) == "alpha"
 
 
@@ -217,7 +217,7 @@ def test_trainable_turns_are_sampled_at_the_training_temperature(stack, client):
             extra_headers=headers,
         )
         used = raw.parse().model_extra["openclaw"]["temperature"]
-        return used, _turn(stack, raw.headers["x-openclaw-turn-id"])["temperature"]
+        return used, _turn(stack, raw.headers["x-openclaw-turn-id"]).temperature
 
     train_t = stack.app.state.service.settings.train_temperature
     assert ask(0.3, **{"X-Session-Id": "temp-main"}) == (train_t, train_t)
@@ -251,7 +251,7 @@ def test_seed_makes_sampling_reproducible(client):
 
 
 def test_context_limit_follows_the_model(engine):
-    from openclaw_trl.chat_service import _context_limit
+    from openclaw_trl.serving.chat_service import _context_limit
 
     assert _context_limit(engine.engine, 10**6) == 2048  # the tiny model's max_position_embeddings
     assert _context_limit(engine.engine, 512) == 512
@@ -268,9 +268,9 @@ def test_feedback_route_is_the_next_state(stack, client):
     r = httpx.post(f"{stack.url}/v1/feedback", json={"turn_id": turn_id, "rating": -1, "text": "It is 4."})
     assert r.status_code == 200 and r.json()["attached"] is True
     turn = _turn(stack, turn_id)
-    assert turn["status"] == "ready" and turn["next_state"]["rating"] == -1
-    assert turn["next_state"]["text"] == "It is 4."
-    assert any(f["turn_id"] == turn_id and f["text"] == "It is 4." for f in stack.store.iter_feedback())
+    assert turn.status == "ready" and turn.next_state["rating"] == -1
+    assert turn.next_state["text"] == "It is 4."
+    assert any(f.turn_id == turn_id and f.text == "It is 4." for f in stack.store.iter_feedback())
     assert httpx.post(f"{stack.url}/v1/feedback", json={"turn_id": 10**9, "rating": 1}).status_code == 404
 
 
@@ -299,14 +299,16 @@ def test_bearer_auth(engine, tmp_path, monkeypatch):
         assert turns(s.store) and len(turns(s.store)) == 1  # rejected requests stored nothing
     monkeypatch.delenv("OPENCLAW_TEST_KEY")
     with pytest.raises(ValueError, match="OPENCLAW_TEST_KEY"):
-        from openclaw_trl.server import ServerSettings, create_app
+        from openclaw_trl.serving.app import create_app
+        from openclaw_trl.serving.settings import ServerSettings
 
         create_app(engine, None, None, ServerSettings(ui=False, api_key_env="OPENCLAW_TEST_KEY"))
 
 
 def test_build_serving_wires_a_working_stack(tiny_model_dir, tmp_path):
-    from openclaw_trl.commands.serve import build_serving
-    from openclaw_trl.server import ServerSettings, ServerThread
+    from openclaw_trl.runtime import build_serving
+    from openclaw_trl.serving.app import ServerThread
+    from openclaw_trl.serving.settings import ServerSettings
 
     serving = build_serving(
         tiny_model_dir, tmp_path / "serve.db", ServerSettings(ui=False, default_max_tokens=3)
@@ -356,6 +358,27 @@ def test_client_leaving_mid_stream_stores_no_turn(stack, client):
     assert reply.choices  # and the server serves on
 
 
+def test_client_leaving_at_the_first_chunk_still_ends_a_done_session(stack, client):
+    """A stream left before its turn is stored is aborted with the collector, which honours ``session_done``."""
+    import time
+
+    messages = [{"role": "user", "content": "a long story"}]
+    client.chat.completions.create(
+        model="openclaw", messages=messages, max_tokens=2, extra_headers={"X-Session-Id": "left-done"}
+    )
+    assert stack.store.find_open_session("left-done") is not None
+    before = len(turns(stack.store))
+    body = {"model": "openclaw", "messages": messages, "max_tokens": 40, "stream": True}
+    headers = {"X-Session-Id": "left-done", "X-Session-Done": "1"}
+    with httpx.stream("POST", f"{stack.url}/v1/chat/completions", json=body, headers=headers) as r:
+        assert next(r.iter_lines()).startswith("data: ")  # the role chunk, then we hang up
+    deadline = time.monotonic() + 10.0
+    while stack.store.find_open_session("left-done") is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert stack.store.find_open_session("left-done") is None  # the abort ended the session
+    assert len(turns(stack.store)) == before  # and stored no turn
+
+
 def test_api_key_also_guards_the_ui(engine, tmp_path, monkeypatch):
     monkeypatch.setenv("OPENCLAW_TEST_KEY", "s3cret")
     with running_stack(engine, tmp_path / "ui-auth.db", ui=True, api_key_env="OPENCLAW_TEST_KEY") as s:
@@ -368,7 +391,7 @@ def test_api_key_also_guards_the_ui(engine, tmp_path, monkeypatch):
 
 def test_stream_decoder_flushes_a_character_cut_by_the_length_limit(tiny_tokenizer):
     """A completion that stops inside a multi-byte character still streams every byte the model produced."""
-    from openclaw_trl.chat_service import StreamDecoder
+    from openclaw_trl.serving.streaming import StreamDecoder
 
     ids = tiny_tokenizer.encode("ok 🙂", add_special_tokens=False)
     cut = ids[:-1]  # the last byte token of the emoji never came: the text ends mid-character

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from openclaw_trl.openai_schema import RequestLimits
+from openclaw_trl.serving.openai_schema import RequestLimits
 from tests._server_helpers import running_stack, turns
 
 CONTEXT = 256
@@ -228,15 +228,15 @@ def test_concurrent_sessions_every_turn_stored_once(stack):
         all_ids = list(pool.map(session, range(n_sessions)))
     flat = [i for ids in all_ids for i in ids]
     assert len(flat) == len(set(flat)) == n_sessions * n_turns
-    stored = {t["id"]: t for t in turns(stack.store) if str(t["session_key"]).startswith("conc-")}
+    stored = {t.id: t for t in turns(stack.store) if str(t.session_key).startswith("conc-")}
     assert sorted(stored) == sorted(flat)
     for k, ids in enumerate(all_ids):
         rows = [stored[i] for i in ids]
-        assert {r["session_key"] for r in rows} == {f"conc-{k}"} and len({r["session_id"] for r in rows}) == 1
-        assert [r["idx"] for r in rows] == list(range(n_turns))
+        assert {r.session_key for r in rows} == {f"conc-{k}"} and len({r.session_id for r in rows}) == 1
+        assert [r.idx for r in rows] == list(range(n_turns))
         for t, row in enumerate(rows[:-1]):
-            assert row["next_state"]["content"] == f"session {k} turn {t + 1}"
-        assert rows[-1]["next_state"] is None
+            assert row.next_state["content"] == f"session {k} turn {t + 1}"
+        assert rows[-1].next_state is None
 
 
 def test_no_error_while_adapters_are_published(tiny_model_dir, tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from openclaw_trl.engines.base import Completion
-from openclaw_trl.samples import TrainingSample
+from openclaw_trl.records import Judgement, TrainingSample
 from openclaw_trl.sessions import (
     FeedbackError,
     SessionConfig,
@@ -83,23 +83,23 @@ def test_next_states_user_tool_and_session_done(env):
     m2 = [*m1, a1, {"role": "user", "content": "in Paris"}]
     ctx2, t2, _ = serve(col, m2, headers=h)
     assert ctx2.next_state_of == t1
-    assert store.get_turn(t1)["next_state"]["content"] == "in Paris"
+    assert store.get_turn(t1).next_state["content"] == "in Paris"
     # the tool-call turn: its next state is both tool results (parallel calls), role tool
     m3 = [*m2, call, {"role": "tool", "content": "rain"}, {"role": "tool", "content": "12C"}]
     ctx3, t3, a3 = serve(col, m3, headers=h, body={"session_done": True})
-    ns = store.get_turn(t2)["next_state"]
+    ns = store.get_turn(t2).next_state
     assert (ns["role"], ns["content"], len(ns["messages"])) == ("tool", "rain\n\n12C", 2)
-    assert store.get_turn(t2)["status"] == "ready"
+    assert store.get_turn(t2).status == "ready"
     t3row = store.get_turn(t3)
-    assert (t3row["status"], t3row["close_reason"]) == (
+    assert (t3row.status, t3row.close_reason) == (
         "closed",
         "session_ended",
     )  # no next state: never trained
     # the id is reused after the end: a new generation, earlier turns untouched
     ctx4, t4, _ = serve(col, [*m3, a3, {"role": "user", "content": "thanks"}], headers=h)
     assert ctx4.session_generation == 1 and ctx4.next_state_of is None
-    assert store.get_turn(t4)["idx"] == 0 and store.get_turn(t3)["status"] == "closed"
-    assert [t["id"] for t in store.ready_turns(10)] == [t1, t2]
+    assert store.get_turn(t4).idx == 0 and store.get_turn(t3).status == "closed"
+    assert [t.id for t in store.ready_turns(10)] == [t1, t2]
 
 
 def test_side_turns_neither_take_nor_give_next_states(env):
@@ -110,11 +110,11 @@ def test_side_turns_neither_take_nor_give_next_states(env):
     _, side, _ = serve(
         col, [*m1, a1, {"role": "user", "content": "summarise memory"}], headers={**h, "X-Turn-Type": "side"}
     )
-    assert store.get_turn(t1)["status"] == "awaiting"
-    assert store.get_turn(side)["status"] == "closed"
+    assert store.get_turn(t1).status == "awaiting"
+    assert store.get_turn(side).status == "closed"
     assert col.feedback(side, -1).attached is False
     serve(col, [*m1, a1, {"role": "user", "content": "next"}], headers=h)
-    assert store.get_turn(t1)["next_state"]["content"] == "next"
+    assert store.get_turn(t1).next_state["content"] == "next"
 
 
 def test_idle_timeout_ends_session_and_feedback_still_attaches(env):
@@ -124,13 +124,13 @@ def test_idle_timeout_ends_session_and_feedback_still_attaches(env):
     ctx1, t1, a1 = serve(col, m1, headers=h)
     clock.t += 61
     assert col.reap() == [ctx1.session_id]
-    assert store.get_turn(t1)["close_reason"] == "session_ended"
+    assert store.get_turn(t1).close_reason == "session_ended"
     ctx2, _, _ = serve(col, [*m1, a1, {"role": "user", "content": "late"}], headers=h)
-    assert ctx2.session_generation == 1 and store.get_turn(t1)["next_state"] is None
+    assert ctx2.session_generation == 1 and store.get_turn(t1).next_state is None
     res = col.feedback(t1, +1, "Short answers are what I want.")
     assert res.attached
     turn = store.get_turn(t1)
-    assert (turn["status"], turn["next_state_source"], turn["next_state"]["rating"]) == (
+    assert (turn.status, turn.next_state_source, turn.next_state["rating"]) == (
         "ready",
         "feedback",
         1,
@@ -143,16 +143,14 @@ def test_history_divergence_and_trailing_system_message(env):
     m1 = [{"role": "user", "content": "hi"}]
     _, t1, a1 = serve(col, m1, headers=h)
     _, t2, _ = serve(col, m1, headers=h)  # regenerate: the same prompt again, not a continuation
-    assert store.get_turn(t1)["close_reason"] == "history_diverged"
+    assert store.get_turn(t1).close_reason == "history_diverged"
     m3 = [
         {"role": "user", "content": "hi"},
         {"role": "assistant", "content": "ok"},
         {"role": "system", "content": "r"},
     ]
     ctx3 = col.begin(m3, headers=h)
-    assert (
-        ctx3.next_state_of is None and store.get_turn(t2)["status"] == "awaiting"
-    )  # system is no next state
+    assert ctx3.next_state_of is None and store.get_turn(t2).status == "awaiting"  # system is no next state
 
 
 def test_anonymous_requests_chain_by_history_and_train_only_when_allowed(tmp_path):
@@ -166,9 +164,9 @@ def test_anonymous_requests_chain_by_history_and_train_only_when_allowed(tmp_pat
             assert ca.session_id != cb.session_id and ca.session_key is None
             cb2, _, _ = serve(col, [*b, rb, {"role": "user", "content": "more B"}])
             assert cb2.session_id == cb.session_id and cb2.next_state_of == tb
-            assert store.get_turn(ta)["status"] == "awaiting"
+            assert store.get_turn(ta).status == "awaiting"
             expected = "ready" if train_anonymous else "closed"
-            assert store.get_turn(tb)["status"] == expected
+            assert store.get_turn(tb).status == expected
             assert len(store.ready_turns(10)) == int(train_anonymous)
 
 
@@ -178,10 +176,10 @@ def test_private_sessions_are_stored_not_trained_not_exported(env):
     m1 = [{"role": "user", "content": "secret"}]
     _, t1, a1 = serve(col, m1, headers=h, body={"session_private": True})
     serve(col, [*m1, a1, {"role": "user", "content": "more"}], headers=h, body={"session_private": False})
-    assert store.get_turn(t1)["status"] == "ready" and store.ready_turns(10) == []  # a request can't clear it
+    assert store.get_turn(t1).status == "ready" and store.ready_turns(10) == []  # a request can't clear it
     assert list(store.iter_turns()) == [] and len(list(store.iter_turns(include_private=True))) == 2
     col.set_private("p", False)
-    assert [t["id"] for t in store.ready_turns(10)] == [t1]
+    assert [t.id for t in store.ready_turns(10)] == [t1]
 
 
 def test_feedback_validation_and_precedence(env):
@@ -205,24 +203,24 @@ def test_feedback_validation_and_precedence(env):
     with pytest.raises(FeedbackError):
         col.feedback(t1, 1, text=123)
     assert store.counts() == before  # bad input writes nothing and loses nothing
-    assert store.get_turn(t1)["next_state"]["content"] == "thanks"
+    assert store.get_turn(t1).next_state["content"] == "thanks"
     # explicit feedback replaces a request next state that was not judged yet
     assert col.feedback(t1, -1, "Use French please.").attached
     turn = store.get_turn(t1)
-    assert turn["next_state_source"] == "feedback" and turn["judge_round"] == 2
-    assert "bad" in turn["next_state"]["content"] and "French" in turn["next_state"]["content"]
+    assert turn.next_state_source == "feedback" and turn.judge_round == 2
+    assert "bad" in turn.next_state["content"] and "French" in turn.next_state["content"]
     # once the turn has a sample, more feedback is stored but the turn is not judged twice
     sample = TrainingSample(t1, [1, 2], [7, 8], [-0.1, -0.1], 1.0, 0, reward=-1.0)
-    assert store.save_judgement(t1, turn["judge_round"], [], -1.0, None, sample) is not None
+    assert store.save_judgement(Judgement(turn, [], -1, sample=sample)) is not None
     res = col.feedback(t1, 1)
     assert not res.attached and "sample" in res.reason
-    assert [f["rating"] for f in store.iter_feedback()] == [-1, 1]
+    assert [f.rating for f in store.iter_feedback()] == [-1, 1]
 
 
 def test_empty_completion_is_stored_not_trained_and_done_still_ends(env):
     store, col, _ = env
     ctx, t1, _ = serve(col, [{"role": "user", "content": "x"}], headers={"X-Session-Id": "e"}, completion=())
-    assert not store.get_turn(t1)["trainable"]
+    assert not store.get_turn(t1).trainable
     ctx = col.begin([{"role": "user", "content": "y"}], headers={"X-Session-Id": "e", "X-Session-Done": "1"})
     col.abort(ctx)  # generation failed: the session still ends
     assert store.find_open_session("e") is None

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_trl.samples import TrainingSample
-from openclaw_trl.store import SCHEMA_VERSION, Store, StoreError, Vote
+from openclaw_trl.records import Judgement, TrainingSample, Vote
+from openclaw_trl.store import SCHEMA_VERSION, Store, StoreError
 
 
 def _sample(turn_id: int = 0, reward: float = 1.0, **kw) -> TrainingSample:
@@ -138,24 +138,24 @@ def test_session_generations_and_turn_life_cycle(store):
     a = store.open_session("alice")
     t1 = _turn(store, a)
     side = _turn(store, a, "side")
-    assert store.get_turn(side)["status"] == "closed"
+    assert store.get_turn(side).status == "closed"
     assert not store.attach_next_state(side, {"role": "user", "content": "x"}, "request")
     assert store.attach_next_state(t1, {"role": "user", "content": "thanks"}, "request")
     assert not store.attach_next_state(t1, {"role": "user", "content": "again"}, "request")  # only once
     t2 = _turn(store, a)
     store.end_session(a, "done")
-    assert store.get_turn(t2)["status"] == "closed"
+    assert store.get_turn(t2).status == "closed"
     b = store.open_session("alice")
-    assert store.get_session(b)["generation"] == 1 and store.find_open_session("alice")["id"] == b
+    assert store.get_session(b).generation == 1 and store.find_open_session("alice").id == b
     t3 = _turn(store, b)
-    assert store.get_turn(t3)["idx"] == 0 and store.get_turn(t1)["session_id"] == a  # nothing overwritten
+    assert store.get_turn(t3).idx == 0 and store.get_turn(t1).session_id == a  # nothing overwritten
     ready = store.ready_turns(10)
-    assert [t["id"] for t in ready] == [t1]
-    assert ready[0]["next_state"] == {"role": "user", "content": "thanks"}
-    assert ready[0]["tools"][0]["function"]["name"] == "calc"
+    assert [t.id for t in ready] == [t1]
+    assert ready[0].next_state == {"role": "user", "content": "thanks"}
+    assert ready[0].tools[0]["function"]["name"] == "calc"
     store.set_private(a)
     assert store.ready_turns(10) == []  # private sessions are never judged
-    assert [t["id"] for t in store.iter_turns()] == [t3]
+    assert [t.id for t in store.iter_turns()] == [t3]
     assert len(list(store.iter_turns(include_private=True))) == 4
 
 
@@ -163,14 +163,16 @@ def test_save_judgement_is_atomic_and_one_sample_per_turn(store):
     a = store.open_session("s")
     t = _turn(store, a)
     store.attach_next_state(t, {"role": "user", "content": "no, redo"}, "request")
-    rnd = store.get_turn(t)["judge_round"]
+    ready = store.get_turn(t)
     votes = [Vote("prm", "callable", "\\boxed{-1}", -1), Vote("prm", "callable", "garbage", None, error="x")]
-    sid = store.save_judgement(t, rnd, votes, -1.0, None, _sample(turn_id=t, reward=-1.0))
+    sid = store.save_judgement(Judgement(ready, votes, -1, sample=_sample(turn_id=t, reward=-1.0)))
     assert sid is not None
-    assert store.save_judgement(t, rnd, votes, -1.0, None, _sample(turn_id=t)) is None  # no duplicate
+    assert (
+        store.save_judgement(Judgement(ready, votes, -1, sample=_sample(turn_id=t))) is None
+    )  # no duplicate
     turn = store.get_turn(t)
-    assert (turn["status"], turn["reward"]) == ("judged", -1.0)
-    assert [(v["raw_text"], v["value"]) for v in store.votes_for(t)][:2] == [
+    assert (turn.status, turn.reward) == ("judged", -1.0)
+    assert [(v.raw_text, v.value) for v in store.votes_for(t)][:2] == [
         ("\\boxed{-1}", -1),
         ("garbage", None),
     ]
@@ -179,8 +181,8 @@ def test_save_judgement_is_atomic_and_one_sample_per_turn(store):
     store.attach_next_state(t2, {"role": "user", "content": "ok"}, "request")
     bad = _sample(turn_id=t2, teacher_logprobs=[0.0])  # wrong length
     with pytest.raises(ValueError):
-        store.save_judgement(t2, 1, votes, 1.0, None, bad)
-    assert store.get_turn(t2)["status"] == "ready" and store.votes_for(t2) == []
+        store.save_judgement(Judgement(store.get_turn(t2), votes, 1, sample=bad))
+    assert store.get_turn(t2).status == "ready" and store.votes_for(t2) == []
     # a private session's queued samples are withheld, not deleted
     assert store.count_waiting() == 1
     store.set_private(a)
@@ -233,27 +235,28 @@ def test_store_survives_sigkill(tmp_path):
     with Store(path) as s:
         turns = list(s.iter_turns())
         samples = list(s.iter_samples())
-        found = {t["id"] for t in turns}
+        found = {t.id for t in turns}
         print(
             f"\ncrash test: {len(committed_turns)} turns reported committed, {len(found)} turns found after "
             f"restart; {len(committed_samples)} samples reported, {len(samples)} found"
         )
         assert set(committed_turns) <= found and len(found) - len(committed_turns) <= 1  # at most 1 unprinted
-        assert set(committed_samples) <= {x["sample_id"] for x in samples}
-        per_turn = [x["turn_id"] for x in samples]
+        assert set(committed_samples) <= {x.sample_id for x in samples}
+        per_turn = [x.turn_id for x in samples]
         assert len(per_turn) == len(set(per_turn))  # no duplicated sample
         # resume: a turn whose next state arrived but was not judged is judged again, exactly once
         for turn in s.ready_turns(100):
-            smp = _sample(turn_id=turn["id"])
-            assert s.save_judgement(turn["id"], turn["judge_round"], [], 1.0, None, smp) is not None
+            smp = _sample(turn_id=turn.id)
+            assert s.save_judgement(Judgement(turn, [], 1, sample=smp)) is not None
         assert s.count_ready() == 0
-        per_turn = [x["turn_id"] for x in s.iter_samples()]
+        per_turn = [x.turn_id for x in s.iter_samples()]
         assert len(per_turn) == len(set(per_turn))
         assert s.count_waiting() == len(per_turn)
 
 
 def test_recent_hints_newest_last_without_private(tmp_path):
-    from openclaw_trl.store import Store, Vote
+    from openclaw_trl.records import Vote
+    from openclaw_trl.store import Store
 
     store = Store(tmp_path / "s.db")
     for i, private in enumerate([False, True, False, False]):
@@ -263,6 +266,60 @@ def test_recent_hints_newest_last_without_private(tmp_path):
         )
         store.attach_next_state(tid, {"role": "user", "content": "fix it"}, "request")
         votes = [Vote("hint", "callable", "r", 1, f"hint number {i}")]
-        store.save_judgement(tid, store.get_turn(tid)["judge_round"], votes, 0, f"hint number {i}", None)
+        store.save_judgement(Judgement(store.get_turn(tid), votes, 0, f"hint number {i}"))
     assert store.recent_hints(2) == ["hint number 2", "hint number 3"]
     assert store.recent_hints(10) == ["hint number 0", "hint number 2", "hint number 3"]
+
+
+def test_records_are_built_from_any_mapping_row():
+    """A row is any mapping: JSON columns decoded, 0/1 columns booleans, extra columns ignored."""
+    from openclaw_trl.records import Session, Turn, pack_topk
+
+    turn = Turn.from_row(
+        {
+            "id": 3,
+            "session_id": 1,
+            "idx": 0,
+            "turn_type": "main",
+            "created": 1.5,
+            "prompt_messages": '[{"role": "user", "content": "hi"}]',
+            "tools": None,
+            "prompt_ids": "[1, 2]",
+            "completion_ids": "[3]",
+            "sampling_logprobs": "[-0.5]",
+            "completion_text": "x",
+            "temperature": 1.0,
+            "policy_version": 0,
+            "trainable": 1,
+            "status": "ready",
+            "next_state": '{"role": "user", "content": "thanks"}',
+            "a_future_column": "ignored",
+        }
+    )
+    assert turn.prompt_messages == [{"role": "user", "content": "hi"}] and turn.tools is None
+    assert (turn.prompt_ids, turn.trainable, turn.next_state["content"]) == ([1, 2], True, "thanks")
+    assert turn.private is None and turn.judge_round == 0  # not in the row: the field's default
+    session = Session.from_row(
+        {"id": 1, "key": None, "generation": 0, "created": 0, "last_active": 0, "private": 0}
+    )
+    assert session.private is False and session.ended is None
+    shape, ids, lps = pack_topk([[5, 6]], [[-0.25, -1.5]])
+    sample = TrainingSample.from_row(
+        {
+            "id": 9,
+            "turn_id": 3,
+            "prompt_ids": "[1]",
+            "completion_ids": "[3]",
+            "sampling_logprobs": "[-0.5]",
+            "temperature": 1.0,
+            "policy_version": 0,
+            "has_hint": 1,
+            "meta": "{}",
+            "topk_shape": shape,
+            "topk_ids": ids,
+            "topk_logprobs": lps,
+            "consumed_step": 4,
+        }
+    )
+    assert (sample.sample_id, sample.has_hint, sample.consumed_step) == (9, True, 4)
+    assert (sample.topk_ids, sample.topk_logprobs) == ([[5, 6]], [[-0.25, -1.5]])

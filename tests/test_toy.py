@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from openclaw_trl.errors import UserError
+
 ROOT = Path(__file__).parent.parent
 FALLBACK_LINE = (
     "Qwen/Qwen3-0.6B cannot be fetched (offline?): starting the offline toy demo instead "
@@ -114,7 +116,9 @@ def test_app_with_a_chosen_recipe_that_cannot_load_fails_with_one_line(tmp_path)
     )
     assert out.returncode != 0
     lines = [line for line in out.stderr.splitlines() if line.strip()]
-    assert lines[-1].startswith("error: Qwen/Qwen3-0.6B cannot be fetched"), out.stderr[-2000:]
+    assert lines[-1].startswith("openclaw-trl train: error: Qwen/Qwen3-0.6B cannot be fetched"), out.stderr[
+        -2000:
+    ]
     assert "Traceback" not in out.stderr and "toy demo" not in out.stderr
 
 
@@ -158,7 +162,7 @@ def test_app_without_a_recipe_falls_back_to_the_toy_demo_offline(toy_demo_model,
 def test_model_probe_asks_the_hub_once(tmp_path, monkeypatch):
     from huggingface_hub import HfApi, constants
 
-    import app
+    from openclaw_trl.commands import train as app
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub-cache"))
@@ -173,9 +177,9 @@ def test_model_probe_asks_the_hub_once(tmp_path, monkeypatch):
     assert problem == "Qwen/Qwen3-0.6B cannot be fetched (ConnectError: Name or service not known)"
     assert calls == [("Qwen/Qwen3-0.6B", app.PROBE_TIMEOUT_S)]
     assert app.choose_recipe(["--port", "0"]) == ["--config", "recipes/toy_offline.yaml", "--port", "0"]
-    with pytest.raises(SystemExit, match="^error: Qwen/Qwen3-0.6B cannot be fetched"):
+    with pytest.raises(UserError, match="^Qwen/Qwen3-0.6B cannot be fetched"):
         app.choose_recipe(["--config", "recipes/combine_qwen3_0.6b_lora.yaml"])
-    with pytest.raises(SystemExit, match="^error: org/missing cannot be fetched"):
+    with pytest.raises(UserError, match="^org/missing cannot be fetched"):
         app.choose_recipe(["--model_name_or_path", "org/missing"])  # a chosen model: no fallback
 
     monkeypatch.setattr(HfApi, "model_info", lambda self, name, timeout=None: object())

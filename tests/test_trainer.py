@@ -8,7 +8,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from openclaw_trl.config import OpenClawConfig
-from openclaw_trl.samples import TrainingSample
+from openclaw_trl.records import TrainingSample
 from openclaw_trl.store import Store
 from openclaw_trl.trainer import OpenClawTrainer, collate_samples, truncated_is_weight
 
@@ -130,7 +130,7 @@ def test_update_changes_adapter_not_base_and_marks_consumed(tiny_model_dir, tmp_
     assert any(not torch.equal(lora_before[n], lora_after[n]) for n in lora_before)
     assert all(torch.equal(base_before[n], base_after[n]) for n in base_before)
     # The first 4 samples were consumed by step 1; the surplus stays queued.
-    consumed = {s["sample_id"]: s["consumed_step"] for s in store.iter_samples(include_private=True)}
+    consumed = {s.sample_id: s.consumed_step for s in store.iter_samples(include_private=True)}
     assert [consumed[i] for i in ids] == [1, 1, 1, 1, None, None]
     assert store.count_waiting() == 2
     logs = trainer.state.log_history[0]
@@ -187,7 +187,7 @@ def test_several_iterations_clip(tiny_model_dir, tmp_path):
     assert len(clip) == 4 and clip[0] == 0.0 and max(clip) > 0.0
     assert kl[0] == 0.0 and max(kl) > 0.0
     # One batch reused for 4 optimizer steps: consumed once, by the last step.
-    assert {s["consumed_step"] for s in store.iter_samples(include_private=True)} == {4}
+    assert {s.consumed_step for s in store.iter_samples(include_private=True)} == {4}
 
 
 def test_resume_continues_with_next_unconsumed(tiny_model_dir, tmp_path):
@@ -195,7 +195,7 @@ def test_resume_continues_with_next_unconsumed(tiny_model_dir, tmp_path):
     ids = [store.add_sample(s) for s in _sampled(tiny_model_dir, 12)]
     trainer = _trainer(tiny_model_dir, tmp_path, store, max_steps=2, save_strategy="steps", save_steps=1)
     trainer.train()
-    steps = {s["sample_id"]: s["consumed_step"] for s in store.iter_samples(include_private=True)}
+    steps = {s.sample_id: s.consumed_step for s in store.iter_samples(include_private=True)}
     assert [steps[i] for i in ids[:8]] == [1] * 4 + [2] * 4
     # Resume from checkpoint-1: the samples step 2 used are queued again and trained by the new step 2.
     checkpoint = tmp_path / "run" / "checkpoint-1"
@@ -203,7 +203,7 @@ def test_resume_continues_with_next_unconsumed(tiny_model_dir, tmp_path):
     store2 = Store(tmp_path / "store.sqlite")
     resumed = _trainer(tiny_model_dir, tmp_path, store2, max_steps=3, save_strategy="no")
     resumed.train(resume_from_checkpoint=str(checkpoint))
-    steps = {s["sample_id"]: s["consumed_step"] for s in store2.iter_samples(include_private=True)}
+    steps = {s.sample_id: s.consumed_step for s in store2.iter_samples(include_private=True)}
     assert [steps[i] for i in ids] == [1] * 4 + [2] * 4 + [3] * 4
     assert resumed.state.global_step == 3
     info = (tmp_path / "run" / "openclaw_run.json").read_text()
@@ -248,9 +248,9 @@ def test_topk_distillation_gradient(tiny_model_dir, tmp_path, monkeypatch, chunk
     """OPD with teacher == student (advantage 0): the whole gradient is the top-K KD term's, whether the
     LM head runs on all distilled positions at once or in checkpointed chunks (large batches)."""
     if chunked:
-        import openclaw_trl.trainer as trainer_module
+        import openclaw_trl.trainer.distill as distill_module
 
-        monkeypatch.setattr(trainer_module, "KD_LOGITS_ELEMS", 3 * 2048)  # 3 positions per chunk
+        monkeypatch.setattr(distill_module, "KD_LOGITS_ELEMS", 3 * 2048)  # 3 positions per chunk
     samples = _sampled(tiny_model_dir, 4, hint=True, rewards=[0.0] * 4)
     gen = torch.Generator().manual_seed(3)
     for s in samples:  # a teacher that prefers other tokens: random top-3 ids with a peaked distribution

@@ -43,7 +43,7 @@ def _key(env: str | None) -> str | None:
 
 
 def run(args) -> int:
-    from openclaw_trl.eval import ChatEndpoint, EvalSettings, evaluate, load_problems
+    from openclaw_trl.eval import EvalSettings, OpenAIClient, evaluate, load_problems
 
     settings = EvalSettings(
         persona=args.persona,
@@ -54,8 +54,8 @@ def run(args) -> int:
         concurrency=args.concurrency,
     )
     problems = load_problems(args.problems, args.offset, args.data)
-    server = ChatEndpoint(args.server, args.model, _key(args.server_api_key_env), args.timeout)
-    user_llm = ChatEndpoint(
+    server = OpenAIClient(args.server, args.model, _key(args.server_api_key_env), args.timeout)
+    user_llm = OpenAIClient(
         args.user_llm_base_url, args.user_llm_model, _key(args.user_llm_api_key_env), args.timeout
     )
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,21 +28,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from openclaw_trl.export import ExportError, export_store
+    from openclaw_trl.export import export_store
 
-    try:
-        result = export_store(
-            args.store,
-            args.out,
-            push_to_hub=args.push_to_hub,
-            include_private=args.include_private,
-            public=args.public,
-            force=args.force,
-            commit_message=args.commit_message,
-        )
-    except ExportError as err:
-        print(f"openclaw-trl export: error: {err}", file=sys.stderr)
-        return 1
+    result = export_store(
+        args.store,
+        args.out,
+        push_to_hub=args.push_to_hub,
+        include_private=args.include_private,
+        public=args.public,
+        force=args.force,
+        commit_message=args.commit_message,
+    )
     counts = ", ".join(f"{n} {name}" for name, n in result.counts.items())
     scope = "private conversations included" if result.include_private else "private conversations left out"
     print(f"exported {counts} ({scope})")

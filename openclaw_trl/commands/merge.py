@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,13 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from openclaw_trl.hub import HubError, merge_adapter
+    from openclaw_trl.hub import merge_adapter
 
-    try:
-        result = merge_adapter(args.adapter, args.out, base=args.base, force=args.force, dtype=args.dtype)
-    except HubError as err:
-        print(f"openclaw-trl merge: error: {err}", file=sys.stderr)
-        return 1
+    result = merge_adapter(args.adapter, args.out, base=args.base, force=args.force, dtype=args.dtype)
     note = (
         " (adapter trained on a 4-bit base, merged into the full-precision weights)"
         if result.trained_in_4bit

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,20 +22,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from openclaw_trl.hub import HubError, push_to_hub
+    from openclaw_trl.hub import push_to_hub
 
     kind, folder = ("adapter", args.adapter) if args.adapter else ("merged", args.merged)
-    try:
-        url = push_to_hub(
-            folder,
-            args.repo_id,
-            kind=kind,
-            private=args.private,
-            revision=args.revision,
-            commit_message=args.commit_message,
-        )
-    except HubError as err:
-        print(f"openclaw-trl push: error: {err}", file=sys.stderr)
-        return 1
+    url = push_to_hub(
+        folder,
+        args.repo_id,
+        kind=kind,
+        private=args.private,
+        revision=args.revision,
+        commit_message=args.commit_message,
+    )
     print(f"pushed {kind} from {folder} to {args.repo_id}: {url}")
     return 0

@@ -6,7 +6,7 @@ Two ways to run it:
   built by :mod:`openclaw_trl.runtime` with ``source: live``, exactly what ``python app.py`` runs.
 * ``openclaw-trl serve --model-dir DIR`` (``--model-dir tiny`` builds the offline tiny model): serve and collect
   only, no judge and no trainer. Useful to try the UI, to record conversations for a later ``replay``, and
-  for the serving benchmark. :func:`build_serving` is that wiring in one call.
+  for the serving benchmark. :func:`openclaw_trl.runtime.build_serving` is that wiring in one call.
 
 ``--share`` opens a public Gradio tunnel to the whole app (the API included), so it refuses to run without
 an API key (``--api-key-env``): a public endpoint that trains the model must not be anonymous. With a key,
@@ -17,64 +17,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 
+from openclaw_trl.errors import UserError
+
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class Serving:
-    """The serve-only stack: engine + store + collector + FastAPI app (the Gradio UI mounted at ``/``)."""
-
-    engine: object
-    store: object
-    collector: object
-    app: object
-    settings: object
-
-    def close(self) -> None:
-        self.engine.close()
-        self.store.close()
-
-
-def build_serving(
-    model_path: str | Path,
-    store_path: str | Path,
-    settings=None,
-    session_config=None,
-    engine=None,
-    status=None,
-    engine_kwargs: dict | None = None,
-) -> Serving:
-    """Engine (``HFEngine`` unless one is given) + ``Store`` + ``TurnCollector`` + ``create_app``."""
-    from transformers import AutoTokenizer
-
-    from openclaw_trl.server import ServerSettings, create_app
-    from openclaw_trl.sessions import SessionConfig, TurnCollector
-    from openclaw_trl.store import Store
-
-    settings = settings or ServerSettings()
-    if engine is None:
-        from openclaw_trl.engines.hf import HFEngine
-
-        engine = HFEngine(model_path, **(engine_kwargs or {}))
-    Path(store_path).parent.mkdir(parents=True, exist_ok=True)
-    store = Store(store_path)
-    session_config = session_config or SessionConfig(session_idle_timeout=settings.session_idle_timeout_s)
-    tokenizer = getattr(engine, "tokenizer", None) or AutoTokenizer.from_pretrained(model_path)
-    collector = TurnCollector(store, session_config, tokenizer=tokenizer)
-    app = create_app(engine, collector, store, settings, status=status)
-    return Serving(engine, store, collector, app, settings)
-
-
-def open_share_link(host: str, port: int) -> str:
-    """A public ``*.gradio.live`` tunnel to ``host:port`` (needs internet access); returns its URL."""
-    import secrets
-
-    from gradio import networking
-
-    return networking.setup_tunnel(host, port, secrets.token_urlsafe(32), None, None)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -109,15 +56,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if bool(args.config) == bool(args.model_dir):
-        raise SystemExit(
-            "give exactly one of --config RECIPE (serve + train) or --model-dir DIR (serve only)"
-        )
+        raise UserError("give exactly one of --config RECIPE (serve + train) or --model-dir DIR (serve only)")
     if args.share and not args.api_key_env:
-        raise SystemExit("--share exposes the API publicly: set --api-key-env to a variable holding a key")
+        raise UserError("--share exposes the API publicly: set --api-key-env to a variable holding a key")
     if args.config:
         return _run_recipe(args)
 
-    from openclaw_trl.server import ServerSettings, ServerThread
+    from openclaw_trl.serving.app import ServerThread
+    from openclaw_trl.serving.settings import ServerSettings
 
     model_dir = args.model_dir
     if model_dir == "tiny":
@@ -138,6 +84,9 @@ def run(args: argparse.Namespace) -> int:
         train_temperature=args.temperature,
         ui=not args.no_ui,
     )
+    from openclaw_trl.runtime import build_serving
+    from openclaw_trl.serving.app import open_share_link
+
     serving = build_serving(model_dir, args.store, settings)
     server = ServerThread(serving.app, host=settings.host, port=settings.port, log_level="info").start()
     logger.info("serving %s on %s (UI at /, API at /v1); Ctrl-C to stop", model_dir, server.url)

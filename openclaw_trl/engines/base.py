@@ -1,10 +1,10 @@
-"""The engine contract shared by the Transformers and vLLM engines (DESIGN.md §4).
+"""The engine contract shared by the Transformers and vLLM engines.
 
 Token ids in, token ids + log-probs out: callers render chat templates themselves (see
 ``openclaw_trl.chat``) and the engine never re-tokenizes text, so what is trained is exactly what
-was sampled (notes §7.4, §7.6).
+was sampled.
 
-Temperature convention (one for the whole package, notes §7.2 / §7.26): every log-prob that an
+Temperature convention (one for the whole package: student, old policy and teacher alike): every log-prob that an
 engine returns is ``log_softmax(logits / T)`` over the full vocabulary, where ``T`` is the request's
 sampling temperature (``T = 1`` when the request is greedy, ``temperature == 0``). top-p / top-k
 truncation is applied when *sampling* but never to the returned log-probs, which is also what the
@@ -14,6 +14,7 @@ at the same temperature.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
@@ -26,12 +27,6 @@ Priority = Literal["serve", "learn"]
 first), ``learn`` = judge votes and teacher scoring, which run when no serving work waits, in bounded
 pieces (one batch of decode steps or one scoring chunk), so a chat request arriving behind a long learning
 queue waits for at most one such piece. Learning work can wait indefinitely under a saturating chat load."""
-
-
-def check_priority(priority: str) -> None:
-    """``ValueError`` unless ``priority`` is one of ``Priority``'s values."""
-    if priority not in ("serve", "learn"):
-        raise ValueError(f"priority must be 'serve' (chat) or 'learn' (judge/teacher), got {priority!r}")
 
 
 @dataclass
@@ -69,6 +64,14 @@ class Scores:
     logprobs: list[list[float]]  # per pair: one log-prob per completion token
     topk_ids: list[list[list[int]]] | None = None  # per pair, per completion position: K ids
     topk_logprobs: list[list[list[float]]] | None = None
+
+    @classmethod
+    def from_pairs(cls, per_pair: list[tuple[list, list, list]], top_k: int) -> Scores:
+        """Gather ``(logprobs, topk_ids, topk_logprobs)`` triples, one per pair; top-K only when ``top_k > 0``."""
+        logprobs = [lps for lps, _, _ in per_pair]
+        if top_k <= 0:
+            return cls(logprobs)
+        return cls(logprobs, [ids for _, ids, _ in per_pair], [vals for _, _, vals in per_pair])
 
 
 @runtime_checkable
@@ -108,3 +111,59 @@ class Engine(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def check_priority(priority: str) -> None:
+    """``ValueError`` unless ``priority`` is one of ``Priority``'s values."""
+    if priority not in ("serve", "learn"):
+        raise ValueError(f"priority must be 'serve' (chat) or 'learn' (judge/teacher), got {priority!r}")
+
+
+def check_weights(weights: str) -> None:
+    """``ValueError`` unless ``weights`` is one of ``Weights``' values."""
+    if weights not in ("policy", "base"):
+        raise ValueError(f"weights must be 'policy' (the published adapter) or 'base', got {weights!r}")
+
+
+def check_sampling(sp: SamplingParams) -> None:
+    """``ValueError`` unless ``temperature >= 0``, ``0 < top_p <= 1``, ``top_k >= 0`` and ``max_new_tokens >= 0``."""
+    if not (math.isfinite(sp.temperature) and sp.temperature >= 0):
+        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {sp.temperature}")
+    if not 0 < sp.top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] (1 = no nucleus truncation), got {sp.top_p}")
+    if sp.top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 = no top-k truncation), got {sp.top_k}")
+    if sp.max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {sp.max_new_tokens}")
+
+
+def check_generate_args(requests: list[GenerationRequest], priority: str) -> None:
+    """The arguments of ``Engine.generate``: a known priority; per request prompt tokens, weights, sampling."""
+    check_priority(priority)
+    for request in requests:
+        if not request.prompt_ids:
+            raise ValueError("every request needs at least one prompt token")
+        check_weights(request.weights)
+        check_sampling(request.sampling)
+
+
+def check_score_args(
+    prompt_ids: list[list[int]],
+    completion_ids: list[list[int]],
+    weights: str,
+    top_k: int,
+    temperature: float,
+    priority: str,
+) -> None:
+    """The arguments of ``Engine.score``: one prompt per completion, each with at least one token when its
+    completion is not empty; known weights and priority; ``top_k >= 0``; a finite ``temperature > 0``."""
+    check_priority(priority)
+    check_weights(weights)
+    if len(prompt_ids) != len(completion_ids):
+        raise ValueError("prompt_ids and completion_ids must have the same length")
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise ValueError("score temperature must be > 0 (use 1.0 for greedy turns)")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 = no top-K), got {top_k}")
+    if any(c and not p for p, c in zip(prompt_ids, completion_ids)):
+        raise ValueError("score needs at least one prompt token per pair")

@@ -20,22 +20,17 @@ Concurrency model:
   forward (a decode step or a score chunk) holds the model lock and selects its weights right before
   running; a ``learn`` chunk (the teacher) first waits until no ``serve`` generation is queued or running,
   so a chat request waits for at most one scoring chunk.
-* ``publish_adapter`` never touches weights that are in use: the engine owns its own PEFT-wrapped model copy
-  with two adapter slots (a double buffer). The new weights are copied into the inactive slot, then the active
-  slot flips. A batch pins the slot that was active when it started, and a publisher waits until the slot it
-  wants to overwrite is no longer pinned. So requests in flight finish on the weights they started with, and
-  nobody ever sees half-copied weights. The trainer trains its own model copy; nothing is shared with it.
+* ``publish_adapter`` never touches weights that are in use: the engine owns its own model copy with two
+  adapter slots (a double buffer, ``hf_model.SlottedModel``); requests in flight finish on the weights they
+  started with. The trainer trains its own model copy; nothing is shared with it.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
-import queue
 import secrets
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,63 +39,37 @@ from openclaw_trl.engines.base import (
     Completion,
     GenerationRequest,
     Priority,
-    SamplingParams,
     Scores,
     Weights,
-    check_priority,
+    check_generate_args,
+    check_score_args,
 )
+from openclaw_trl.engines.hf_decode import (
+    completion_positions,
+    hits_stop,
+    pack_score_chunks,
+    padded_batch,
+    sample_token,
+    shared_prefill,
+    split_flat,
+)
+from openclaw_trl.engines.hf_model import SlottedModel
+from openclaw_trl.engines.worker import EngineWorker, Job, Pending
 
 logger = logging.getLogger(__name__)
-
-SLOTS = ("slot0", "slot1")
-BASE = "base"
-
-
-@dataclass
-class _Job:
-    """One ``generate`` call: its requests, its streaming callback and where its results go."""
-
-    requests: list[GenerationRequest]
-    on_token: Any
-    results: list[Completion | None] = field(default_factory=list)
-    remaining: int = 0
-    error: BaseException | None = None
-    done: threading.Event = field(default_factory=threading.Event)
-    priority: Priority = "serve"
 
 
 @dataclass
 class _Row:
     """Decoding state of one request inside a batch."""
 
-    job: _Job
+    job: Job
     index: int  # position of the request in its job (the ``on_token`` index)
     request: GenerationRequest
     generator: Any
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish_reason: str | None = None
-
-
-def load_adapter_dir(path: str | Path):
-    """Read a PEFT adapter directory (``save_pretrained`` layout): returns ``(state_dict, LoraConfig)``."""
-    from peft import LoraConfig
-
-    path = Path(path)
-    if (path / "adapter_model.safetensors").exists():
-        from safetensors.torch import load_file
-
-        state_dict = load_file(str(path / "adapter_model.safetensors"))
-    elif (path / "adapter_model.bin").exists():
-        import torch
-
-        state_dict = torch.load(path / "adapter_model.bin", map_location="cpu", weights_only=True)
-    else:
-        raise FileNotFoundError(f"{path} holds no adapter_model.safetensors / adapter_model.bin")
-    config = None
-    if (path / "adapter_config.json").exists():
-        config = LoraConfig.from_pretrained(str(path))
-    return state_dict, config
 
 
 class HFEngine:
@@ -123,6 +92,7 @@ class HFEngine:
     def __init__(
         self,
         model_path: str | Path,
+        *,
         lora_config=None,
         device: str | None = None,
         dtype=None,
@@ -133,7 +103,6 @@ class HFEngine:
         tokenizer=None,
     ) -> None:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if dtype is None:
@@ -142,184 +111,44 @@ class HFEngine:
             dtype = getattr(torch, dtype)
         self.dtype = dtype
         self.model_path = str(model_path)
-        self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(self.model_path)
-        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype)
-        model.to(self.device).eval()
-        model.requires_grad_(False)
-        self._lm = model  # the causal LM (with LoRA layers injected in place once wrapped)
-        self._peft = None
-        self._tuner_layers: list = []
-        self._param_maps: dict[str, dict[str, Any]] = {}
-        self.lora_config = None
-
+        self.model = SlottedModel(self.model_path, self.device, dtype, tokenizer)
+        self.tokenizer = self.model.tokenizer
+        if lora_config is not None:
+            self.model.wrap(lora_config)
         self.max_batch_size = max(1, int(max_batch_size))
         self.batch_wait_s = batch_wait_s
         self.score_batch_tokens = score_batch_tokens
         self.score_logits_elems = score_logits_elems
-        self.eos_ids = self._eos_ids()
-        pad = self.tokenizer.pad_token_id
-        self.pad_id = pad if pad is not None else (sorted(self.eos_ids)[0] if self.eos_ids else 0)
-        self._cache_kw = (
-            "cache" if "cache" in inspect.signature(self._body().forward).parameters else "past_key_values"
-        )
-
-        # Slot bookkeeping (all under _cond): which slot serves `policy`, its version, and pins by running work.
-        self._cond = threading.Condition()
-        self._active: str | None = None  # None = no adapter yet, `policy` serves the base weights
-        self._slot_version = dict.fromkeys(SLOTS, 0)
-        self._pins = dict.fromkeys(SLOTS, 0)
-        self.policy_version = 0
-        self._publish_lock = threading.Lock()
-        self._model_lock = threading.RLock()
-        self._selected: str | None = None  # weights currently switched on in the model (under _model_lock)
-
-        if lora_config is not None:
-            self._wrap(lora_config)
-
         self.stats = {
             "batches": 0,
             "requests": 0,
             "decode_steps": 0,
             "prefill_rows": 0,
-        }  # counters, for tests and benchmarks
-        self._queue: queue.Queue = queue.Queue()
-        self._pending: dict[str, deque] = {"serve": deque(), "learn": deque()}  # (job, index), worker only
+        }  # for tests, benchmarks
+        self._pending = Pending()  # rows admitted by the worker, not decoded yet (worker thread only)
         self._serving = 0  # serve generate calls queued or decoding (under _serve_cond)
         self._serve_cond = threading.Condition()
-        self._closed = self._closing = False
-        self._worker = threading.Thread(target=self._worker_loop, name="hf-engine-worker", daemon=True)
-        self._worker.start()
+        self._closing = False
+        self._worker = EngineWorker("HFEngine")
+        self._worker.start(self._worker_loop)
 
-    # ------------------------------------------------------------------ model plumbing
-    def _eos_ids(self) -> set[int]:
-        ids: set[int] = set()
-        eos = getattr(self._lm.generation_config, "eos_token_id", None)
-        for value in [eos, self.tokenizer.eos_token_id]:
-            if isinstance(value, int):
-                ids.add(value)
-            elif isinstance(value, (list, tuple)):
-                ids.update(int(v) for v in value)
-        return ids
+    @property
+    def policy_version(self) -> int:
+        """The version of the adapter that serves ``policy`` (0 before the first publish)."""
+        return self.model.policy_version
 
-    def _body(self):
-        """The transformer stack without the LM head (hidden states in, so we can pick positions first)."""
-        return self._lm.get_decoder()
+    @property
+    def lora_config(self):
+        return self.model.lora_config
 
-    def _logits(self, hidden):
-        """LM head on selected hidden states, plus the output scalings some architectures apply."""
-        logits = self._lm.get_output_embeddings()(hidden)
-        cfg = self._lm.config
-        scale = getattr(cfg, "logit_scale", None)
-        if isinstance(scale, (int, float)) and scale != 1:
-            logits = logits * scale
-        cap = getattr(cfg, "final_logit_softcapping", None)
-        if cap:
-            logits = (logits / cap).tanh() * cap
-        return logits.float()
+    @property
+    def pad_id(self) -> int:
+        return self.model.pad_id
 
-    def _wrap(self, lora_config) -> None:
-        """Inject two LoRA slots with ``lora_config`` into the model (done once, under the model lock)."""
-        from peft import get_peft_model
-        from peft.tuners.tuners_utils import BaseTunerLayer
-
-        with self._model_lock:
-            if self._peft is not None:
-                return
-            peft_model = get_peft_model(self._lm, lora_config, adapter_name=SLOTS[0])
-            peft_model.add_adapter(SLOTS[1], lora_config)
-            peft_model.eval()
-            peft_model.requires_grad_(False)
-            self._peft = peft_model
-            self._lm = peft_model.base_model.model
-            self._tuner_layers = [m for m in peft_model.modules() if isinstance(m, BaseTunerLayer)]
-            named = dict(peft_model.named_parameters())
-            for slot in SLOTS:
-                # PEFT state dicts drop the adapter name from parameter names; map those keys to this slot.
-                self._param_maps[slot] = {
-                    name.replace(f".{slot}", ""): param for name, param in named.items() if f".{slot}" in name
-                }
-            self.lora_config = lora_config
-            self._selected = None
-
-    def _select(self, weights: str) -> None:
-        """Switch the model to ``weights`` (``base`` or a slot). Caller holds the model lock."""
-        if weights == self._selected:
-            return
-        for layer in self._tuner_layers:
-            if weights == BASE:
-                layer.enable_adapters(False)
-            else:
-                layer.enable_adapters(True)
-                layer.set_adapter(weights)
-        self._selected = weights
-
-    def _pin(self, weights: Weights) -> tuple[str, int]:
-        """Choose the concrete weights for new work and pin its slot so no publish overwrites it."""
-        with self._cond:
-            slot = self._active if weights == "policy" else None
-            if slot is not None:
-                self._pins[slot] += 1
-            return (slot or BASE), self.policy_version if slot is None else self._slot_version[slot]
-
-    def _unpin(self, selected: str) -> None:
-        if selected != BASE:
-            with self._cond:
-                self._pins[selected] -= 1
-                self._cond.notify_all()
-
-    def _forward_hidden(self, selected: str, **kwargs):
-        """One forward of the transformer body on ``selected`` weights; returns the last hidden states."""
-        import torch
-
-        with self._model_lock, torch.inference_mode():
-            self._select(selected)
-            return self._body()(**kwargs).last_hidden_state
-
-    # ------------------------------------------------------------------ publishing
     def publish_adapter(self, adapter, version: int) -> None:
-        """Make ``adapter`` the ``policy`` atomically (see the module docstring for the double buffer).
-
-        ``adapter`` is a PEFT state dict (``peft.get_peft_model_state_dict``) or a ``save_pretrained`` directory.
-        Blocks until the inactive slot is free (at most one batch or score chunk) and the copy is done.
-        """
-        import torch
-
-        config = None
-        if isinstance(adapter, (str, Path)):
-            state_dict, config = load_adapter_dir(adapter)
-        else:
-            state_dict = adapter
-        with self._publish_lock:
-            if self._peft is None:
-                if self.lora_config is None and config is None:
-                    raise ValueError(
-                        "HFEngine has no LoraConfig: pass lora_config= to the constructor or publish an adapter "
-                        "directory that contains adapter_config.json"
-                    )
-                self._wrap(self.lora_config or config)
-            with self._cond:
-                target = SLOTS[1] if self._active == SLOTS[0] else SLOTS[0]
-                while self._pins[target] > 0:
-                    self._cond.wait()
-            params = self._param_maps[target]
-            missing = []
-            with torch.no_grad():
-                for key, value in state_dict.items():
-                    param = params.get(key) if key in params else params.get("base_model.model." + key)
-                    if param is None:
-                        missing.append(key)
-                        continue
-                    if param.shape != value.shape:
-                        raise ValueError(
-                            f"adapter tensor {key}: shape {tuple(value.shape)} != {tuple(param.shape)}"
-                        )
-                    param.copy_(value.to(device=param.device, dtype=param.dtype))
-            if missing:
-                raise KeyError(f"adapter keys not in the engine's LoRA layout: {missing[:5]} …")
-            with self._cond:
-                self._slot_version[target] = int(version)
-                self._active = target
-                self.policy_version = int(version)
+        """Make ``adapter`` (a PEFT state dict or a ``save_pretrained`` directory) the ``policy`` atomically:
+        blocks until the inactive slot is free (at most one batch or score chunk) and the copy is done."""
+        self.model.publish(adapter, version)
 
     # ------------------------------------------------------------------ generation
     def generate(
@@ -333,23 +162,15 @@ class HFEngine:
         """
         if not requests:
             return []
-        if self._closed:
-            raise RuntimeError("HFEngine is closed")
-        if any(not r.prompt_ids for r in requests):
-            raise ValueError("every request needs at least one prompt token")
-        check_priority(priority)
-        job = _Job(list(requests), on_token, [None] * len(requests), len(requests), priority=priority)
+        check_generate_args(requests, priority)
+        job = Job("gen", list(requests), size=len(requests), on_token=on_token, priority=priority)
         self._count_serving(job, +1)
         try:
-            self._queue.put(job)
-            job.done.wait()
+            return self._worker.submit(job).results
         finally:
             self._count_serving(job, -1)
-        if job.error is not None:
-            raise RuntimeError(f"generation failed: {job.error!r}") from job.error
-        return job.results  # type: ignore[return-value]
 
-    def _count_serving(self, job: _Job, delta: int) -> None:
+    def _count_serving(self, job: Job, delta: int) -> None:
         if job.priority == "serve":
             with self._serve_cond:
                 self._serving += delta
@@ -363,71 +184,57 @@ class HFEngine:
         """
         while True:
             with self._serve_cond:
-                self._serve_cond.wait_for(lambda: self._serving == 0 or self._closed)
-            self._model_lock.acquire()
-            if self._serving == 0 or self._closed:
+                self._serve_cond.wait_for(lambda: self._serving == 0 or self._worker.closed)
+            self.model.lock.acquire()
+            if self._serving == 0 or self._worker.closed:
                 return
-            self._model_lock.release()
+            self.model.lock.release()
 
     def _worker_loop(self) -> None:
         while not self._closing:
-            if not (self._pending["serve"] or self._pending["learn"]):
-                if not self._admit(self._queue.get()):
-                    return
+            if not len(self._pending) and not self._admit(self._worker.next_job()):
+                return
             if not self._collect(self.batch_wait_s):
                 return
-            self._run_next("serve" if self._pending["serve"] else "learn")
+            self._run_next(self._pending.first())
 
-    def _admit(self, job: _Job | None) -> bool:
+    def _admit(self, job: Job | None) -> bool:
         """Queue the rows of ``job`` by priority; ``None`` (close) fails every pending row and returns False."""
         if job is None:
             self._closing = True
-            for rows in self._pending.values():
-                self._fail(rows, RuntimeError("HFEngine closed"))
-                rows.clear()
+            self._pending.fail_all(RuntimeError("HFEngine closed"))
             return False
-        self._pending[job.priority].extend((job, i) for i in range(len(job.requests)))
+        self._pending.add(job)
         return True
 
     def _collect(self, wait_s: float) -> bool:
         """Admit every queued job; wait up to ``wait_s`` for more while less than a batch is pending."""
         deadline = time.monotonic() + wait_s
         while True:
-            timeout = deadline - time.monotonic()
-            short = sum(len(rows) for rows in self._pending.values()) < self.max_batch_size
-            try:
-                job = self._queue.get(timeout=timeout) if timeout > 0 and short else self._queue.get_nowait()
-            except queue.Empty:
+            short = len(self._pending) < self.max_batch_size
+            job = self._worker.next_job(deadline - time.monotonic() if short else 0)
+            if job is False:
                 return True
             if not self._admit(job):
                 return False
 
     def _run_next(self, priority: Priority) -> None:
         """Decode one batch: the first pending row's weights, up to ``max_batch_size`` rows of ``priority``."""
-        pending = self._pending[priority]
-        weights = pending[0][0].requests[pending[0][1]].weights
-        batch, rest = [], deque()
-        for item in pending:
-            same = item[0].requests[item[1]].weights == weights
-            (batch if same and len(batch) < self.max_batch_size else rest).append(item)
-        self._pending[priority] = rest
+        batch = self._pending.take(priority, self.max_batch_size, key=lambda job, i: job.payload[i].weights)
+        if not batch:
+            return
         try:
-            self._run_batch(batch, weights)
+            self._run_batch(batch, batch[0][0].payload[batch[0][1]].weights)
         except BaseException as exc:  # noqa: BLE001 - the callers must see it, the worker must live on
             logger.exception("generation batch failed")
-            self._fail(batch, exc)
+            for job, _ in batch:
+                job.fail(exc)
 
     def _serve_first(self) -> None:
         """Between two decode steps of a ``learn`` batch: decode every ``serve`` request that arrived."""
         if self._collect(0.0):
-            while self._pending["serve"]:
+            while self._pending.rows["serve"]:
                 self._run_next("serve")
-
-    @staticmethod
-    def _fail(items, exc: BaseException) -> None:
-        for job, _ in items:
-            job.error = exc
-            job.done.set()
 
     def _make_generator(self, seed: int | None):
         import torch
@@ -436,108 +243,91 @@ class HFEngine:
         gen.manual_seed(seed if seed is not None else secrets.randbits(63))
         return gen
 
-    def _run_batch(self, items, weights: Weights) -> None:
+    def _run_batch(self, items: list[tuple[Job, int]], weights: Weights) -> None:
         rows = [
-            _Row(job, i, job.requests[i], self._make_generator(job.requests[i].sampling.seed))
+            _Row(job, i, job.payload[i], self._make_generator(job.payload[i].sampling.seed))
             for job, i in items
         ]
         self.stats["batches"] += 1
         self.stats["requests"] += len(rows)
-        selected, version = self._pin(weights)
+        selected, version = self.model.pin(weights)
         try:
             self._decode(rows, selected, yield_to_serving=items[0][0].priority == "learn")
         finally:
-            self._unpin(selected)
+            self.model.unpin(selected)
         for row in rows:
-            row.job.results[row.index] = Completion(
-                token_ids=row.tokens,
-                logprobs=row.logprobs,
-                finish_reason=row.finish_reason or "length",  # type: ignore[arg-type]
-                policy_version=version,
-            )
-            row.job.remaining -= 1
-            if row.job.remaining == 0:
-                row.job.done.set()
+            finish = row.finish_reason or "length"
+            row.job.finish_one(row.index, Completion(row.tokens, row.logprobs, finish, version))  # type: ignore[arg-type]
 
     def _decode(self, rows: list[_Row], selected: str, yield_to_serving: bool = False) -> None:
         """The batched decode loop: prefill the left-padded prompts, then one token per row per step.
 
+        Rows with the same prompt share one prefill (``shared_prefill``): each distinct prompt is prefilled
+        once, then every row gets a copy of its prompt's cache and last hidden state.
         ``yield_to_serving``: after every step, decode the ``serve`` requests that arrived (``_serve_first``).
         """
         import torch
         from transformers import DynamicCache
 
-        lengths = [len(r.request.prompt_ids) for r in rows]
-        width = max(lengths)
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for b, row in enumerate(rows):
-            if lengths[b]:
-                ids[b, width - lengths[b] :] = torch.tensor(row.request.prompt_ids, dtype=torch.long)
-                mask[b, width - lengths[b] :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
+        ids, mask = padded_batch([r.request.prompt_ids for r in rows], self.pad_id, self.device, left=True)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self._lm.config)
-        budget = max(r.request.sampling.max_new_tokens for r in rows)
+        cache = DynamicCache(config=self.model.lm.config)
         for row in rows:
             if row.request.sampling.max_new_tokens <= 0:
                 row.finish_reason = "length"
-        live = [r.finish_reason is None for r in rows]
-        # Rows with the same prompt (the m votes of one judged turn) share one prefill: prefill each distinct
-        # prompt once, then give every row a copy of its prompt's cache and last hidden state.
-        distinct: dict[tuple, int] = {}
-        owner = [distinct.setdefault(tuple(r.request.prompt_ids), len(distinct)) for r in rows]
-        first = [owner.index(u) for u in range(len(distinct))]
+        owner, first = shared_prefill([r.request.prompt_ids for r in rows])
         step_ids, step_mask, step_pos = ids[first], mask[first], positions[first]
         self.stats["prefill_rows"] += len(first)
-        for step in range(budget):
-            if not any(live):
+        for step in range(max(r.request.sampling.max_new_tokens for r in rows)):
+            if all(r.finish_reason is not None for r in rows):
                 break
             self.stats["decode_steps"] += 1
-            hidden = self._forward_hidden(
+            kwargs = {self.model.cache_kw: cache}
+            hidden = self.model.forward_hidden(
                 selected,
                 input_ids=step_ids,
                 attention_mask=step_mask,
                 position_ids=step_pos,
                 use_cache=True,
-                **{self._cache_kw: cache},
+                **kwargs,
             )
             if step == 0 and len(first) < len(rows):
                 index = torch.tensor(owner, device=self.device)
                 cache.batch_select_indices(index)
                 hidden, step_pos = hidden[index], positions
             with torch.inference_mode():
-                logits = self._logits(hidden[:, -1, :])
-            next_ids = []
-            for b, row in enumerate(rows):
-                if not live[b]:
-                    next_ids.append(self.pad_id)
-                    continue
-                token, logprob = _sample(logits[b], row.request.sampling, row.generator)
-                row.tokens.append(token)
-                row.logprobs.append(logprob)
-                next_ids.append(token)
-                if row.job.on_token is not None:
-                    try:
-                        row.job.on_token(row.index, token)
-                    except Exception:  # noqa: BLE001 - a broken stream consumer must not kill the batch
-                        logger.exception("on_token callback failed")
-                self._check_finished(row)
-                live[b] = row.finish_reason is None
-            step_ids = torch.tensor(next_ids, dtype=torch.long, device=self.device)[:, None]
+                logits = self.model.logits(hidden[:, -1, :])
+            step_ids = torch.tensor(self._sample_step(rows, logits), dtype=torch.long, device=self.device)[
+                :, None
+            ]
             step_pos = step_pos[:, -1:] + 1
             mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=self.device)], dim=1)
             step_mask = mask
-            if yield_to_serving and any(live):
+            if yield_to_serving and any(r.finish_reason is None for r in rows):
                 self._serve_first()
                 if self._closing:
                     raise RuntimeError("HFEngine closed")
 
+    def _sample_step(self, rows: list[_Row], logits) -> list[int]:
+        """Sample the next token of every live row, stream it and check its end; the next input ids."""
+        next_ids = []
+        for b, row in enumerate(rows):
+            if row.finish_reason is not None:
+                next_ids.append(self.pad_id)
+                continue
+            token, logprob = sample_token(logits[b], row.request.sampling, row.generator)
+            row.tokens.append(token)
+            row.logprobs.append(logprob)
+            next_ids.append(token)
+            row.job.stream(row.index, token)
+            self._check_finished(row)
+        return next_ids
+
     def _check_finished(self, row: _Row) -> None:
         sp = row.request.sampling
-        if row.tokens[-1] in self.eos_ids:
+        if row.tokens[-1] in self.model.eos_ids:
             row.finish_reason = "stop"
-        elif sp.stop and _hits_stop(self.tokenizer, row.tokens, sp.stop):
+        elif sp.stop and hits_stop(self.tokenizer, row.tokens, sp.stop):
             row.finish_reason = "stop"
         elif len(row.tokens) >= sp.max_new_tokens:
             row.finish_reason = "length"
@@ -554,165 +344,74 @@ class HFEngine:
     ) -> Scores:
         """Per-token log-probs of each completion given its prompt (``log_softmax(logits / T)``, full vocab).
 
-        The log-prob of completion token ``j`` comes from the logits at position ``P - 1 + j`` of the
-        concatenated sequence (``P`` = prompt length), so the first completion token is included. Logits are
-        only computed for completion positions. ``top_k > 0`` adds the K most likely ids and their log-probs at
-        every completion position. Pairs are sorted by length and packed into forwards of at most
-        ``score_batch_tokens`` padded tokens. A ``learn`` call waits before each forward until no ``serve``
-        generation is queued or running.
+        Logits are only computed for completion positions (``completion_positions``). ``top_k > 0`` adds the K
+        most likely ids and their log-probs at every completion position. Pairs are sorted by length and packed
+        into forwards of at most ``score_batch_tokens`` padded tokens. A ``learn`` call waits before each forward
+        until no ``serve`` generation is queued or running.
         """
+        check_score_args(prompt_ids, completion_ids, weights, top_k, temperature, priority)
+        per_pair: list[tuple[list, list, list]] = [([], [], []) for _ in prompt_ids]
+        selected, _ = self.model.pin(weights)
+        try:
+            for chunk in pack_score_chunks(prompt_ids, completion_ids, self.score_batch_tokens):
+                prompts = [prompt_ids[i] for i in chunk]
+                completions = [list(completion_ids[i]) for i in chunk]
+                hidden = self._score_forward(selected, prompts, completions, priority)
+                for i, scores in zip(
+                    chunk, self._completion_scores(hidden, prompts, completions, top_k, temperature)
+                ):
+                    per_pair[i] = scores
+        finally:
+            self.model.unpin(selected)
+        return Scores.from_pairs(per_pair, top_k)
+
+    def _score_forward(self, selected: str, prompts: list[list[int]], completions: list[list[int]], priority):
+        """Hidden states of the right-padded ``prompt + completion`` rows; ``learn`` waits for its turn."""
+        seqs = [list(p) + c for p, c in zip(prompts, completions)]
+        ids, mask = padded_batch(seqs, self.pad_id, self.device, left=False)
+        if priority == "learn":
+            self._learn_turn()
+        try:
+            return self.model.forward_hidden(selected, input_ids=ids, attention_mask=mask, use_cache=False)
+        finally:
+            if priority == "learn":
+                self.model.lock.release()
+
+    def _completion_scores(self, hidden, prompts, completions, top_k: int, temperature: float):
+        """Per row ``(logprobs, topk_ids, topk_logprobs)`` of its completion tokens, computing the logits in
+        pieces of at most ``score_logits_elems`` elements."""
         import torch
 
-        check_priority(priority)
-
-        if len(prompt_ids) != len(completion_ids):
-            raise ValueError("prompt_ids and completion_ids must have the same length")
-        if temperature <= 0:
-            raise ValueError("score temperature must be > 0 (use 1.0 for greedy turns)")
-        n = len(prompt_ids)
-        out_lp: list[list[float]] = [[] for _ in range(n)]
-        out_ids: list[list[list[int]]] = [[] for _ in range(n)]
-        out_tlp: list[list[list[float]]] = [[] for _ in range(n)]
-        order = sorted(range(n), key=lambda i: len(prompt_ids[i]) + len(completion_ids[i]))
-        chunks, cur, cur_w = [], [], 0
-        for i in order:
-            if not completion_ids[i]:
-                continue
-            if not prompt_ids[i]:
-                raise ValueError("score needs at least one prompt token per pair")
-            total = len(prompt_ids[i]) + len(completion_ids[i])
-            if cur and max(cur_w, total) * (len(cur) + 1) > self.score_batch_tokens:
-                chunks.append(cur)
-                cur, cur_w = [], 0
-            cur.append(i)
-            cur_w = max(cur_w, total)
-        if cur:
-            chunks.append(cur)
-
-        selected, _ = self._pin(weights)
-        try:
-            for chunk in chunks:
-                seqs = [list(prompt_ids[i]) + list(completion_ids[i]) for i in chunk]
-                width = max(len(s) for s in seqs)
-                ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
-                mask = torch.zeros((len(seqs), width), dtype=torch.long)
-                for b, s in enumerate(seqs):  # right padding: real tokens keep positions 0..len-1
-                    ids[b, : len(s)] = torch.tensor(s, dtype=torch.long)
-                    mask[b, : len(s)] = 1
-                ids, mask = ids.to(self.device), mask.to(self.device)
-                if priority == "learn":
-                    self._learn_turn()
-                try:
-                    hidden = self._forward_hidden(
-                        selected, input_ids=ids, attention_mask=mask, use_cache=False
-                    )
-                finally:
-                    if priority == "learn":
-                        self._model_lock.release()
-                rows_idx, cols_idx, targets = [], [], []
-                for b, i in enumerate(chunk):
-                    p, r = len(prompt_ids[i]), len(completion_ids[i])
-                    rows_idx += [b] * r
-                    cols_idx += range(p - 1, p + r - 1)
-                    targets += completion_ids[i]
-                with torch.inference_mode():
-                    h = hidden[
-                        torch.tensor(rows_idx, device=self.device), torch.tensor(cols_idx, device=self.device)
-                    ]
-                    tgt = torch.tensor(targets, device=self.device)
-                    vocab = self._lm.get_output_embeddings().weight.shape[0]
-                    step = max(1, self.score_logits_elems // vocab)
-                    lps, tids, tlps = [], [], []
-                    for s in range(0, h.shape[0], step):
-                        logp = torch.log_softmax(self._logits(h[s : s + step]) / temperature, dim=-1)
-                        lps.append(logp.gather(-1, tgt[s : s + step, None])[:, 0])
-                        if top_k > 0:
-                            v, k = logp.topk(min(top_k, logp.shape[-1]), dim=-1)
-                            tlps.append(v)
-                            tids.append(k)
-                    flat_lp = torch.cat(lps).cpu().tolist()
-                    flat_ids = torch.cat(tids).cpu().tolist() if top_k > 0 else None
-                    flat_tlp = torch.cat(tlps).cpu().tolist() if top_k > 0 else None
-                pos = 0
-                for i in chunk:
-                    r = len(completion_ids[i])
-                    out_lp[i] = flat_lp[pos : pos + r]
-                    if top_k > 0:
-                        out_ids[i] = flat_ids[pos : pos + r]
-                        out_tlp[i] = flat_tlp[pos : pos + r]
-                    pos += r
-        finally:
-            self._unpin(selected)
-        if top_k > 0:
-            return Scores(out_lp, out_ids, out_tlp)
-        return Scores(out_lp)
+        rows, cols, targets = completion_positions([len(p) for p in prompts], completions)
+        with torch.inference_mode():
+            h = hidden[torch.tensor(rows, device=self.device), torch.tensor(cols, device=self.device)]
+            tgt = torch.tensor(targets, device=self.device)
+            vocab = self.model.vocab_size
+            step = max(1, self.score_logits_elems // vocab)
+            lps, tids, tlps = [], [], []
+            for s in range(0, h.shape[0], step):
+                logp = torch.log_softmax(self.model.logits(h[s : s + step]) / temperature, dim=-1)
+                lps.append(logp.gather(-1, tgt[s : s + step, None])[:, 0])
+                if top_k > 0:
+                    v, k = logp.topk(min(top_k, logp.shape[-1]), dim=-1)
+                    tlps.append(v)
+                    tids.append(k)
+            lengths = [len(c) for c in completions]
+            out_lp = split_flat(torch.cat(lps).cpu().tolist(), lengths)
+            if top_k <= 0:
+                return [(lp, [], []) for lp in out_lp]
+            out_ids = split_flat(torch.cat(tids).cpu().tolist(), lengths)
+            out_tlp = split_flat(torch.cat(tlps).cpu().tolist(), lengths)
+        return list(zip(out_lp, out_ids, out_tlp))
 
     def close(self) -> None:
         """Stop the worker (queued requests fail with an error)."""
-        if not self._closed:
-            self._closed = True
-            with self._serve_cond:
-                self._serve_cond.notify_all()
-            self._queue.put(None)
-            self._worker.join(timeout=30)
-            _fail_queued(self._queue, "HFEngine closed")
+        self._worker.close(join_timeout_s=30)
+        with self._serve_cond:
+            self._serve_cond.notify_all()
 
     def __enter__(self) -> HFEngine:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _fail_queued(q: queue.Queue, message: str) -> None:
-    """Release callers whose jobs were still queued when the worker stopped."""
-    while True:
-        try:
-            job = q.get_nowait()
-        except queue.Empty:
-            return
-        if job is not None:
-            job.error = RuntimeError(message)
-            job.done.set()
-
-
-def _sample(logits, sp: SamplingParams, generator) -> tuple[int, float]:
-    """Sample one token from a ``[V]`` float32 logits row; return ``(token, logprob at the convention T)``."""
-    import torch
-
-    logp = torch.log_softmax(logits / sp.logprob_temperature, dim=-1)
-    if sp.temperature <= 0:
-        token = int(torch.argmax(logits))
-        return token, float(logp[token])
-    scaled = logits / sp.temperature
-    if sp.top_k and 0 < sp.top_k < scaled.shape[-1]:
-        kth = torch.topk(scaled, sp.top_k).values[-1]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    if sp.top_p < 1.0:
-        sorted_vals, sorted_idx = torch.sort(scaled, descending=True)
-        probs = torch.softmax(sorted_vals, dim=-1)
-        # drop a token once the mass of the tokens strictly before it already reaches top_p
-        drop = (probs.cumsum(-1) - probs) >= sp.top_p
-        scaled = scaled.scatter(0, sorted_idx[drop], float("-inf"))
-    probs = torch.softmax(scaled, dim=-1)
-    token = int(torch.multinomial(probs, 1, generator=generator))
-    return token, float(logp[token])
-
-
-def _hits_stop(tokenizer, tokens: list[int], stops: list[str]) -> bool:
-    """True when the text of the last few tokens contains a stop string (which just got completed)."""
-    window = 4 * max(len(s) for s in stops) + 8
-    text = tokenizer.decode(tokens[-window:], skip_special_tokens=False)
-    return any(s and s in text for s in stops)
-
-
-def adapter_state_dict_to_dir(state_dict: dict, lora_config, path: str | Path) -> Path:
-    """Write a PEFT state dict + config in the ``save_pretrained`` layout (vLLM loads adapters from disk)."""
-    from safetensors.torch import save_file
-
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in state_dict.items()}
-    save_file(tensors, str(path / "adapter_model.safetensors"))
-    lora_config.save_pretrained(str(path))
-    return path

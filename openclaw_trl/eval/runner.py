@@ -38,6 +38,7 @@ from openclaw_trl.eval.personas import (
     rating_messages,
     strip_thinking,
 )
+from openclaw_trl.openai_client import OpenAIClient
 
 DATA_FILE = "gsm8k_test_subset.json"
 
@@ -59,40 +60,10 @@ def load_problems(n: int, offset: int = 0, path: str | Path | None = None) -> li
     return problems
 
 
-@dataclass
-class ChatEndpoint:
-    """An OpenAI-compatible ``/chat/completions`` endpoint (``base_url`` ends with ``/v1``)."""
-
-    base_url: str
-    model: str
-    api_key: str | None = None
-    timeout: float = 300.0
-    client: httpx.Client | None = field(default=None, repr=False)
-
-    def __post_init__(self):
-        if self.client is None:
-            self.client = httpx.Client(timeout=self.timeout)
-
-    def chat(self, messages: list[dict], headers: dict | None = None, **params) -> tuple[str, httpx.Response]:
-        """The reply's visible content (reasoning dropped) and the raw response."""
-        all_headers = dict(headers or {})
-        if self.api_key:
-            all_headers["Authorization"] = f"Bearer {self.api_key}"
-        body = {
-            "model": self.model,
-            "messages": messages,
-            **{k: v for k, v in params.items() if v is not None},
-        }
-        response = self.client.post(
-            self.base_url.rstrip("/") + "/chat/completions", json=body, headers=all_headers
-        )
-        response.raise_for_status()
-        message = response.json()["choices"][0]["message"]
-        return strip_thinking(message.get("content") or ""), response
-
-    def close(self) -> None:
-        if self.client is not None:
-            self.client.close()
+def say(endpoint: OpenAIClient, messages: list[dict], **params) -> tuple[str, httpx.Response]:
+    """The visible content of one chat reply (reasoning dropped) and the raw response."""
+    message, response = endpoint.chat(messages, **params)
+    return strip_thinking(message.get("content") or ""), response
 
 
 @dataclass
@@ -152,11 +123,12 @@ class EvalSettings:
             raise ValueError("max_turns and concurrency must be >= 1")
 
 
-def rate_reply(user_llm: ChatEndpoint, persona: Persona, opening: str, reply: str, settings: EvalSettings):
+def rate_reply(user_llm: OpenAIClient, persona: Persona, opening: str, reply: str, settings: EvalSettings):
     """``(score, raw text)``: the persona's rating of one reply (one retry when it is not parsable)."""
     raw = ""
     for _ in range(2):
-        raw, _ = user_llm.chat(
+        raw, _ = say(
+            user_llm,
             rating_messages(persona, opening, reply),
             temperature=settings.user_temperature,
             max_tokens=settings.user_max_tokens,
@@ -168,8 +140,8 @@ def rate_reply(user_llm: ChatEndpoint, persona: Persona, opening: str, reply: st
 
 
 def run_problem(
-    server: ChatEndpoint,
-    user_llm: ChatEndpoint,
+    server: OpenAIClient,
+    user_llm: OpenAIClient,
     problem: dict,
     index: int,
     settings: EvalSettings,
@@ -189,7 +161,8 @@ def run_problem(
     try:
         submission = None
         if persona.name == "teacher":
-            submission, _ = user_llm.chat(
+            submission, _ = say(
+                user_llm,
                 [{"role": "user", "content": SUBMISSION_PROMPT.format(question=problem["question"])}],
                 **user_params,
             )
@@ -197,7 +170,7 @@ def run_problem(
         messages = [{"role": "user", "content": opening}]
         simulator = [{"role": "system", "content": persona.system}, {"role": "assistant", "content": opening}]
         for turn in range(settings.max_turns):
-            reply, response = server.chat(messages, headers=headers, **serve)
+            reply, response = say(server, messages, headers=headers, **serve)
             result.replies += 1
             version = response.headers.get("x-openclaw-policy-version")
             if version is not None and version.lstrip("-").isdigit():
@@ -206,15 +179,18 @@ def run_problem(
                 result.first_reply = reply
                 result.score, result.rating_text = rate_reply(user_llm, persona, opening, reply, settings)
             simulator.append({"role": "user", "content": REPLY_PREFIX + (reply or "(empty reply)")})
-            next_message, _ = user_llm.chat(simulator, **user_params)
+            next_message, _ = say(user_llm, simulator, **user_params)
             result.finished = persona.sentinel in next_message
             said = next_message.replace(persona.sentinel, "").strip() or "Thanks."
             simulator.append({"role": "assistant", "content": next_message or "..."})
             messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": said}]
             if result.finished or turn == settings.max_turns - 1:
                 # the closing message: the next state of the last reply; nobody reads this reply
-                server.chat(
-                    messages, headers={**headers, "X-Session-Done": "true"}, **{**serve, "max_tokens": 1}
+                say(
+                    server,
+                    messages,
+                    headers={**headers, "X-Session-Done": "true"},
+                    **{**serve, "max_tokens": 1},
                 )
                 break
     except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
@@ -223,8 +199,8 @@ def run_problem(
 
 
 def evaluate(
-    server: ChatEndpoint,
-    user_llm: ChatEndpoint,
+    server: OpenAIClient,
+    user_llm: OpenAIClient,
     problems: list[dict],
     settings: EvalSettings,
     offset: int = 0,

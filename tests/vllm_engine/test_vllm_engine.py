@@ -119,7 +119,7 @@ def test_trainable_turns_use_the_training_temperature_so_the_teacher_scores_them
     teacher scores exactly even with capped log-probs; an anonymous request keeps its own temperature."""
     import openai
 
-    from openclaw_trl.scorer import JudgeConfig, Scorer
+    from openclaw_trl.judging import JudgeConfig, Scorer
     from tests._server_helpers import running_stack
 
     saved = engine.max_logprobs

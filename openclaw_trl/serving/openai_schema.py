@@ -124,7 +124,7 @@ class ChatRequest(BaseModel):
     n: Int = Field(default=1, ge=1, le=1)
     presence_penalty: Num | None = Field(default=None, ge=-2.0, le=2.0)  # accepted, not applied
     frequency_penalty: Num | None = Field(default=None, ge=-2.0, le=2.0)  # accepted, not applied
-    # OpenClaw extensions (headers take precedence, notes §1.4)
+    # OpenClaw extensions (the X-Session-Id / X-Turn-Type headers take precedence)
     session_id: str | None = None
     user: str | None = None
     session_done: bool | str | int | None = None

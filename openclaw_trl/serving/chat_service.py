@@ -1,8 +1,9 @@
 """``ChatService``: one chat turn from validated request to stored turn, shared by the API and the UI.
 
-It renders the chat template to token ids, asks the engine for a completion (streaming through
-``StreamDecoder``), parses reasoning and tool calls, and records the turn through the collector before the
-reply leaves. The HTTP layer (``openclaw_trl.server``) and the Gradio UI (``openclaw_trl.ui``) only adapt it.
+It validates the request (``openai_schema``), renders the chat template to token ids, asks the engine for a
+completion (streamed through ``streaming.StreamDecoder``), parses reasoning and tool calls, and records the
+turn through the collector before the reply leaves. The routes (``openclaw_trl.serving.api``) and the Gradio
+UI (``openclaw_trl.serving.ui``) only adapt it.
 """
 
 from __future__ import annotations
@@ -10,21 +11,24 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import queue
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
 from openclaw_trl.engines.base import Completion, GenerationRequest, SamplingParams
-from openclaw_trl.openai_schema import ApiError, ChatRequest, format_validation_error, normalize_messages
-
-if TYPE_CHECKING:
-    from openclaw_trl.server import ServerSettings
+from openclaw_trl.serving.openai_schema import (
+    ApiError,
+    ChatRequest,
+    format_validation_error,
+    normalize_messages,
+)
+from openclaw_trl.serving.settings import ServerSettings
+from openclaw_trl.serving.streaming import StopTrimmer, StreamDecoder, TurnStream
 
 logger = logging.getLogger(__name__)
 
@@ -64,33 +68,6 @@ class TurnResult:
     logprobs: dict | None = None
 
 
-class _StopTrimmer:
-    """OpenAI semantics for ``stop``: the stop text is not returned (the engine keeps it in the ids).
-
-    While streaming, content that could still be the start of a stop string is held back.
-    """
-
-    def __init__(self, stops: list[str]):
-        self.stops = stops
-        self.hold = max((len(s) for s in stops), default=1) - 1
-        self.buf = ""
-        self.stopped = False
-
-    def feed(self, text: str, final: bool = False) -> str:
-        if self.stopped:
-            return ""
-        self.buf += text
-        cut = min((i for i in (self.buf.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
-            out, self.buf, self.stopped = self.buf[:cut], "", True
-            return out
-        if final or not self.hold:
-            out, self.buf = self.buf, ""
-            return out
-        out, self.buf = self.buf[: -self.hold], self.buf[-self.hold :]
-        return out
-
-
 class ChatService:
     """The in-process chat API: what ``/v1/chat/completions`` and the Gradio UI both call."""
 
@@ -111,65 +88,11 @@ class ChatService:
         Everything that can reject the request runs *before* ``collector.begin``: a rejected request never
         gives its last message as the next state of the previous turn. Raises ``ApiError`` (4xx).
         """
-        if not isinstance(payload, dict):
-            raise ApiError(400, "The request body must be a JSON object", "invalid_json")
-        if "messages" in payload and not isinstance(payload["messages"], list):
-            raise ApiError(400, "'messages' must be a list of message objects", "invalid_value", "messages")
-        try:
-            body = ChatRequest.model_validate(payload)
-        except ValidationError as exc:
-            raise format_validation_error(exc) from None
-        limits = self.settings.limits
-        limits.check_chat(payload)
-        from openclaw_trl.sessions import request_session_key
-
-        limits.check_session_id(request_session_key(headers, payload))
-        model = body.model or self.settings.model_names[0]
-        if model not in self.settings.model_names:
-            raise ApiError(
-                404,
-                f"The model {model!r} does not exist; this server serves {', '.join(self.settings.model_names)}",
-                "model_not_found",
-                "model",
-            )
-        if body.top_logprobs and not body.logprobs:
-            raise ApiError(400, "top_logprobs needs logprobs=true", "invalid_value", "top_logprobs")
-        messages = normalize_messages(body.messages)
-        tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
-        if body.tool_choice == "none":
-            tools = None
-        prompt_ids = self._render(messages, tools)
-        if len(prompt_ids) > limits.max_prompt_tokens:
-            raise limits.over(
-                "max_prompt_tokens", len(prompt_ids), "messages", "The rendered prompt (tokens)"
-            )
-        limit = self.context_limit
-        if len(prompt_ids) >= limit:
-            raise ApiError(
-                400,
-                f"This model's maximum context length is {limit} tokens; the messages take "
-                f"{len(prompt_ids)} tokens, which leaves no room for a completion. Shorten the conversation.",
-                "context_length_exceeded",
-                "messages",
-            )
-        asked = body.max_completion_tokens or body.max_tokens or self.settings.default_max_tokens
-        max_new = min(asked, self.settings.max_tokens_cap, limit - len(prompt_ids))
-        sampling = SamplingParams(
-            temperature=self.settings.default_temperature
-            if body.temperature is None
-            else float(body.temperature),
-            top_p=self.settings.default_top_p if body.top_p is None else float(body.top_p),
-            top_k=body.top_k or 0,
-            max_new_tokens=max_new,
-            stop=list(body.stop or []),
-            seed=body.seed,
-        )
-        from openclaw_trl.sessions import SessionRequestError
-
-        try:
-            ctx = self.collector.begin(messages, tools=tools, headers=headers or {}, body=payload)
-        except SessionRequestError as exc:
-            raise ApiError(400, str(exc), "invalid_session") from None
+        body, model = self._validate(payload, headers)
+        messages, tools = self._conversation(body)
+        prompt_ids = self._prompt_ids(messages, tools)
+        sampling = self._sampling(body, len(prompt_ids))
+        ctx = self._begin(messages, tools, headers, payload)
         if self._trainable(ctx):
             sampling = dataclasses.replace(sampling, temperature=self.settings.train_temperature)
         return PreparedChat(
@@ -185,13 +108,98 @@ class ChatService:
             include_usage=bool((body.stream_options or {}).get("include_usage")),
         )
 
+    def _validate(self, payload: Any, headers) -> tuple[ChatRequest, str]:
+        """The body's schema, its sizes and session id (``settings.limits``), the model, the log-prob options."""
+        if not isinstance(payload, dict):
+            raise ApiError(400, "The request body must be a JSON object", "invalid_json")
+        if "messages" in payload and not isinstance(payload["messages"], list):
+            raise ApiError(400, "'messages' must be a list of message objects", "invalid_value", "messages")
+        try:
+            body = ChatRequest.model_validate(payload)
+        except ValidationError as exc:
+            raise format_validation_error(exc) from None
+        limits = self.settings.limits
+        limits.check_chat(payload)
+        from openclaw_trl.sessions import request_session_key
+
+        limits.check_session_id(request_session_key(headers, payload))
+        model = self._model(body)
+        if body.top_logprobs and not body.logprobs:
+            raise ApiError(400, "top_logprobs needs logprobs=true", "invalid_value", "top_logprobs")
+        return body, model
+
+    def _model(self, body: ChatRequest) -> str:
+        """The served model the request names (the first one when it names none); 404 for any other."""
+        model = body.model or self.settings.model_names[0]
+        if model not in self.settings.model_names:
+            raise ApiError(
+                404,
+                f"The model {model!r} does not exist; this server serves {', '.join(self.settings.model_names)}",
+                "model_not_found",
+                "model",
+            )
+        return model
+
+    @staticmethod
+    def _conversation(body: ChatRequest) -> tuple[list[dict], list[dict] | None]:
+        """Plain message dicts and tool dicts for the template (``tool_choice="none"`` renders no tools)."""
+        messages = normalize_messages(body.messages)
+        tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+        if body.tool_choice == "none":
+            tools = None
+        return messages, tools
+
+    def _prompt_ids(self, messages: list[dict], tools: list[dict] | None) -> list[int]:
+        """The rendered prompt, refused when it exceeds ``max_prompt_tokens`` or leaves no completion room."""
+        prompt_ids = self._render(messages, tools)
+        limits = self.settings.limits
+        if len(prompt_ids) > limits.max_prompt_tokens:
+            raise limits.over(
+                "max_prompt_tokens", len(prompt_ids), "messages", "The rendered prompt (tokens)"
+            )
+        limit = self.context_limit
+        if len(prompt_ids) >= limit:
+            raise ApiError(
+                400,
+                f"This model's maximum context length is {limit} tokens; the messages take "
+                f"{len(prompt_ids)} tokens, which leaves no room for a completion. Shorten the conversation.",
+                "context_length_exceeded",
+                "messages",
+            )
+        return prompt_ids
+
+    def _sampling(self, body: ChatRequest, n_prompt: int) -> SamplingParams:
+        """The request's sampling values, the settings' defaults where it omits them.
+
+        ``max_new_tokens`` = the asked ``max_tokens``, clamped to ``max_tokens_cap`` and to the context left.
+        """
+        settings = self.settings
+        asked = body.max_completion_tokens or body.max_tokens or settings.default_max_tokens
+        return SamplingParams(
+            temperature=settings.default_temperature if body.temperature is None else float(body.temperature),
+            top_p=settings.default_top_p if body.top_p is None else float(body.top_p),
+            top_k=body.top_k or 0,
+            max_new_tokens=min(asked, settings.max_tokens_cap, self.context_limit - n_prompt),
+            stop=list(body.stop or []),
+            seed=body.seed,
+        )
+
+    def _begin(self, messages: list[dict], tools: list[dict] | None, headers, payload: dict):
+        """Open the turn with the collector (session, turn type, next state of the previous turn)."""
+        from openclaw_trl.sessions import SessionRequestError
+
+        try:
+            return self.collector.begin(messages, tools=tools, headers=headers or {}, body=payload)
+        except SessionRequestError as exc:
+            raise ApiError(400, str(exc), "invalid_session") from None
+
     def _trainable(self, ctx) -> bool:
         """Whether this turn can become a training sample (a main turn of a trainable, non-private
         session): it is then sampled at ``settings.train_temperature``, whatever the request asks."""
         if not ctx.trainable:
             return False
         session = self.store.get_session(ctx.session_id)
-        return not (session and session["private"])
+        return not (session and session.private)
 
     def _render(self, messages: list[dict], tools: list[dict] | None) -> list[int]:
         from openclaw_trl.chat import render_prompt_ids
@@ -232,7 +240,7 @@ class ChatService:
 
             streamed = decode_completion(self.tokenizer, completion.token_ids)
             if prep.sampling.stop and streamed.get("content"):
-                streamed["content"] = _StopTrimmer(prep.sampling.stop).feed(streamed["content"], final=True)
+                streamed["content"] = StopTrimmer(prep.sampling.stop).feed(streamed["content"], final=True)
         parsed = _as_message(streamed)
         finish = completion.finish_reason
         if parsed.get("tool_calls") and finish == "stop":
@@ -325,28 +333,9 @@ class ChatService:
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
-    # -- a blocking token stream (the UI's path; the API uses ``stream_sse``) ----------------------
-
-    def iter_stream(self, prep: PreparedChat) -> Iterator[tuple[str, Any]]:
-        """Yields ``("delta", delta_dict)`` while tokens arrive, then ``("done", TurnResult)``."""
-        tokens: queue.Queue = queue.Queue()
-        future = self.executor.submit(self.generate, prep, tokens.put)
-        future.add_done_callback(lambda _f: tokens.put(None))
-        decoder = self.stream_parser(prep)
-        done = False
-        try:
-            while (tid := tokens.get()) is not None:
-                for delta in decoder.feed(tid):
-                    yield "delta", delta
-            completion = future.result()
-            for delta in decoder.finish():
-                yield "delta", delta
-            result = self.finish(prep, completion, decoder.message())
-            done = True
-            yield "done", result
-        finally:
-            if not done:
-                self.abort(prep)
+    def stream(self, prep: PreparedChat) -> TurnStream:
+        """The turn streamed to the event loop (the API's SSE stream and the UI): see ``TurnStream``."""
+        return TurnStream(self, prep)
 
 
 def _lp(value) -> float:
@@ -386,57 +375,3 @@ def _as_message(parsed) -> dict:
     if get("tool_calls"):
         msg["tool_calls"] = list(get("tool_calls"))
     return msg
-
-
-class StreamDecoder:
-    """Token ids -> OpenAI deltas (``content`` / ``reasoning_content`` / ``tool_calls`` with ``index``).
-
-    Wraps ``openclaw_trl.chat``'s incremental decoder + parser, applies the ``stop`` trimming to content
-    and accumulates what was streamed: the stored message is exactly what the client saw (tool-call ids
-    included, so the client's echo of them matches the stored turn).
-    """
-
-    def __init__(self, tokenizer, stops: list[str], start_in_reasoning: bool = False):
-        from openclaw_trl.chat import IncrementalDecoder, StreamParser, tokenizer_end_tokens
-
-        self.text = IncrementalDecoder(tokenizer)
-        self.parser = StreamParser(
-            start_in_reasoning=start_in_reasoning, end_tokens=tokenizer_end_tokens(tokenizer)
-        )
-        self.trim = _StopTrimmer(stops) if stops else None
-        self.content, self.reasoning, self.tool_calls = [], [], []
-
-    def _post(self, deltas: list[dict], final: bool = False) -> list[dict]:
-        out = []
-        for d in deltas:
-            if self.trim is not None and d.get("content") is not None:
-                d = {k: v for k, v in d.items() if k != "content"} | {"content": self.trim.feed(d["content"])}
-                if not d["content"]:
-                    del d["content"]
-            if d:
-                out.append(d)
-        if final and self.trim is not None and (rest := self.trim.feed("", final=True)):
-            out.append({"content": rest})
-        for d in out:
-            self.content.append(d.get("content") or "")
-            self.reasoning.append(d.get("reasoning_content") or "")
-            self.tool_calls.extend(
-                {k: v for k, v in c.items() if k != "index"} for c in d.get("tool_calls") or []
-            )
-        return out
-
-    def feed(self, token_id: int) -> list[dict]:
-        return self._post(self.parser.feed(self.text.push(token_id)))
-
-    def finish(self) -> list[dict]:
-        # text still held back by the decoder (e.g. an incomplete UTF-8 sequence) goes out before the end
-        return self._post(self.parser.feed(self.text.flush()) + self.parser.finish(), final=True)
-
-    def message(self) -> dict:
-        """The assistant message the stream spelled out (``decode_completion``'s shape)."""
-        content, reasoning = "".join(self.content), "".join(self.reasoning)
-        return {
-            "content": content if content or not self.tool_calls else None,
-            "reasoning_content": reasoning or None,
-            "tool_calls": list(self.tool_calls),
-        }

@@ -1,0 +1,335 @@
+"""The OpenAI-compatible routes: every served turn becomes training data.
+
+``router`` (mounted by ``openclaw_trl.serving.app.create_app``) answers
+
+* ``POST /v1/chat/completions``: OpenAI wire format, real token streaming over SSE (reasoning and
+  tool-call deltas carry their ``index``, as OpenAI clients require);
+* ``POST /v1/feedback``: 👍/👎 + optional correction text for a turn = the next state of that turn;
+* ``GET /v1/models``, ``GET /healthz``, ``GET /v1/status``; any other ``/v1/...`` is a 404 ``unknown_url``.
+
+Each handler reads the ``ChatService`` from ``request.app.state.service`` and the bearer key from
+``request.app.state.api_key`` (``None`` = no auth; ``/healthz`` is always open).
+
+Why the server renders the chat template itself: the engine gets token ids and returns the sampled
+ids + log-probs, and those exact ids are stored. The turn is written to the store
+*before* the response is returned (for a stream: before the final chunk), so a client that reacts
+fast to a reply can never race the bookkeeping of the turn its next message is the next state of.
+
+Serving never answers 503 because training runs: the engine serves from a published
+adapter copy. Generation is blocking torch work, so it runs in a thread pool and concurrent requests
+reach the engine together (which batches them).
+
+Wire-format details a client may care about:
+
+* Session fields: ``X-Session-Id`` / ``session_id`` / ``user``, ``X-Turn-Type`` (``main``/``side``),
+  ``X-Session-Done`` / ``session_done``, ``X-Session-Private`` / ``session_private`` (``openclaw_trl.sessions``).
+* Every reply says which turn it is: ``x-openclaw-turn-id`` / ``x-openclaw-policy-version`` headers (not on
+  streams: their headers leave before the turn exists), ``system_fingerprint = "openclaw-v{version}"``, and an
+  ``openclaw`` object (``turn_id``, ``session_id``, ``turn_type``, ``next_state_of``, ``policy_version``,
+  ``temperature``) in the response, or in the stream's final chunk. ``POST /v1/feedback`` takes that ``turn_id``.
+* ``max_tokens`` is clamped to the room the context leaves and to ``max_tokens_cap``; ``stop`` text is not
+  returned; ``logprobs``/``top_logprobs`` (<= 20) are the sampling log-probs and the policy's top-K; in a stream
+  they arrive in one chunk just before the final one (the engine streams token ids only).
+* Accepted and ignored: ``presence_penalty``, ``frequency_penalty``, ``response_format``, ``tool_choice``
+  other than ``"none"`` (which renders without tools), unknown fields. Refused: ``n > 1``, non-text content parts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hmac
+import json
+import logging
+import math
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from openclaw_trl.serving.chat_service import ChatService, PreparedChat, TurnResult
+from openclaw_trl.serving.openai_schema import ApiError, RequestLimits
+
+logger = logging.getLogger(__name__)
+
+TURN_ID_HEADER = "x-openclaw-turn-id"
+POLICY_VERSION_HEADER = "x-openclaw-policy-version"
+SESSION_ID_HEADER = "x-openclaw-session-id"
+
+
+# --------------------------------------------------------------------------------------------------
+# Auth and request bodies
+# --------------------------------------------------------------------------------------------------
+
+
+def same_secret(given: str, key: str) -> bool:
+    """Constant-time comparison of a presented secret with the server's key."""
+    return hmac.compare_digest((given or "").encode(), key.encode())
+
+
+async def require_api_key(request: Request) -> None:
+    """Dependency: the ``Authorization: Bearer <key>`` header matches ``app.state.api_key`` (when set)."""
+    key = request.app.state.api_key
+    if not key:
+        return
+    auth = request.headers.get("authorization", "")
+    if not auth.lower().startswith("bearer "):
+        raise ApiError(401, "Missing bearer token: send 'Authorization: Bearer <key>'", "missing_api_key")
+    if not same_secret(auth[7:].strip(), key):
+        raise ApiError(401, "Incorrect API key provided", "invalid_api_key")
+
+
+def _service(request: Request) -> ChatService:
+    return request.app.state.service
+
+
+async def _json_body(request: Request, limits: RequestLimits) -> Any:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limits.max_request_bytes:
+        raise limits.over("max_request_bytes", int(length), None, "The request body (bytes)")
+    raw = await _read_body(request, limits.max_request_bytes)
+    if len(raw) > limits.max_request_bytes:
+        raise limits.over("max_request_bytes", len(raw), None, "The request body (bytes)")
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ApiError(
+            400, f"We could not parse the JSON body of your request: {exc}", "invalid_json"
+        ) from None
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, read chunk by chunk and stopped one byte past ``limit`` (a body without a length is bounded too)."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            break
+    return b"".join(chunks)
+
+
+# --------------------------------------------------------------------------------------------------
+# Response bodies (OpenAI ``chat.completion`` / ``chat.completion.chunk`` + the ``openclaw`` object)
+# --------------------------------------------------------------------------------------------------
+
+
+def _sse(obj) -> bytes:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n".encode()
+
+
+def _fingerprint(version: int) -> str:
+    return f"openclaw-v{version}"
+
+
+def _usage(prep: PreparedChat, n_completion: int) -> dict:
+    n_prompt = len(prep.prompt_ids)
+    return {
+        "prompt_tokens": n_prompt,
+        "completion_tokens": n_completion,
+        "total_tokens": n_prompt + n_completion,
+    }
+
+
+def _openclaw_meta(prep: PreparedChat, result: TurnResult) -> dict:
+    return {
+        "turn_id": result.turn_id,
+        "session_id": prep.ctx.session_key,
+        "turn_type": prep.ctx.turn_type,
+        "next_state_of": prep.ctx.next_state_of,
+        "policy_version": result.policy_version,
+        "temperature": prep.sampling.temperature,  # what the turn was sampled at (see ServerSettings)
+    }
+
+
+def completion_body(prep: PreparedChat, result: TurnResult) -> dict:
+    """The non-streaming ``chat.completion`` object."""
+    return {
+        "id": prep.completion_id,
+        "object": "chat.completion",
+        "created": prep.created,
+        "model": prep.model,
+        "system_fingerprint": _fingerprint(result.policy_version),
+        "choices": [
+            {
+                "index": 0,
+                "message": result.message,
+                "logprobs": result.logprobs,
+                "finish_reason": result.finish_reason,
+            }
+        ],
+        "usage": _usage(prep, len(result.completion.token_ids)),
+        "openclaw": _openclaw_meta(prep, result),
+    }
+
+
+def _chunk(prep: PreparedChat, version: int, delta: dict, finish: str | None = None, **extra) -> dict:
+    """One ``chat.completion.chunk`` with a single choice."""
+    return {
+        "id": prep.completion_id,
+        "object": "chat.completion.chunk",
+        "created": prep.created,
+        "model": prep.model,
+        "system_fingerprint": _fingerprint(version),
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        **extra,
+    }
+
+
+def _turn_headers(prep: PreparedChat, result: TurnResult) -> dict[str, str]:
+    headers = {POLICY_VERSION_HEADER: str(result.policy_version)}
+    if result.turn_id is not None:
+        headers[TURN_ID_HEADER] = str(result.turn_id)
+    if prep.ctx.session_key:
+        headers[SESSION_ID_HEADER] = prep.ctx.session_key
+    return headers
+
+
+def _finite(value):
+    """JSON-safe status: NaN/inf metrics (e.g. a hint rate before any hint) become null, numpy scalars floats."""
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 1) == 0:
+        value = value.item()  # numpy / torch scalars
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+# --------------------------------------------------------------------------------------------------
+# Streaming
+# --------------------------------------------------------------------------------------------------
+
+
+async def stream_sse(service: ChatService, prep: PreparedChat) -> AsyncIterator[bytes]:
+    """Real token streaming: each delta leaves as a chunk as soon as its tokens are sampled.
+
+    The turn is stored before the final chunk (the one with ``finish_reason``) is sent. A client that
+    disconnects mid-stream gets no turn stored: it never saw the reply its next message would judge.
+    """
+    version = getattr(service.engine, "policy_version", 0)
+    try:
+        async with service.stream(prep) as turn:
+            yield _sse(_chunk(prep, version, {"role": "assistant", "content": ""}))
+            async for delta in turn:
+                yield _sse(_chunk(prep, version, delta))
+        for chunk in _final_chunks(prep, turn.result):
+            yield _sse(chunk)
+    except ApiError as err:
+        yield _sse(err.body())
+    except Exception as exc:  # the status line is sent already: report the error in-band
+        logger.exception("streaming generation failed")
+        yield _sse(ApiError(500, f"generation failed: {exc}", "server_error").body())
+    yield b"data: [DONE]\n\n"
+
+
+def _final_chunks(prep: PreparedChat, result: TurnResult) -> list[dict]:
+    """After the turn is stored: the log-probs (when asked), the ``finish_reason`` chunk, the usage (when asked)."""
+    version = result.policy_version
+    chunks = []
+    if result.logprobs is not None:  # the engine streams ids only: log-probs follow in one chunk
+        lp_chunk = _chunk(prep, version, {})
+        lp_chunk["choices"][0]["logprobs"] = result.logprobs
+        chunks.append(lp_chunk)
+    chunks.append(_chunk(prep, version, {}, result.finish_reason, openclaw=_openclaw_meta(prep, result)))
+    if prep.include_usage:
+        usage = _usage(prep, len(result.completion.token_ids))
+        chunks.append({**_chunk(prep, version, {}), "choices": [], "usage": usage})
+    return chunks
+
+
+# --------------------------------------------------------------------------------------------------
+# Routes
+# --------------------------------------------------------------------------------------------------
+
+router = APIRouter()
+_authorized = [Depends(require_api_key)]
+
+
+@router.get("/healthz")
+async def healthz(request: Request):
+    return {"ok": True, "policy_version": getattr(_service(request).engine, "policy_version", 0)}
+
+
+@router.get("/v1/models", dependencies=_authorized)
+async def models(request: Request):
+    data = [
+        {"id": n, "object": "model", "created": 0, "owned_by": "openclaw-trl"}
+        for n in _service(request).settings.model_names
+    ]
+    return {"object": "list", "data": data}
+
+
+@router.get("/v1/status", dependencies=_authorized)
+async def status(request: Request):
+    return JSONResponse(_finite(await asyncio.to_thread(_service(request).status)))
+
+
+@router.post("/v1/chat/completions", dependencies=_authorized)
+async def chat_completions(request: Request):
+    service = _service(request)
+    payload = await _json_body(request, service.settings.limits)
+    prep = await asyncio.to_thread(service.prepare, payload, request.headers)
+    if prep.stream:
+        return _streaming_response(service, prep)
+    loop = asyncio.get_running_loop()
+    try:
+        completion = await loop.run_in_executor(service.executor, service.generate, prep, None)
+        result = await asyncio.to_thread(service.finish, prep, completion)
+    except BaseException:
+        await asyncio.to_thread(service.abort, prep)
+        raise
+    return JSONResponse(completion_body(prep, result), headers=_turn_headers(prep, result))
+
+
+def _streaming_response(service: ChatService, prep: PreparedChat) -> StreamingResponse:
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    if prep.ctx.session_key:
+        headers[SESSION_ID_HEADER] = prep.ctx.session_key
+    return StreamingResponse(stream_sse(service, prep), media_type="text/event-stream", headers=headers)
+
+
+@router.post("/v1/feedback", dependencies=_authorized)
+async def feedback(request: Request):
+    service = _service(request)
+    payload = await _json_body(request, service.settings.limits)
+    turn_id, rating, text = _parse_feedback(payload)
+    result = await asyncio.to_thread(service.feedback, turn_id, rating, text)
+    out = {"ok": True, "turn_id": turn_id, "rating": rating}
+    if dataclasses.is_dataclass(result):  # the collector's FeedbackResult: feedback_id, attached, reason
+        out.update({k: v for k, v in dataclasses.asdict(result).items() if k != "turn_id"})
+    return out
+
+
+@router.api_route("/v1/{rest:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
+async def unknown_route(rest: str):
+    raise ApiError(404, f"Unknown API route /v1/{rest}", "unknown_url")
+
+
+def _parse_feedback(payload) -> tuple[Any, int | None, str | None]:
+    if not isinstance(payload, dict):
+        raise ApiError(400, "The request body must be a JSON object", "invalid_json")
+    turn_id = payload.get("turn_id")
+    if isinstance(turn_id, bool) or not isinstance(turn_id, int | str) or turn_id == "":
+        raise ApiError(
+            400, "'turn_id' (the x-openclaw-turn-id of a reply) is required", "invalid_value", "turn_id"
+        )
+    if isinstance(turn_id, str) and turn_id.isdigit():
+        turn_id = int(turn_id)
+    rating = payload.get("rating")
+    if rating is not None and (isinstance(rating, bool) or rating not in (-1, 1)):
+        raise ApiError(400, "'rating' must be 1 (👍) or -1 (👎)", "invalid_value", "rating")
+    text = payload.get("text")
+    if text is not None and not isinstance(text, str):
+        raise ApiError(400, "'text' must be a string", "invalid_value", "text")
+    text = text.strip() if text else None
+    if rating is None and not text:
+        raise ApiError(
+            400, "feedback needs a 'rating' (±1) or a correction 'text'", "invalid_value", "rating"
+        )
+    return turn_id, rating, text

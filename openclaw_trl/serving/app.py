@@ -1,0 +1,179 @@
+"""The app and its server: ``create_app`` (the API routes + the Gradio UI on one ``ChatService``),
+``ServerThread`` (uvicorn in a background thread), ``serve`` (blocking) and ``open_share_link``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+
+from openclaw_trl.serving.api import router, same_secret
+from openclaw_trl.serving.chat_service import ChatService
+from openclaw_trl.serving.openai_schema import ApiError, error_response
+from openclaw_trl.serving.settings import ServerSettings
+
+logger = logging.getLogger(__name__)
+
+MAX_HEADER_BYTES = 1024 * 1024
+"""The request head (request line + headers) uvicorn reads: a larger one gets uvicorn's plain-text 400, a
+smaller one reaches the app, whose limits (e.g. ``max_session_id_chars``) answer in OpenAI's JSON format."""
+
+
+def create_app(
+    engine,
+    collector,
+    store,
+    settings: ServerSettings | None = None,
+    status: Callable[[], dict] | None = None,
+):
+    """The FastAPI app: OpenAI routes + the Gradio UI at ``/`` (when ``settings.ui``).
+
+    ``collector`` attaches next states and writes turns to ``store`` (``openclaw_trl.sessions``);
+    ``status()`` is the trainer's live view for ``/v1/status`` and the learning panel.
+    ``app.state.service`` is the ``ChatService`` both use, ``app.state.api_key`` the bearer key (or ``None``).
+    """
+    from contextlib import asynccontextmanager
+
+    from fastapi import FastAPI
+
+    settings = settings or ServerSettings()
+    api_key = _resolve_api_key(settings)
+    service = ChatService(engine, collector, store, settings, status)
+
+    @asynccontextmanager
+    async def lifespan(_app):
+        yield
+        service.close()
+
+    app = FastAPI(title="openclaw-trl", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.service, app.state.settings, app.state.api_key = service, settings, api_key
+    _add_error_handlers(app)
+    app.include_router(router)
+    if settings.ui:
+        app = _mount_ui(app, service, settings, api_key)
+    return app
+
+
+def _resolve_api_key(settings: ServerSettings) -> str | None:
+    """The bearer key ``settings.api_key_env`` names; an empty or unset variable refuses to start (fail closed)."""
+    if not settings.api_key_env:
+        return None
+    key = os.environ.get(settings.api_key_env, "").strip()
+    if not key:
+        raise ValueError(
+            f"api_key_env={settings.api_key_env!r} names an environment variable that is empty or unset; "
+            f"export {settings.api_key_env}=<key>, or drop api_key_env to serve without auth"
+        )
+    return key
+
+
+def _add_error_handlers(app) -> None:
+    """Every error leaves in OpenAI's format: ``ApiError``s, Starlette's HTTP errors, and crashes (a 500)."""
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_request, exc: ApiError):
+        return error_response(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request, exc: StarletteHTTPException):
+        return error_response(ApiError(exc.status_code, str(exc.detail), "http_error"))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request, exc: Exception):
+        logger.exception("unhandled error")
+        return error_response(ApiError(500, f"internal error: {type(exc).__name__}", "server_error"))
+
+
+def _mount_ui(app, service: ChatService, settings: ServerSettings, api_key: str | None):
+    """The Gradio UI at ``/``. With an API key the UI asks for it too (any user name): it trains the model
+    as much as the API does."""
+    import gradio as gr
+
+    from openclaw_trl.serving.ui import build_ui
+
+    blocks = build_ui(service)
+    auth = (lambda _user, password: same_secret(password, api_key)) if api_key else None
+    app = gr.mount_gradio_app(
+        app,
+        blocks,
+        path="/",
+        server_name=settings.host,
+        server_port=settings.port,
+        auth=auth,
+        auth_message="This server's API key is the password." if api_key else None,
+    )
+    app.state.blocks = blocks
+    return app
+
+
+class ServerThread:
+    """uvicorn in a background thread (tests, benchmarks, app.py): ``start()``, ``url``, ``stop()``."""
+
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"):
+        import uvicorn
+
+        self.config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            lifespan="on",
+            ws="none",
+            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        )
+        self.server = uvicorn.Server(self.config)
+        self.thread = threading.Thread(target=self.server.run, name="openclaw-uvicorn", daemon=True)
+        self.host = host
+
+    def start(self, timeout: float = 30.0) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start (port in use?)")
+            time.sleep(0.02)
+        return self
+
+    @property
+    def port(self) -> int:
+        return self.server.servers[0].sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout)
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def serve(app, host: str = "127.0.0.1", port: int = 7860, log_level: str = "info") -> None:
+    """Blocking: run ``app`` with uvicorn until interrupted (Ctrl-C)."""
+    import uvicorn
+
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        ws="none",
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+    )
+
+
+def open_share_link(host: str, port: int) -> str:
+    """A public ``*.gradio.live`` tunnel to ``host:port`` (needs internet access); returns its URL."""
+    import secrets
+
+    from gradio import networking
+
+    return networking.setup_tunnel(host, port, secrets.token_urlsafe(32), None, None)

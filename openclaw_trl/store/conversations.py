@@ -1,0 +1,251 @@
+"""Conversations in the store: sessions, served turns, their next states, and explicit feedback.
+
+Turn life cycle (``turns.status``)::
+
+    awaiting --next state--> ready --scorer--> judged
+        \\                     \\          (untrainable turns go to ``closed`` instead of ``ready``)
+         \\                     `--judging raised ``max_attempts`` times--> failed  (error in judge_error)
+          `--session ended / history diverged / side turn--> closed   (never trained; reason kept)
+
+A turn is committed before the server answers (:meth:`Conversations.add_turn`); attaching a next state
+checks and moves the turn's status in one transaction, so a turn is judged at most once into a sample.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+
+from openclaw_trl.records import Session, Turn, dumps
+from openclaw_trl.store.db import Database
+from openclaw_trl.store.queue import has_scorer_sample
+
+# Closed turns a late next state may re-open: the conversation went on after all.
+_REOPENABLE = ("session_ended", "history_diverged")
+
+
+class Conversations:
+    """Sessions, turns, next states and feedback (a part of :class:`~openclaw_trl.store.Store`)."""
+
+    _db: Database
+
+    # ------------------------------------------------------------------ sessions
+    def open_session(self, key: str | None, now: float | None = None, private: bool = False) -> int:
+        """Create a new session (the next generation of ``key``); returns its row id."""
+        now = time.time() if now is None else now
+        with self._db.tx() as tx:
+            generation = 0
+            if key is not None:
+                row = tx.execute("SELECT MAX(generation) FROM sessions WHERE key = ?", (key,)).fetchone()
+                generation = 0 if row[0] is None else row[0] + 1
+            cur = tx.execute(
+                "INSERT INTO sessions (key, generation, created, last_active, private, anonymous)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (key, generation, now, now, int(private), int(key is None)),
+            )
+            return int(cur.lastrowid)
+
+    def find_open_session(self, key: str) -> Session | None:
+        """The open (not ended) session of ``key``, or None."""
+        sql = "SELECT * FROM sessions WHERE key = ? AND ended IS NULL ORDER BY generation DESC LIMIT 1"
+        row = self._db.conn().execute(sql, (key,)).fetchone()
+        return Session.from_row(row) if row else None
+
+    def get_session(self, session_id: int) -> Session | None:
+        row = self._db.conn().execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        return Session.from_row(row) if row else None
+
+    def touch_session(self, session_id: int, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        with self._db.tx() as tx:
+            _touch(tx, session_id, now)
+
+    def set_private(self, session_id: int, private: bool = True) -> None:
+        """Flag a session "don't learn from this": its turns are neither judged nor handed to the trainer."""
+        with self._db.tx() as tx:
+            cur = tx.execute("UPDATE sessions SET private = ? WHERE id = ?", (int(private), session_id))
+            if cur.rowcount == 0:
+                raise KeyError(f"unknown session {session_id}")
+
+    def end_session(self, session_id: int, reason: str, now: float | None = None) -> None:
+        """End a session: its turns still waiting for a next state are closed (never trained)."""
+        now = time.time() if now is None else now
+        with self._db.tx() as tx:
+            tx.execute(
+                "UPDATE sessions SET ended = ?, end_reason = ? WHERE id = ? AND ended IS NULL",
+                (now, reason, session_id),
+            )
+            tx.execute(
+                "UPDATE turns SET status = 'closed', close_reason = 'session_ended'"
+                " WHERE session_id = ? AND status = 'awaiting'",
+                (session_id,),
+            )
+
+    def idle_sessions(self, older_than: float) -> list[int]:
+        """Ids of open sessions whose last activity is before ``older_than`` (a timestamp)."""
+        sql = "SELECT id FROM sessions WHERE ended IS NULL AND last_active < ?"
+        return [r[0] for r in self._db.conn().execute(sql, (older_than,)).fetchall()]
+
+    # ------------------------------------------------------------------ turns
+    def add_turn(
+        self,
+        session_id: int,
+        turn_type: str,
+        prompt_messages: list[dict],
+        tools: list[dict] | None,
+        prompt_ids: Sequence[int],
+        completion_ids: Sequence[int],
+        sampling_logprobs: Sequence[float],
+        completion_text: str,
+        temperature: float,
+        policy_version: int,
+        finish_reason: str | None,
+        trainable: bool,
+        history_hash: str | None = None,
+        response_message: dict | None = None,
+        now: float | None = None,
+    ) -> int:
+        """Commit one served turn (before the reply goes out); returns the turn id.
+
+        A main turn starts ``awaiting`` its next state; a side turn is ``closed`` at once (never trained).
+        """
+        if turn_type not in ("main", "side"):
+            raise ValueError(f"turn_type must be 'main' or 'side', got {turn_type!r}")
+        if len(sampling_logprobs) != len(completion_ids):
+            raise ValueError(
+                f"{len(sampling_logprobs)} sampling log-probs for {len(completion_ids)} completion tokens"
+            )
+        now = time.time() if now is None else now
+        status, reason = ("awaiting", None) if turn_type == "main" else ("closed", "side")
+        with self._db.tx() as tx:
+            row = tx.execute(
+                "SELECT COALESCE(MAX(idx), -1) + 1 FROM turns WHERE session_id = ?", (session_id,)
+            )
+            idx = row.fetchone()[0]
+            cur = tx.execute(
+                "INSERT INTO turns (session_id, idx, turn_type, created, prompt_messages, tools, history_hash,"
+                " prompt_ids, completion_ids, sampling_logprobs, completion_text, response_message, temperature,"
+                " policy_version, finish_reason, trainable, status, close_reason)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    session_id,
+                    idx,
+                    turn_type,
+                    now,
+                    dumps(list(prompt_messages)),
+                    dumps(tools),
+                    history_hash,
+                    dumps([int(t) for t in prompt_ids]),
+                    dumps([int(t) for t in completion_ids]),
+                    dumps([float(x) for x in sampling_logprobs]),
+                    completion_text,
+                    dumps(response_message),
+                    float(temperature),
+                    int(policy_version),
+                    finish_reason,
+                    int(bool(trainable) and turn_type == "main"),
+                    status,
+                    reason,
+                ),
+            )
+            _touch(tx, session_id, now)
+            return int(cur.lastrowid)
+
+    def get_turn(self, turn_id: int) -> Turn | None:
+        row = self._db.conn().execute("SELECT * FROM turns WHERE id = ?", (turn_id,)).fetchone()
+        return Turn.from_row(row) if row else None
+
+    def last_main_turn(self, session_id: int) -> Turn | None:
+        """The most recent main turn of a session (whatever its status), or None."""
+        sql = "SELECT * FROM turns WHERE session_id = ? AND turn_type = 'main' ORDER BY idx DESC LIMIT 1"
+        row = self._db.conn().execute(sql, (session_id,)).fetchone()
+        return Turn.from_row(row) if row else None
+
+    def find_turn_by_history(self, hashes: Iterable[str], anonymous_only: bool = True) -> Turn | None:
+        """The newest awaiting main turn of an open session whose history hash is one of ``hashes``."""
+        hashes = list(hashes)
+        if not hashes:
+            return None
+        marks = ",".join("?" * len(hashes))
+        sql = (
+            "SELECT t.* FROM turns t JOIN sessions s ON s.id = t.session_id"
+            f" WHERE t.history_hash IN ({marks}) AND t.turn_type = 'main' AND t.status = 'awaiting'"
+            " AND s.ended IS NULL"
+            + (" AND s.key IS NULL" if anonymous_only else "")
+            + " ORDER BY t.id DESC LIMIT 1"
+        )
+        row = self._db.conn().execute(sql, hashes).fetchone()
+        return Turn.from_row(row) if row else None
+
+    def attach_next_state(
+        self, turn_id: int, next_state: dict, source: str, now: float | None = None, replace: bool = False
+    ) -> bool:
+        """Attach the next state of a main turn; returns True when it was attached.
+
+        A turn awaiting its next state (or closed because its session ended or its history diverged) gets
+        it; a trainable turn then becomes ``ready`` for the scorer, an untrainable one ``closed`` (the next
+        state is kept for export). ``replace=True`` (explicit feedback) also replaces a next state that was
+        not judged yet, or re-opens a judged turn that produced no sample; a turn that already has a
+        sample is never judged twice. Attaching starts a new judge round (verdict and attempts reset).
+        """
+        now = time.time() if now is None else now
+        with self._db.tx() as tx:
+            row = tx.execute(
+                "SELECT turn_type, trainable, status, close_reason FROM turns WHERE id = ?", (turn_id,)
+            ).fetchone()
+            if row is None:
+                raise KeyError(f"unknown turn {turn_id}")
+            if not _accepts_next_state(tx, turn_id, row, replace):
+                return False
+            tx.execute(
+                "UPDATE turns SET next_state = ?, next_state_source = ?, next_state_at = ?, status = ?,"
+                " close_reason = ?, judge_round = judge_round + 1, judged_at = NULL, reward = NULL,"
+                " hint = NULL, judge_error = NULL, judge_attempts = 0 WHERE id = ?",
+                (
+                    dumps(next_state),
+                    source,
+                    now,
+                    "ready" if row["trainable"] else "closed",
+                    None if row["trainable"] else "untrainable",
+                    turn_id,
+                ),
+            )
+            return True
+
+    def close_turn(self, turn_id: int, reason: str) -> None:
+        """Close an awaiting turn without a next state (e.g. the conversation history diverged)."""
+        with self._db.tx() as tx:
+            tx.execute(
+                "UPDATE turns SET status = 'closed', close_reason = ? WHERE id = ? AND status = 'awaiting'",
+                (reason, turn_id),
+            )
+
+    # ------------------------------------------------------------------ feedback
+    def add_feedback(self, turn_id: int, rating: int | None, text: str | None, attached: bool) -> int:
+        with self._db.tx() as tx:
+            cur = tx.execute(
+                "INSERT INTO feedback (turn_id, rating, text, created, attached) VALUES (?, ?, ?, ?, ?)",
+                (turn_id, rating, text, time.time(), int(attached)),
+            )
+            return int(cur.lastrowid)
+
+    def set_feedback_attached(self, feedback_id: int, attached: bool) -> None:
+        with self._db.tx() as tx:
+            tx.execute("UPDATE feedback SET attached = ? WHERE id = ?", (int(attached), feedback_id))
+
+
+def _touch(tx: sqlite3.Connection, session_id: int, now: float) -> None:
+    tx.execute("UPDATE sessions SET last_active = MAX(last_active, ?) WHERE id = ?", (now, session_id))
+
+
+def _accepts_next_state(tx: sqlite3.Connection, turn_id: int, row: sqlite3.Row, replace: bool) -> bool:
+    """Whether a main turn in ``row``'s state takes a (new) next state (:meth:`attach_next_state` rules)."""
+    if row["turn_type"] != "main":
+        return False
+    status, reason = row["status"], row["close_reason"]
+    if status == "awaiting" or (status == "closed" and reason in _REOPENABLE):
+        return True
+    if not replace or has_scorer_sample(tx, turn_id):
+        return False
+    return status in ("ready", "judged", "failed") or reason == "untrainable"

@@ -1,0 +1,216 @@
+"""The database under the store: one SQLite file, a connection per thread, write transactions, the schema.
+
+One SQLite file in WAL mode with ``synchronous=FULL``: every write is a committed transaction when the
+method that makes it returns, so a turn recorded before the server answers survives a crash (power loss
+aside, a ``SIGKILL`` loses nothing that was committed). Each thread gets its own connection (server
+threads, the scorer and the trainer share one store); writers take ``BEGIN IMMEDIATE`` so concurrent
+writers queue on SQLite's lock instead of failing on a read-to-write upgrade.
+
+The schema carries ``SCHEMA_VERSION`` in ``PRAGMA user_version``; a file written by a newer version is
+refused. Columns added after a store file may have been created (``_ADDED_COLUMNS``) are nullable or
+defaulted, so an existing store gains them in place when it is opened.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id INTEGER PRIMARY KEY,
+    key TEXT,                          -- the client's session id (NULL for anonymous sessions)
+    generation INTEGER NOT NULL,       -- 0, 1, ... per key: a reused id after the end starts a new one
+    created REAL NOT NULL,
+    last_active REAL NOT NULL,
+    ended REAL,
+    end_reason TEXT,                   -- done / idle / ...
+    private INTEGER NOT NULL DEFAULT 0,   -- "don't learn from this conversation"
+    anonymous INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS sessions_open ON sessions(key, ended);
+CREATE UNIQUE INDEX IF NOT EXISTS sessions_key_gen ON sessions(key, generation) WHERE key IS NOT NULL;
+
+CREATE TABLE IF NOT EXISTS turns (
+    id INTEGER PRIMARY KEY,
+    session_id INTEGER NOT NULL REFERENCES sessions(id),
+    idx INTEGER NOT NULL,              -- position within the session (main and side turns)
+    turn_type TEXT NOT NULL,           -- main / side
+    created REAL NOT NULL,
+    prompt_messages TEXT NOT NULL,     -- JSON list of the request's messages
+    tools TEXT,                        -- JSON list or NULL
+    history_hash TEXT,                 -- hash of the normalised prompt messages (next-state matching)
+    prompt_ids TEXT NOT NULL,          -- JSON list of ints, exactly what the engine saw
+    completion_ids TEXT NOT NULL,      -- JSON list of ints, exactly as sampled
+    sampling_logprobs TEXT NOT NULL,   -- JSON list of floats, at the logprob temperature
+    completion_text TEXT NOT NULL,     -- the decoded completion (special tokens kept)
+    response_message TEXT,             -- JSON: the assistant message as the client received it
+    temperature REAL NOT NULL,
+    policy_version INTEGER NOT NULL,
+    finish_reason TEXT,
+    trainable INTEGER NOT NULL,        -- main turn of a trainable session with a non-empty completion
+    status TEXT NOT NULL,
+    close_reason TEXT,
+    next_state TEXT,                   -- JSON {"role", "content", ...}
+    next_state_source TEXT,            -- request / feedback
+    next_state_at REAL,
+    judge_round INTEGER NOT NULL DEFAULT 0,  -- +1 each time the next state is (re)attached
+    judged_at REAL,
+    reward REAL,
+    hint TEXT,
+    judge_error TEXT,
+    judge_attempts INTEGER NOT NULL DEFAULT 0,  -- failed judging attempts of this judge_round
+    UNIQUE(session_id, idx)
+);
+CREATE INDEX IF NOT EXISTS turns_status ON turns(status);
+CREATE INDEX IF NOT EXISTS turns_history ON turns(history_hash);
+
+CREATE TABLE IF NOT EXISTS votes (
+    id INTEGER PRIMARY KEY,
+    turn_id INTEGER NOT NULL REFERENCES turns(id),
+    judge_round INTEGER NOT NULL,
+    kind TEXT NOT NULL,                -- prm / hint
+    vote_index INTEGER NOT NULL,
+    backend TEXT NOT NULL,
+    raw_text TEXT,
+    value INTEGER,                     -- parsed verdict (NULL = invalid / failed vote)
+    hint TEXT,
+    error TEXT,
+    created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS votes_turn ON votes(turn_id);
+
+CREATE TABLE IF NOT EXISTS feedback (
+    id INTEGER PRIMARY KEY,
+    turn_id INTEGER NOT NULL REFERENCES turns(id),
+    rating INTEGER,
+    text TEXT,
+    created REAL NOT NULL,
+    attached INTEGER NOT NULL          -- 1 when it became the turn's next state
+);
+
+CREATE TABLE IF NOT EXISTS samples (
+    id INTEGER PRIMARY KEY,
+    turn_id INTEGER NOT NULL,
+    origin TEXT NOT NULL,              -- scorer / direct
+    created REAL NOT NULL,
+    prompt_ids TEXT NOT NULL,
+    completion_ids TEXT NOT NULL,
+    sampling_logprobs TEXT NOT NULL,
+    temperature REAL NOT NULL,
+    policy_version INTEGER NOT NULL,
+    reward REAL NOT NULL,
+    has_hint INTEGER NOT NULL,
+    hint TEXT,
+    teacher_logprobs TEXT,
+    topk_shape TEXT,                   -- JSON [T, K] when top-K is stored
+    topk_ids BLOB,                     -- int32, row-major
+    topk_logprobs BLOB,                -- float32, row-major
+    meta TEXT NOT NULL,
+    finish_reason TEXT,                -- stop / length (the turn's)
+    teacher_prompt_ids TEXT,           -- JSON list of ints: the hint-augmented prompt the teacher scored
+    consumed_step INTEGER,
+    consumed_at REAL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS samples_one_per_turn ON samples(turn_id) WHERE origin = 'scorer';
+CREATE INDEX IF NOT EXISTS samples_queue ON samples(consumed_step, id);
+"""
+
+
+# Columns added after a store file may have been created: (table, column, declaration).
+_ADDED_COLUMNS = (
+    ("turns", "judge_attempts", "INTEGER NOT NULL DEFAULT 0"),
+    ("samples", "finish_reason", "TEXT"),
+    ("samples", "teacher_prompt_ids", "TEXT"),
+)
+
+
+class StoreError(RuntimeError):
+    """A store that cannot be used as asked (e.g. written by a newer openclaw-trl, or closed)."""
+
+
+class Database:
+    """The store's SQLite file: ``conn()`` is this thread's connection, ``tx()`` a write transaction.
+
+    Creates the file (and its parent directory) or opens an existing one, applying the schema and its
+    added columns; refuses a file written with a newer schema.
+    """
+
+    def __init__(self, path: str | Path, busy_timeout_s: float = 60.0):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._busy_timeout_s = busy_timeout_s
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        self._closed = False
+        self._init_schema()
+
+    def conn(self) -> sqlite3.Connection:
+        """This thread's connection (opened on first use; rows are ``sqlite3.Row``)."""
+        if self._closed:
+            raise StoreError(f"store {self.path} is closed")
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self.path, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False
+            )
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            self._local.conn = conn
+            with self._conns_lock:
+                self._conns.append(conn)
+        return conn
+
+    @contextmanager
+    def tx(self):
+        """A write transaction: committed on exit, rolled back on error (nothing half-written)."""
+        conn = self.conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _init_schema(self) -> None:
+        version = self.conn().execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} was written with store schema version {version}, but this openclaw-trl only "
+                f"knows versions up to {SCHEMA_VERSION}: upgrade openclaw-trl, or point the config at a "
+                "new store file."
+            )
+        with self.tx() as tx:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    tx.execute(statement)
+            _add_missing_columns(tx)
+            tx.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        """Close every connection this database opened (from any thread)."""
+        with self._conns_lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
+        self._closed = True
+
+
+def _add_missing_columns(tx: sqlite3.Connection) -> None:
+    for table, column, declaration in _ADDED_COLUMNS:
+        if column in {r["name"] for r in tx.execute(f"PRAGMA table_info({table})")}:
+            continue
+        tx.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+        if (table, column) == ("samples", "finish_reason"):  # scorer samples kept it in their meta
+            tx.execute("UPDATE samples SET finish_reason = json_extract(meta, '$.finish_reason')")

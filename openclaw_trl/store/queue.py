@@ -1,0 +1,239 @@
+"""The sample queue: judged training samples, handed to the trainer oldest first.
+
+Queue rules:
+
+* nothing is ever deleted: samples beyond a training batch stay queued for the next batch, and a consumed
+  sample is marked with the training step that used it (:meth:`SampleQueue.mark_consumed`);
+* "waiting" = not consumed, and not of a session flagged private after it was judged (such samples are
+  kept, never handed out);
+* "handed out" is tracked per :class:`~openclaw_trl.store.Store` object: the trainer process must take
+  samples through one object (a second object in the same process would hand the same samples out
+  again); :meth:`SampleQueue.release` puts handed-out samples back at the head of the queue;
+* reopening a store resumes: unconsumed samples are served first, oldest first, and
+  :meth:`SampleQueue.requeue_after` makes the samples of steps after an older checkpoint waiting again.
+
+Token ids and log-probs are stored as JSON (exact); top-K teacher rows as packed int32 / float32 arrays.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from openclaw_trl.records import TrainingSample, dumps, pack_topk
+from openclaw_trl.store.db import Database
+
+# Samples of sessions flagged private after they were judged are withheld (kept, never handed out).
+_WAITING_SQL = (
+    " FROM samples s LEFT JOIN turns t ON s.origin = 'scorer' AND t.id = s.turn_id"
+    " LEFT JOIN sessions ss ON ss.id = t.session_id"
+    " WHERE s.consumed_step IS NULL AND COALESCE(ss.private, 0) = 0"
+)
+
+
+class SampleSourceError(RuntimeError):
+    """The source of turns crashed: the samples waited for will never come (see ``fail_waiters``)."""
+
+
+@dataclass
+class ResumePosition:
+    """Where training stands according to the store (for checkpoint resume)."""
+
+    last_consumed_step: int | None  # the highest training step that consumed samples; None if none did
+    consumed: int  # samples consumed so far
+    waiting: int  # judged samples not yet consumed
+
+
+def has_scorer_sample(tx: sqlite3.Connection, turn_id: int) -> bool:
+    """Whether the scorer already turned this turn into a sample (a turn yields at most one)."""
+    sql = "SELECT 1 FROM samples WHERE turn_id = ? AND origin = 'scorer'"
+    return tx.execute(sql, (turn_id,)).fetchone() is not None
+
+
+def insert_sample(tx: sqlite3.Connection, s: TrainingSample, origin: str, now: float) -> int:
+    """Write one sample inside the caller's transaction; returns its id (checks the per-token lengths)."""
+    if len(s.sampling_logprobs) != len(s.completion_ids):
+        raise ValueError("sampling_logprobs must have one entry per completion token")
+    if s.teacher_logprobs is not None and len(s.teacher_logprobs) != len(s.completion_ids):
+        raise ValueError("teacher_logprobs must have one entry per completion token")
+    shape, ids_blob, lp_blob = pack_topk(s.topk_ids, s.topk_logprobs)
+    cur = tx.execute(
+        "INSERT INTO samples (turn_id, origin, created, prompt_ids, completion_ids, sampling_logprobs,"
+        " temperature, policy_version, reward, has_hint, hint, teacher_logprobs, topk_shape, topk_ids,"
+        " topk_logprobs, meta, finish_reason, teacher_prompt_ids)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            int(s.turn_id),
+            origin,
+            now,
+            dumps([int(t) for t in s.prompt_ids]),
+            dumps([int(t) for t in s.completion_ids]),
+            dumps([float(x) for x in s.sampling_logprobs]),
+            float(s.temperature),
+            int(s.policy_version),
+            float(s.reward),
+            int(bool(s.has_hint)),
+            s.hint,
+            dumps(None if s.teacher_logprobs is None else [float(x) for x in s.teacher_logprobs]),
+            shape,
+            ids_blob,
+            lp_blob,
+            dumps(s.meta or {}),
+            s.finish_reason,
+            dumps(None if s.teacher_prompt_ids is None else [int(t) for t in s.teacher_prompt_ids]),
+        ),
+    )
+    return int(cur.lastrowid)
+
+
+class SampleQueue:
+    """The trainer's side of the store (a part of :class:`~openclaw_trl.store.Store`; module docstring)."""
+
+    _db: Database
+
+    def _init_queue(self) -> None:
+        self._queue_lock = threading.Condition()
+        self._handed_out: set[int] = set()  # sample ids taken by this object and not yet consumed
+        self._source_error: SampleSourceError | None = None
+
+    def _notify(self) -> None:
+        """Wake :meth:`wait_for_samples` in this process (new or released samples)."""
+        with self._queue_lock:
+            self._queue_lock.notify_all()
+
+    def add_sample(self, sample: TrainingSample) -> int:
+        """Queue a sample directly (tests, replay); returns its id and sets ``sample.sample_id``."""
+        with self._db.tx() as tx:
+            sample_id = insert_sample(tx, sample, origin="direct", now=time.time())
+        sample.sample_id = sample_id
+        self._notify()
+        return sample_id
+
+    def _available_ids(self, limit: int | None = None) -> list[int]:
+        with self._queue_lock:
+            handed = set(self._handed_out)
+        sql = "SELECT s.id" + _WAITING_SQL + " ORDER BY s.id"
+        params: tuple = ()
+        if limit is not None:
+            sql += " LIMIT ?"
+            params = (limit + len(handed),)
+        ids = [r[0] for r in self._db.conn().execute(sql, params).fetchall() if r[0] not in handed]
+        return ids if limit is None else ids[:limit]
+
+    def count_waiting(self) -> int:
+        """Judged samples not consumed yet and not handed out by this object (what the next batch sees)."""
+        return len(self._available_ids())
+
+    def take_samples(self, n: int) -> list[TrainingSample]:
+        """Hand out up to ``n`` of the oldest waiting samples (non-blocking; may return fewer).
+
+        They stay in the store, unconsumed, until :meth:`mark_consumed`; :meth:`release` puts them back.
+        """
+        if n <= 0:
+            return []
+        with self._queue_lock:
+            ids = self._available_ids(n)
+            self._handed_out.update(ids)
+        return self.get_samples(ids)
+
+    def wait_for_samples(
+        self, n: int, timeout: float | None = None, poll: float = 0.2
+    ) -> list[TrainingSample]:
+        """Block until ``n`` samples are waiting, then hand out exactly ``n`` (the surplus stays queued).
+
+        Raises ``TimeoutError`` after ``timeout`` seconds, and :class:`SampleSourceError` as soon as
+        :meth:`fail_waiters` is called while too few are waiting (nothing is handed out then).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._queue_lock:
+                ids = self._available_ids(n)
+                if len(ids) < n and self._source_error is not None:
+                    raise self._source_error
+                if len(ids) >= n:
+                    self._handed_out.update(ids)
+                    break
+                wait = poll if deadline is None else min(poll, deadline - time.monotonic())
+                if wait <= 0:
+                    raise TimeoutError(f"only {len(ids)} of {n} samples waiting after {timeout} s")
+                self._queue_lock.wait(wait)  # woken early by samples written in this process
+        return self.get_samples(ids)
+
+    def fail_waiters(self, error: str) -> None:
+        """The source of turns crashed: wake :meth:`wait_for_samples` (now and later), which raises
+        :class:`SampleSourceError` with ``error`` instead of waiting for samples that will never come."""
+        with self._queue_lock:
+            self._source_error = SampleSourceError(error)
+            self._queue_lock.notify_all()
+
+    def get_samples(self, sample_ids: Sequence[int]) -> list[TrainingSample]:
+        """Samples by id, in the order given."""
+        if not sample_ids:
+            return []
+        marks = ",".join("?" * len(sample_ids))
+        sql = f"SELECT * FROM samples WHERE id IN ({marks})"
+        rows = self._db.conn().execute(sql, list(sample_ids)).fetchall()
+        by_id = {r["id"]: TrainingSample.from_row(r) for r in rows}
+        return [by_id[i] for i in sample_ids if i in by_id]
+
+    def mark_consumed(self, sample_ids: Sequence[int], step: int) -> None:
+        """Record that training step ``step`` used these samples (idempotent for the same step).
+
+        A sample already consumed by another step raises ``ValueError`` and nothing is changed.
+        """
+        ids = [int(i) for i in sample_ids]
+        if not ids:
+            return
+        marks = ",".join("?" * len(ids))
+        with self._db.tx() as tx:
+            rows = tx.execute(f"SELECT id, consumed_step FROM samples WHERE id IN ({marks})", ids).fetchall()
+            found = {r["id"]: r["consumed_step"] for r in rows}
+            missing = [i for i in ids if i not in found]
+            if missing:
+                raise ValueError(f"unknown sample ids {missing}")
+            clash = {i: s for i, s in found.items() if s is not None and s != step}
+            if clash:
+                raise ValueError(f"samples already consumed by other steps: {clash}")
+            tx.execute(
+                f"UPDATE samples SET consumed_step = ?, consumed_at = ? WHERE id IN ({marks})",
+                [int(step), time.time(), *ids],
+            )
+        with self._queue_lock:
+            self._handed_out.difference_update(ids)
+
+    def release(self, sample_ids: Sequence[int]) -> None:
+        """Put handed-out, unconsumed samples back at the head of the queue (e.g. after a failed step)."""
+        with self._queue_lock:
+            self._handed_out.difference_update(int(i) for i in sample_ids)
+            self._queue_lock.notify_all()
+
+    def requeue_after(self, step: int) -> int:
+        """Make samples consumed by steps after ``step`` waiting again (resume from an older checkpoint).
+
+        Returns how many were re-queued.
+        """
+        with self._db.tx() as tx:
+            cur = tx.execute(
+                "UPDATE samples SET consumed_step = NULL, consumed_at = NULL WHERE consumed_step > ?", (step,)
+            )
+            n = cur.rowcount
+        self._notify()
+        return n
+
+    def resume_position(self) -> ResumePosition:
+        conn = self._db.conn()
+        last, consumed = conn.execute(
+            "SELECT MAX(consumed_step), COUNT(consumed_step) FROM samples WHERE consumed_step IS NOT NULL"
+        ).fetchone()
+        waiting = conn.execute("SELECT COUNT(*)" + _WAITING_SQL).fetchone()[0]
+        return ResumePosition(last_consumed_step=last, consumed=consumed, waiting=waiting)
+
+    def training_totals(self) -> dict[str, int]:
+        """``{"samples", "turns"}``: samples consumed by training and the distinct turns they came from, over
+        every run on this store (samples re-queued by a resume count once, when consumed again)."""
+        sql = "SELECT COUNT(*), COUNT(DISTINCT turn_id) FROM samples WHERE consumed_step IS NOT NULL"
+        samples, turns = self._db.conn().execute(sql).fetchone()
+        return {"samples": samples, "turns": turns}

@@ -1,0 +1,109 @@
+"""What happens around an optimizer step: the adapter goes to the serving engine, used samples are marked.
+
+* ``PublishAndConsume``: after every optimizer step the adapter is published (policy version = global
+  step) and, once the last step of a batch is done, the batch's samples are marked consumed with that step,
+  so a restart neither trains on them again nor loses them (a checkpoint older than the step requeues them).
+* ``AdapterSnapshot``: the copy of the adapter tensors that is published.
+* ``run_info``: ``openclaw_run.json``, what ``openclaw-trl push`` writes into the model card.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from transformers import TrainerCallback
+
+from openclaw_trl.hub.card import library_versions
+
+
+class AdapterSnapshot:
+    """Copies of the policy's PEFT adapter tensors (``get_peft_model_state_dict`` keys): what is published.
+
+    ``get_peft_model_state_dict`` walks the model's whole state dict on every call, which costs more than
+    copying the adapter itself (3 ms vs 0.1 ms on the tiny model, 24 ms vs 19 ms on the 0.6B one, CPU).
+    Its keys and the parameters behind them do not change while a model trains (the optimizer updates them
+    in place), so the first call maps each key to its parameter and later calls only copy. When a value is
+    not a parameter's own tensor (or the model object changes) it falls back to the full walk.
+    """
+
+    def __init__(self):
+        self._model = None
+        self._params: dict[str, torch.nn.Parameter] | None = None
+
+    def __call__(self, model) -> dict[str, torch.Tensor]:
+        if self._params is None or self._model is not model:
+            from peft import get_peft_model_state_dict
+
+            state = get_peft_model_state_dict(model)
+            by_storage = {(p.data_ptr(), p.shape): p for p in model.parameters()}
+            params = {key: by_storage.get((t.data_ptr(), t.shape)) for key, t in state.items()}
+            found = all(p is not None for p in params.values())
+            self._model, self._params = (model, params) if found else (None, None)
+            return {key: t.detach().clone() for key, t in state.items()}
+        return {key: p.detach().clone() for key, p in self._params.items()}
+
+
+class PublishAndConsume(TrainerCallback):
+    """After each optimizer step: publish the adapter; after a batch's last step: mark its samples consumed."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.trainer.publish()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        trainer = self.trainer
+        trainer.publish()
+        trainer._log("policy_version", state.global_step)  # the version now served
+        now = time.perf_counter()
+        trainer._log("time/update_s", now - trainer._update_started)
+        trainer._update_started = now
+        trainer._updates_left_in_batch -= 1
+        if trainer._updates_left_in_batch <= 0 and trainer._batch_sample_ids:
+            if trainer.accelerator.is_main_process:
+                trainer.store.mark_consumed(trainer._batch_sample_ids, state.global_step)
+            trainer.samples_used += len(trainer._batch_sample_ids)
+            trainer.turns_used.update(trainer._batch_turn_ids)
+            trainer._batch_sample_ids = []
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.trainer.accelerator.is_main_process:
+            self.trainer.write_run_info()
+
+
+def run_info(trainer) -> dict:
+    """What was trained, how and on how much feedback.
+
+    Updates, turns and samples are totals over every process that trained this run (restarts included):
+    the step is resumed from the checkpoint and the turns and samples consumed are counted in the store.
+    """
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    totals = trainer.store.training_totals() if trainer.store is not None else {}
+    return {
+        "base_model": _base_model_name(model),
+        "method": trainer.args.method,
+        "recipe_yaml": trainer.recipe_yaml,
+        "num_updates": trainer.state.global_step,  # resumed runs count on from their checkpoint
+        "turns_used": totals.get("turns", len(trainer.turns_used)),  # the store's: every run on it
+        "samples_used": totals.get("samples", trainer.samples_used),
+        "final_metrics": last_step_metrics(trainer.state.log_history),
+        "load_in_4bit": bool(getattr(model, "is_loaded_in_4bit", False)),
+        "library_versions": library_versions(),
+    }
+
+
+def _base_model_name(model) -> str | None:
+    """The base the adapter was made for (its PEFT config), else the model's own name."""
+    peft_config = getattr(model, "peft_config", {}).get("default", None)
+    base = getattr(peft_config, "base_model_name_or_path", None)
+    return base or getattr(model.config, "_name_or_path", None)
+
+
+def last_step_metrics(log_history: list[dict]) -> dict:
+    """The metrics of the last logged update (not the Trainer's end-of-run summary)."""
+    for entry in reversed(log_history):
+        if "reward" in entry:
+            return dict(entry)
+    return {}

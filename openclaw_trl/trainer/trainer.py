@@ -1,0 +1,399 @@
+"""``OpenClawTrainer``: TRL's ``GRPOTrainer`` fed with judged live turns instead of generated rollouts.
+
+What it overrides, and nothing else:
+
+* where a batch comes from: ``_generate_and_score_completions`` takes the next ``batch_size`` judged
+  samples from the store (blocking until they exist; surplus samples stay queued) and builds the
+  prompt/completion tensors from the stored token ids;
+* how advantages are built: ``losses.combined_advantages`` gives the per-token
+  ``A = w_rl * r + w_opd * opd_mask * (lp_T - lp_old)``; TRL's ``_compute_loss`` then applies the PPO
+  clip (``epsilon`` / ``epsilon_high``) and aggregates as ``loss_type`` says, adds its KL term when
+  ``beta > 0`` (the reference log-probs come from the policy with its adapter disabled, as TRL does with
+  PEFT) and sees a zero mask on truncated completions when ``mask_truncated_completions`` is on (from the
+  stored ``finish_reason``);
+* what the loss adds: with ``w_kd > 0`` the top-K distillation term (``trainer.distill``), computed on the
+  hidden states of the PPO loss forward;
+* what happens after an optimizer step: the adapter is published to the serving engine (policy
+  version + 1) and, once a batch's last step is done, its samples are marked consumed with the step
+  (``trainer.callbacks``).
+
+``lp_old`` in the OPD term is the sampling log-prob returned by the engine: the teacher was scored by
+the same engine, so engine numerics cancel in ``lp_T - lp_old``. When a batch is stale (sampled by an
+older adapter), sampled at another temperature, or reused for several passes (``num_iterations``),
+the old log-probs of the PPO ratio are recomputed with the weights at the start of the update and a
+truncated importance weight ``min(pi_old / pi_sampling, C)`` is folded into the advantage; since the
+weight is positive, ``-min(r*A*w, clip(r)*A*w) = w * -min(r*A, clip(r)*A)``: the same correction TRL
+applies for vLLM. On-policy single-pass batches skip the recomputation (ratio = 1); stale single-pass
+batches skip it too: with one optimizer step per batch the log-probs of the loss forward itself are the old
+log-probs, so the IS weight is computed there, per micro-batch, before TRL reads the advantages.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import torch
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import use_adapter
+
+from openclaw_trl.fsutil import RUN_INFO_FILE
+from openclaw_trl.losses import combined_advantages, masked_mean
+from openclaw_trl.records import TrainingSample
+from openclaw_trl.trainer.batches import (
+    collate_samples,
+    is_off_policy,
+    process_share,
+    prompt_and_completion,
+    truncated_is_weight,
+)
+from openclaw_trl.trainer.callbacks import AdapterSnapshot, PublishAndConsume, run_info
+from openclaw_trl.trainer.distill import (
+    captured_hidden_states,
+    check_kd_teacher,
+    policy_body_and_head,
+    teacher_weights,
+    topk_distillation,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class OpenClawTrainer(GRPOTrainer):
+    _tag_names = ["trl", "openclaw-trl", "online-rl", "on-policy-distillation"]
+    _name = "OpenClaw"
+
+    def __init__(
+        self,
+        model,
+        args: GRPOConfig,  # an OpenClawConfig: the GRPOConfig fields plus the openclaw-trl ones
+        store,
+        engine=None,
+        processing_class=None,
+        peft_config=None,
+        callbacks=None,
+        sample_timeout: float | None = None,
+        recipe_yaml: str | None = None,
+    ):
+        # The data come from the store; the dataset only drives TRL's loop (one row per sample slot).
+        placeholder = Dataset.from_dict({"prompt": [""] * args.generation_batch_size})
+        super().__init__(
+            model=model,
+            reward_funcs=judged_reward,
+            args=args,
+            train_dataset=placeholder,
+            processing_class=processing_class,
+            peft_config=peft_config,
+            callbacks=callbacks,
+        )
+        self.store = store
+        self.engine = engine
+        self.sample_timeout = sample_timeout
+        self.recipe_yaml = recipe_yaml
+        self._batch_sample_ids: list[int] = []
+        self._batch_turn_ids: list[int] = []
+        self._batch_off_policy = False
+        self._updates_left_in_batch = 0
+        self._last_logps: torch.Tensor | None = None
+        self._adapter_snapshot = AdapterSnapshot()
+        self._loss_inputs: dict | None = None  # the micro-batch inside compute_loss (for the IS weight)
+        self._update_started = time.perf_counter()
+        self.samples_used = 0
+        self.turns_used: set[int] = set()
+        self.add_callback(PublishAndConsume(self))
+        check_kd_teacher(self.args, self.accelerator.unwrap_model(self.model))
+
+    # ------------------------------------------------------------------ batches
+    def _take_batch(self) -> list[TrainingSample]:
+        """This process's share of the next ``generation_batch_size`` samples (``process_share``).
+
+        ``_batch_sample_ids`` / ``_batch_turn_ids`` keep the whole batch: it is consumed once it is trained.
+        """
+        started = time.perf_counter()
+        samples = self._shared_batch()
+        # TRL's step_time includes this wait for people to chat; time/update_s does not.
+        self._update_started = time.perf_counter()
+        self._log("samples/wait_s", self._update_started - started)
+        self._batch_sample_ids = [s.sample_id for s in samples]
+        self._batch_turn_ids = [s.turn_id for s in samples]
+        # Decided on the whole batch, so every process takes the same branch (the same forwards).
+        self._batch_off_policy = is_off_policy(samples, self.state.global_step, self.temperature)
+        return process_share(samples, self.accelerator.process_index, self.accelerator.num_processes)
+
+    def _shared_batch(self) -> list[TrainingSample]:
+        """The next ``generation_batch_size`` samples: the main process takes them from the store (or
+        raises ``TimeoutError`` after ``sample_timeout``) and shares them with the other processes."""
+        from accelerate.utils import broadcast_object_list
+
+        holder = [None]
+        if self.accelerator.is_main_process:
+            wanted = self.args.generation_batch_size
+            samples = self.store.wait_for_samples(wanted, timeout=self.sample_timeout)
+            if len(samples) < wanted:
+                raise TimeoutError(
+                    f"only {len(samples)} of {wanted} judged samples arrived within "
+                    f"{self.sample_timeout}s; they stay queued for the next run"
+                )
+            holder = [samples]
+        if self.accelerator.num_processes > 1:
+            broadcast_object_list(holder)
+        return holder[0]
+
+    def _generate_and_score_completions(self, inputs):
+        samples = self._take_batch()
+        updates_per_batch = self.num_iterations * self.args.steps_per_generation
+        self._updates_left_in_batch = max(1, updates_per_batch // self.args.gradient_accumulation_steps)
+
+        batch = collate_samples(samples, self.processing_class.pad_token_id, device=self.accelerator.device)
+        mask = batch["completion_mask"]
+        if self.mask_truncated_completions:  # as TRL: out of the attention and the loss
+            mask = mask * (~batch["truncated"]).unsqueeze(1).to(mask.dtype)
+        advantages = combined_advantages(
+            batch["rewards"],
+            batch["teacher_logprobs"],
+            batch["sampling_logprobs"],
+            mask,
+            batch["opd_mask"],
+            w_rl=self.args.w_rl,
+            w_opd=self.args.w_opd,
+        )
+        out = {
+            "prompt_ids": batch["prompt_ids"],
+            "prompt_mask": batch["prompt_mask"],
+            "completion_ids": batch["completion_ids"],
+            "completion_mask": mask,
+            "num_items_in_batch": self.accelerator.gather(mask.sum()).sum(),  # every process's tokens (TRL)
+        }
+        if self.off_policy_mask_threshold is not None:  # TRL's off-policy mask compares with the sampler
+            out["sampling_per_token_logps"] = batch["sampling_logprobs"]
+        if self.beta != 0.0:
+            out["ref_per_token_logps"] = self._reference_logps(batch, mask)
+        out.update(self._old_logps_and_advantages(batch, mask, advantages))
+        if self.args.w_kd > 0:
+            out.update(self._kd_inputs(batch, mask))
+        self._log_batch_metrics(
+            samples, batch, out["advantages"], mask, log_advantages="is_sampling_logprobs" not in out
+        )
+        return out
+
+    def _old_logps_and_advantages(self, batch, mask, advantages) -> dict[str, torch.Tensor]:
+        """The PPO ratio's old log-probs and the advantages with the IS weight folded in, as the batch needs:
+
+        * on-policy, one pass: neither (the ratio is 1 on the loss forward);
+        * off-policy, one optimizer step: ``is_sampling_logprobs``, so that the weight is computed on the
+          loss forward itself (its log-probs are the old ones; ``_weight_advantages``);
+        * otherwise: ``old_per_token_logps`` from a no-grad forward, and the weight applied here.
+        """
+        correct = self._batch_off_policy and self.args.vllm_importance_sampling_correction
+        one_pass = (
+            self.num_iterations == 1
+            and self.args.steps_per_generation == self.args.gradient_accumulation_steps
+        )
+        if correct and one_pass:
+            return {"advantages": advantages, "is_sampling_logprobs": batch["sampling_logprobs"]}
+        if not (self.num_iterations > 1 or correct):
+            return {"advantages": advantages}
+        old = self._no_grad_logps(self.model, batch, mask)
+        if self.args.vllm_importance_sampling_correction:
+            advantages = self._is_weighted(advantages, old, batch["sampling_logprobs"], mask)
+        return {"advantages": advantages, "old_per_token_logps": old}
+
+    def _is_weighted(self, advantages, old, sampling, mask) -> torch.Tensor:
+        """``advantages * w`` with ``w`` the truncated importance weight ``pi_old / pi_sampling``."""
+        weight = truncated_is_weight(
+            old,
+            sampling,
+            mask,
+            self.args.vllm_importance_sampling_mode,
+            self.args.vllm_importance_sampling_clip_min,
+            self.args.vllm_importance_sampling_clip_max,
+        )
+        self._log("sampling/importance_sampling_ratio/mean", masked_mean(weight.expand_as(mask), mask))
+        self._log("sampling/sampling_logp_difference/mean", masked_mean((old - sampling).abs(), mask))
+        return advantages * weight
+
+    def _no_grad_logps(self, model, batch, mask) -> torch.Tensor:
+        """Per-token log-probs of the batch's completions under ``model`` (no gradient)."""
+        input_ids, attention = prompt_and_completion(
+            batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"], mask
+        )
+        with torch.no_grad():
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention,
+                batch["completion_ids"].size(1),
+                batch_size=self.args.per_device_train_batch_size,
+            )
+        return logps
+
+    def _reference_logps(self, batch, mask) -> torch.Tensor:
+        """Log-probs under TRL's KL reference (``beta``): the separate reference model TRL built for a model
+        without PEFT, else the policy with its adapter disabled (TRL's frozen ``ref`` copy of a pretrained one)."""
+        if self.ref_model is not None:
+            return self._no_grad_logps(self.ref_model, batch, mask)
+        model = self.accelerator.unwrap_model(self.model)
+        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+            return self._no_grad_logps(self.model, batch, mask)
+
+    def _kd_inputs(self, batch, mask) -> dict[str, torch.Tensor]:
+        """What the top-K distillation term needs: the teacher's top-K (``kd_topk_source: teacher``) or the
+        hint-augmented prompts the teacher is run on (``student``), and the positions it applies to."""
+        opd = batch["opd_mask"][:, None].to(mask.dtype)
+        if self.args.kd_topk_source == "student":
+            return {
+                "kd_teacher_prompt_ids": batch["teacher_prompt_ids"],
+                "kd_teacher_prompt_mask": batch["teacher_prompt_mask"],
+                "kd_mask": mask * opd * batch["has_teacher_prompt"][:, None],
+            }
+        return {
+            "kd_topk_ids": batch["topk_ids"],
+            "kd_topk_logprobs": batch["topk_logprobs"],
+            "kd_mask": mask * opd * batch["has_topk"][:, None],
+        }
+
+    def _log(self, name: str, value) -> None:
+        self._metrics["train"][name].append(float(value))
+
+    def _log_batch_metrics(self, samples, batch, advantages, mask, log_advantages: bool = True) -> None:
+        opd = batch["opd_mask"]
+        opd_adv = (batch["teacher_logprobs"] - batch["sampling_logprobs"]) * mask
+        self._log("reward", batch["rewards"].mean())
+        self._log("rl/reward_mean", batch["rewards"].mean())
+        self._log("rl/nonzero_reward_rate", (batch["rewards"] != 0).float().mean())
+        self._log("opd/hint_accept_rate", opd.float().mean())
+        if opd.any():
+            opd_rows = opd_adv[opd]
+            self._log("opd/mean_advantage", masked_mean(opd_rows, mask[opd]))
+            self._log("opd/mean_abs_advantage", masked_mean(opd_rows.abs(), mask[opd]))
+        if log_advantages:  # else logged per micro-batch once the IS weight is known (_weight_advantages)
+            self._log("advantages/mean", masked_mean(advantages, mask))
+        lengths = batch["completion_mask"].sum(1).float()
+        self._log("completions/mean_length", lengths.mean())
+        self._log("completions/clipped_ratio", batch["truncated"].float().mean())
+        self._log(
+            "samples/staleness",
+            sum(self.state.global_step - s.policy_version for s in samples) / len(samples),
+        )
+        if self.store is not None:  # the main process's
+            self._log("samples/waiting", self.store.count_waiting())
+            self._log("opd/teacher_failed", self.store.count_teacher_failed())  # turns so far without teacher
+
+    # ------------------------------------------------------------------- loss
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        self._last_logps = logps.detach()
+        inputs = self._loss_inputs
+        if inputs is not None and "is_sampling_logprobs" in inputs and torch.is_grad_enabled():
+            self._weight_advantages(inputs, self._last_logps)  # before _compute_loss reads the advantages
+        return logps, entropies, aux
+
+    def _weight_advantages(self, inputs, old: torch.Tensor) -> None:
+        """Fold the truncated IS weight ``pi_old / pi_sampling`` into this micro-batch's advantages (once)."""
+        sampling = inputs.pop("is_sampling_logprobs")
+        mask = inputs["completion_mask"]
+        inputs["advantages"] = self._is_weighted(inputs["advantages"], old, sampling, mask)
+        self._log("advantages/mean", masked_mean(inputs["advantages"], mask))
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """TRL's loss (PPO clip, KL, IS-weighted advantages) plus ``w_kd`` times the top-K KD term."""
+        use_kd = self.args.w_kd > 0 and bool(inputs["kd_mask"].any())
+        parts = policy_body_and_head(self.accelerator.unwrap_model(model)) if use_kd else None
+        # With top-K KD on, keep the hidden states of the loss forward: the KD term reuses them (no 2nd pass).
+        self._loss_inputs = inputs
+        try:
+            with captured_hidden_states(parts[0] if parts else None) as hidden:
+                loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            self._loss_inputs = None
+        self._log_kl_old(inputs)
+        if use_kd:
+            kd = topk_distillation(
+                model,
+                inputs,
+                source=self.args.kd_topk_source,
+                k=self.args.kd_topk,
+                temperature=self.temperature,
+                cap=self.args.kd_cap,
+                teacher=teacher_weights(self.accelerator.unwrap_model(model), self.args.teacher),
+                parts=parts,
+                hidden=hidden,
+            )
+            self._log("kd/loss", kd.detach())
+            loss = loss + self.args.w_kd * kd / self.current_gradient_accumulation_steps
+        return loss
+
+    def _log_kl_old(self, inputs) -> None:
+        """KL(old || new) of the loss forward, k3 estimator; exactly 0 on the first pass of an on-policy batch."""
+        if inputs.get("old_per_token_logps") is not None and self._last_logps is not None:
+            delta = self._last_logps - inputs["old_per_token_logps"]
+            self._log("kl_old", masked_mean(torch.exp(delta) - delta - 1, inputs["completion_mask"]))
+        else:
+            self._log("kl_old", 0.0)
+
+    # -------------------------------------------------------- publish / resume
+    def publish(self) -> None:
+        """Hand the current adapter to the serving engine (atomic swap there), version = global step."""
+        if self.engine is None or not self.accelerator.is_main_process:
+            return
+        state = self._adapter_snapshot(self.accelerator.unwrap_model(self.model))
+        started = time.perf_counter()
+        self.engine.publish_adapter(state, version=self.state.global_step)
+        self._log("publish_time", time.perf_counter() - started)
+
+    def train(self, resume_from_checkpoint=None, **kwargs):
+        """TRL's ``train``; first the store is brought back to the step training starts at (the checkpoint's,
+        or 0): samples consumed by later updates are queued again, as those step numbers are reused."""
+        from openclaw_trl.resume import checkpoint_step, latest_checkpoint
+
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = latest_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                raise ValueError(f"no complete checkpoint in {self.args.output_dir} to resume from")
+        step = checkpoint_step(resume_from_checkpoint) if resume_from_checkpoint else 0
+        if self.accelerator.is_main_process and self.store is not None:
+            requeued = self.store.requeue_after(step)
+            if requeued:
+                logger.info(
+                    "training from step %s: %s samples consumed after it are queued again", step, requeued
+                )
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
+    def save_checkpoint(self) -> str | None:
+        """Save ``checkpoint-<global step>`` with the Trainer's own save (adapter, optimizer, scheduler, RNG and
+        trainer state) unless it exists already; None before the first update. Every process calls it."""
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+        from openclaw_trl.resume import is_complete
+
+        step = self.state.global_step
+        path = Path(self.args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{step}"
+        if step == 0 or is_complete(path):
+            return str(path) if step else None
+        self._save_checkpoint(self.model_wrapped, trial=None)
+        return str(path)
+
+    def write_run_info(self, output_dir: str | None = None) -> Path:
+        """``openclaw_run.json`` (``callbacks.run_info``): what ``openclaw-trl push`` puts in the model card."""
+        output_dir = Path(output_dir or self.args.output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        path = output_dir / RUN_INFO_FILE
+        path.write_text(json.dumps(run_info(self), indent=2, default=str))
+        return path
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.accelerator.is_main_process:
+            self.write_run_info()
+
+
+def judged_reward(prompts=None, completions=None, **kwargs):
+    """Rewards come from the judges through the store, not from reward functions.
+
+    ``GRPOTrainer`` requires a reward source at construction; this one is never called because
+    ``OpenClawTrainer`` builds its batches (and advantages) itself.
+    """
+    raise RuntimeError("OpenClawTrainer reads judged rewards from the store; judged_reward is never called")

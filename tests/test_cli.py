@@ -1,0 +1,54 @@
+"""The command line's one user-error handler: a clean one-line message and exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _app(*argv: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [
+            sys.executable,
+            "app.py",
+            "--config",
+            "recipes/tiny_simulated.yaml",
+            "--output_dir",
+            str(tmp_path),
+            *argv,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_unloadable_model_is_one_line_and_exit_2(tmp_path):
+    result = _app("--model_name_or_path", "nobody/no-such-model-xyz", tmp_path=tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    (line,) = [x for x in result.stderr.splitlines() if "error:" in x]
+    assert line.startswith("openclaw-trl train: error: nobody/no-such-model-xyz cannot be fetched")
+    assert "toy_offline.yaml" in line
+
+
+def test_invalid_recipe_value_is_one_line_and_exit_2(tmp_path):
+    result = _app("--batch_size", "3", "--per_device_train_batch_size", "2", tmp_path=tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert "openclaw-trl train: error: invalid recipe: batch_size (3) must be divisible" in result.stderr
+
+
+def test_serve_option_mistakes_are_user_errors(capsys):
+    from openclaw_trl.cli import main
+
+    assert main(["serve"]) == 2
+    assert "openclaw-trl serve: error: give exactly one of --config RECIPE" in capsys.readouterr().err
+    assert main(["serve", "--model-dir", "tiny", "--share"]) == 2
+    assert "--share exposes the API publicly: set --api-key-env" in capsys.readouterr().err
