@@ -517,3 +517,19 @@ def test_judge_and_teacher_prompts_are_bounded(tmp_path, tiny_tokenizer, engine)
         ((kind, teacher_len, priority),) = recording.calls
         assert kind == "score" and priority == "learn" and teacher_len <= served + added_tokens + 2
         scorer.close()
+
+
+def test_status_curves_are_numeric_even_when_metrics_arrive_as_strings():
+    from openclaw_trl.serving.ui import _status_views
+
+    status = {
+        "history": [
+            {"step": 1, "reward_mean": "-1"},
+            {"step": 2, "reward_mean": "0.5", "hint_accept_rate": "1"},
+        ]
+    }
+    _, _, frame, _ = _status_views(status)
+    assert frame["reward_mean"].tolist() == [-1.0, 0.5]
+    assert frame["reward_mean"].dtype.kind == "f" and frame["hint_accept_rate"].dtype.kind == "f"
+    (_, _, empty, _) = _status_views({})
+    assert empty["reward_mean"].dtype.kind == "f"  # the first view fixes the axis type in the browser

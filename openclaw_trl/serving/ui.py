@@ -113,6 +113,9 @@ def _status_views(status: dict):
         ],
         columns=["step", "reward_mean", "hint_accept_rate"],
     )
+    # Logged metrics can arrive as strings, and an empty frame has object columns: either would be plotted as
+    # categories (an unordered axis), so the curves are floats from the first, empty, view on.
+    frame = frame.apply(pd.to_numeric, errors="coerce").astype("float64")
     return "  \n".join(lines), hints_md, frame, frame
 
 
@@ -284,8 +287,10 @@ def _learning_panel() -> list:
     summary = gr.Markdown("", elem_id="learning-status")
     gr.Markdown("**Last hints extracted**")
     hints = gr.Markdown("", elem_id="hints")
-    reward_plot = gr.LinePlot(x="step", y="reward_mean", title="Reward per update", height=200)
-    hint_plot = gr.LinePlot(x="step", y="hint_accept_rate", title="Accepted-hint rate per update", height=200)
+    reward_plot = gr.LinePlot(x="step", y="reward_mean", title="Reward per update", height=200, y_lim=[-1, 1])
+    hint_plot = gr.LinePlot(
+        x="step", y="hint_accept_rate", title="Accepted-hint rate per update", height=200, y_lim=[0, 1]
+    )
     return [summary, hints, reward_plot, hint_plot]
 
 
