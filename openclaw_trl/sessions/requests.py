@@ -1,0 +1,142 @@
+"""What a chat request says about its session, and the pure rules of next states (no store, no I/O):
+the session id and boolean flags of a request, history hashing, the next state that follows a turn in a
+conversation, and how explicit feedback reads as a next state. The rules themselves are stated in the
+:mod:`openclaw_trl.sessions` package docstring."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from openclaw_trl.judge import flatten_content
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+NEXT_STATE_ROLES = ("user", "tool")
+
+
+@dataclass
+class SessionConfig:
+    """How requests are grouped into sessions.
+
+    session_idle_timeout: seconds without a request after which a session ends (its last turn then has no
+        next state, unless feedback arrives for it later). Half an hour by default: a person reading a long
+        answer or an agent running a long tool comes back within it, and waiting longer costs nothing.
+    train_anonymous: also train on requests that carry no session id (they are chained by history).
+    """
+
+    session_idle_timeout: float = 1800.0
+    train_anonymous: bool = False
+
+    def __post_init__(self):
+        if not self.session_idle_timeout > 0:
+            raise ValueError(f"session_idle_timeout must be > 0 seconds, got {self.session_idle_timeout}")
+
+
+class SessionRequestError(ValueError):
+    """A chat request whose session fields are invalid (the server answers 400)."""
+
+
+class FeedbackError(ValueError):
+    """Invalid feedback (the server answers 400); nothing is written."""
+
+
+class UnknownTurnError(FeedbackError):
+    """Feedback for a turn id that does not exist (the server answers 404)."""
+
+
+@dataclass
+class RequestContext:
+    """What :meth:`TurnCollector.begin` decided about one request; pass it to ``record_turn``."""
+
+    session_id: int  # the store's session row id
+    session_key: str | None  # the client's id (None: anonymous)
+    session_generation: int
+    turn_type: str  # main / side
+    session_done: bool
+    trainable: bool  # main turn of a session that may be trained on (the private flag is checked later)
+    messages: list[dict]
+    tools: list[dict] | None
+    history_hash: str
+    next_state_of: int | None = None  # the previous turn that this request gave its next state to
+
+
+@dataclass
+class FeedbackResult:
+    feedback_id: int
+    turn_id: int
+    attached: bool  # it became the turn's next state (it is stored either way)
+    reason: str  # why not, when not attached
+
+
+def lower_keys(mapping: Mapping | None) -> dict:
+    if not mapping:
+        return {}
+    return {str(k).lower(): v for k, v in mapping.items()}
+
+
+def request_session_key(headers: Mapping | None, body: Mapping | None) -> str | None:
+    """The session id a request names: ``X-Session-Id``, else body ``session_id``, else ``user`` (stripped)."""
+    h, b = lower_keys(headers), dict(body or {})
+    key = h.get("x-session-id") or b.get("session_id") or b.get("user")
+    return str(key).strip() or None if key is not None else None
+
+
+def request_flag(value, name: str) -> bool | None:
+    """A boolean request field: None when absent; bools and 1/true/yes/on/0/false/no/off strings."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise SessionRequestError(f"{name} must be a boolean (true/false/1/0), got {value!r}")
+
+
+def _normalise(message: Mapping) -> list:
+    """A message as compared for history matching: role (developer = system) and flattened text.
+
+    Reasoning and tool-call fields are ignored: clients reshape them when they echo a conversation back.
+    """
+    role = message.get("role")
+    role = "system" if role == "developer" else role
+    return [role, flatten_content(message.get("content")).strip()]
+
+
+def history_hash(messages: Sequence[Mapping]) -> str:
+    """A stable hash of a message list, used to check that a request continues an earlier turn."""
+    blob = json.dumps([_normalise(m) for m in messages], ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def next_state_after(messages: Sequence[Mapping], prompt_len: int) -> dict | None:
+    """The next state of the turn whose prompt was ``messages[:prompt_len]``.
+
+    ``messages[prompt_len]`` is that turn's response (an assistant message); the next state is the user
+    or tool messages that follow it, up to the next assistant message. Several tool results (parallel
+    tool calls) are joined; the role is that of the last one. None when there are none.
+    """
+    segment = []
+    for message in messages[prompt_len + 1 :]:
+        if message.get("role") == "assistant":
+            break
+        if message.get("role") in NEXT_STATE_ROLES:
+            segment.append(dict(message))
+    if not segment:
+        return None
+    content = "\n\n".join(flatten_content(m.get("content")) for m in segment)
+    return {"role": segment[-1]["role"], "content": content, "messages": segment}
+
+
+def feedback_text(rating: int | None, text: str | None) -> str:
+    """How explicit feedback reads as a next-state message for an LLM judge."""
+    verdict = {1: "(The user rated this response as good.)", -1: "(The user rated this response as bad.)"}
+    parts = [verdict[rating]] if rating in verdict else []
+    if text and text.strip():
+        parts.append(text.strip())
+    return " ".join(parts)
