@@ -38,14 +38,16 @@ format: install
 test: install lint browser
 	$(PY) -m pytest -m "not vllm" $(PYTEST_ARGS) tests
 
-# Headless chromium + chromedriver for the UI browser test (tests/test_ui_browser.py), installed with apt
-# only when missing (Debian/Ubuntu; sudo is used when not root).
+# Headless chromium + chromedriver for the UI browser tests (tests/test_ui_browser.py) and an emoji font
+# (without it the screenshots show boxes for the UI's emoji), installed with apt only when missing
+# (Debian/Ubuntu; sudo is used when not root).
+EMOJI_FONT ?= /usr/share/fonts/truetype/noto/NotoColorEmoji.ttf
 .PHONY: browser
 browser:
-	@if [ ! -x /usr/bin/chromedriver ]; then \
+	@if [ ! -x /usr/bin/chromedriver ] || [ ! -f $(EMOJI_FONT) ]; then \
 		SUDO=$$( [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && echo sudo ); \
 		$$SUDO apt-get update && \
-		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y --no-install-recommends chromium chromium-driver; \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y --no-install-recommends chromium chromium-driver fonts-noto-color-emoji; \
 	fi
 
 bench: install
