@@ -44,7 +44,11 @@ TARGETS = {
     "score_over_forward": (">=", 0.9),
     "publish_over_merge": ("<=", 0.2),
     "serving_p95_ratio": ("<=", 1.5),
-    "card_24gb_fraction": ("<=", 0.95),  # CUDA reserved peak / 24e9 bytes, room left for the CUDA context
+    "card_24gb_fraction": ("<=", 0.95),
+    "chat_behind_learning": (
+        "<=",
+        0.1,
+    ),  # chat latency behind a learning queue / the queue's time (FIFO: ~1)  # CUDA reserved peak / 24e9 bytes, room left for the CUDA context
 }
 
 
@@ -204,6 +208,7 @@ def plan(args, tmp: Path) -> list[tuple[str, list[str] | None, Path | str, int]]
     stage("trainer", "trainer_bench.py", trainer_args, 900 if args.full else 480)
     stage("serving", "serving_bench.py", ["--repeats", "2" if args.quick else "3"], 300)
     stage("judge", "judge_bench.py", ["--turns", "16" if args.quick else "32"], 300)
+    stage("priority", "priority_bench.py", ["--rounds", "2" if args.quick else "3"], 300)
     return stages
 
 
@@ -430,6 +435,17 @@ def summarize(reports: dict) -> list[dict]:
             f"{serving.get('sessions')} sessions x {serving.get('turns_per_session')} turns; "
             f"{busy['train_steps']} updates published; errors {idle['errors']}/{busy['errors']}; "
             f"p50 {busy['p50_latency_s']:.3f} vs {idle['p50_latency_s']:.3f} s",
+        )
+    prio = reports.get("priority")
+    if prio:
+        row(
+            "chat latency behind a queue of teacher + judge work / that work's time (HF)",
+            "tiny",
+            f"{prio['queued_s']:.3f} s",
+            f"{prio['learning_s']:.2f} s",
+            prio["queued_over_learning"],
+            "chat_behind_learning",
+            note=f"alone {prio['idle_s']:.3f} s (queued / idle {prio['queued_over_idle']:.1f})",
         )
     judge = reports.get("judge") or {}
     for r in judge.get("rows", []):
