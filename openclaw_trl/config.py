@@ -32,6 +32,8 @@ from openclaw_trl.sessions import SessionConfig
 SOURCES = ("live", "replay", "simulated")
 ENGINES = ("hf", "vllm")
 KD_TOPK_SOURCES = ("teacher", "student")
+ADVANTAGE_BASELINES = ("none", "session_mean")
+OPD_KD_SCHEDULES = ("constant", "switch", "ramp")
 
 
 @dataclass
@@ -96,6 +98,25 @@ class OpenClawConfig(GRPOConfig):
         `log_softmax(logits / temperature)` at the training temperature.
     kd_cap (`float`, defaults to `10.0`):
         Per-token cap of the KD term: it bypasses the PPO clip, so it is bounded.
+
+    > Parameters that control the session baseline and staged distillation
+
+    advantage_baseline (`str`, defaults to `"none"`):
+        `"none"`: the RL term is `w_rl * r`. `"session_mean"`: it is `w_rl * (r - b)` with `b` the mean
+        judged reward of the session's earlier turns (0 for its first judged turn). `b` is stored with each
+        sample when it is judged (every sample has one), so a replayed or resumed run gets the same
+        advantages. The OPD term is unchanged. Logged as `rl/baseline_mean`.
+    opd_kd_schedule (`str`, defaults to `"constant"`):
+        How the OPD weight and the top-K KD weight move with the optimizer step `t`: `"constant"` (`w_opd`
+        and `w_kd` throughout), `"switch"` (OPD with `w_opd` before `start`, then top-K KD with `w_kd` only)
+        or `"ramp"` (`w_opd * (1 - a)` and `w_kd * a` with `a = clamp((t - start) / (end - start), 0, 1)`).
+        A schedule other than `"constant"` needs `w_kd > 0` and a method with an OPD term (`opd` or
+        `combine`). Logged per update as `opd/weight` and `kd/weight`, with `kd/loss_share =
+        |w_kd(t) * kd| / (|PPO loss| + |w_kd(t) * kd|)`: a cheap proxy of the KD share, computed on the
+        loss values (the share of the gradient would need a second backward pass).
+    opd_kd_schedule_steps (`list[int]` or `None`, defaults to `None`):
+        `[start, end]` optimizer steps of the schedule, `0 <= start <= end` (`--opd_kd_schedule_steps 0 2`
+        on the command line). Required by `"switch"` (which only uses `start`) and `"ramp"`.
 
     > Parameters that control the judges
 
@@ -229,6 +250,16 @@ class OpenClawConfig(GRPOConfig):
     kd_topk: int = field(default=20, metadata={"help": "K of the top-K distillation."})
     kd_topk_source: str = field(default="teacher", metadata={"help": "teacher or student top-K support."})
     kd_cap: float = field(default=10.0, metadata={"help": "Per-token cap of the KD term."})
+    # Session baseline and staged distillation
+    advantage_baseline: str = field(
+        default="none", metadata={"help": "none or session_mean.", "choices": ADVANTAGE_BASELINES}
+    )
+    opd_kd_schedule: str = field(
+        default="constant", metadata={"help": "constant, switch or ramp.", "choices": OPD_KD_SCHEDULES}
+    )
+    opd_kd_schedule_steps: list[int] | None = field(
+        default=None, metadata={"help": "[start, end] optimizer steps of the OPD -> KD schedule."}
+    )
     # Judges
     judge_backend: str = field(
         default=JudgeConfig.backend, metadata={"help": "engine, openai, callable or feedback."}
@@ -409,10 +440,42 @@ class OpenClawConfig(GRPOConfig):
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        self._validate_baseline_and_schedule()
         self.judge_config()  # raises on a method, teacher or judge value the scorer cannot take
         self.session_config()  # raises on a session_idle_timeout that is not > 0
         refuse_inapplicable_trl_fields(self)
         refuse_fields_of_the_other_engine(self)
+
+    def _validate_baseline_and_schedule(self) -> None:
+        if self.advantage_baseline not in ADVANTAGE_BASELINES:
+            raise ValueError(
+                f"advantage_baseline must be one of {ADVANTAGE_BASELINES}, got {self.advantage_baseline!r}"
+            )
+        if self.opd_kd_schedule not in OPD_KD_SCHEDULES:
+            raise ValueError(
+                f"opd_kd_schedule must be one of {OPD_KD_SCHEDULES}, got {self.opd_kd_schedule!r}"
+            )
+        if self.opd_kd_schedule == "constant":
+            if self.opd_kd_schedule_steps is not None:
+                raise ValueError(
+                    "opd_kd_schedule_steps is used by opd_kd_schedule switch or ramp: set one of them, "
+                    "or remove opd_kd_schedule_steps"
+                )
+            return
+        schedule = f"opd_kd_schedule: {self.opd_kd_schedule}"
+        if self.w_kd <= 0 or self.method == "rl":
+            raise ValueError(
+                f"{schedule} moves the weight from OPD to top-K KD: set w_kd > 0 and method opd or combine "
+                "(or use opd_kd_schedule: constant)"
+            )
+        steps = self.opd_kd_schedule_steps
+        if steps is None or len(steps) != 2 or not all(isinstance(s, int) and s >= 0 for s in steps):
+            raise ValueError(
+                f"{schedule} needs opd_kd_schedule_steps: [start, end], two integers >= 0, got {steps!r} "
+                "(e.g. --opd_kd_schedule_steps 0 100)"
+            )
+        if steps[0] > steps[1]:
+            raise ValueError(f"opd_kd_schedule_steps must have start <= end, got {steps}")
 
     def request_limits(self) -> RequestLimits:
         """The request limit fields as the server's ``RequestLimits``."""

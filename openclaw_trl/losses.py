@@ -84,3 +84,25 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of ``values`` over positions where ``mask`` is 1 (0 when the mask is empty)."""
     mask = mask.to(values.dtype)
     return (values * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def scheduled_weights(
+    schedule: str, w_opd: float, w_kd: float, step: int, start: int = 0, end: int = 0
+) -> tuple[float, float]:
+    """``(OPD weight, KD weight)`` at optimizer step ``step`` for a staged OPD -> top-K KD schedule.
+
+    * ``constant``: ``(w_opd, w_kd)`` at every step;
+    * ``switch``: ``(w_opd, 0)`` before ``start``, ``(0, w_kd)`` from ``start`` on;
+    * ``ramp``: ``(w_opd * (1 - a), w_kd * a)`` with ``a = clamp((step - start) / (end - start), 0, 1)``
+      (a step function at ``start`` when ``start == end``).
+    """
+    if schedule == "constant":
+        return w_opd, w_kd
+    if schedule == "switch":
+        return (w_opd, 0.0) if step < start else (0.0, w_kd)
+    if schedule == "ramp":
+        alpha = 1.0 if step >= end else 0.0
+        if end > start:
+            alpha = min(max((step - start) / (end - start), 0.0), 1.0)
+        return w_opd * (1.0 - alpha), w_kd * alpha
+    raise ValueError(f"unknown OPD/KD schedule {schedule!r}: use constant, switch or ramp")

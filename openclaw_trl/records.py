@@ -210,6 +210,7 @@ class TrainingSample(_Row):
     topk_logprobs: list[list[float]] | None = None  # [T][K] teacher log-probs on those ids
     teacher_prompt_ids: list[int] | None = None  # the hint-augmented prompt the teacher scored
     finish_reason: str | None = None  # "stop" or "length" (cut at the token limit); None when unknown
+    baseline: float = 0.0  # mean judged reward of the session's earlier turns (advantage_baseline)
     sample_id: int | None = None  # assigned by the store
     meta: dict = field(default_factory=dict)
     origin: str | None = field(default=None, compare=False)  # scorer / direct

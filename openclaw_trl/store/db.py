@@ -113,6 +113,7 @@ CREATE TABLE IF NOT EXISTS samples (
     meta TEXT NOT NULL,
     finish_reason TEXT,                -- stop / length (the turn's)
     teacher_prompt_ids TEXT,           -- JSON list of ints: the hint-augmented prompt the teacher scored
+    baseline REAL NOT NULL DEFAULT 0,  -- mean judged reward of the session's earlier turns (session_mean)
     consumed_step INTEGER,
     consumed_at REAL
 );
@@ -126,6 +127,7 @@ _ADDED_COLUMNS = (
     ("turns", "judge_attempts", "INTEGER NOT NULL DEFAULT 0"),
     ("samples", "finish_reason", "TEXT"),
     ("samples", "teacher_prompt_ids", "TEXT"),
+    ("samples", "baseline", "REAL NOT NULL DEFAULT 0"),
 )
 
 

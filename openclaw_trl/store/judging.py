@@ -5,6 +5,10 @@ leaves half of one; reopening a store resumes by judging the ``ready`` turns aga
 next state starts a new judge round (``turns.judge_round``): a judgement or a failure of an older round
 is stale and changes nothing but the votes it records.
 
+Each scorer sample stores its session baseline (:func:`session_baseline`: the mean judged reward of the
+session's earlier turns), read in the transaction that writes the sample, so a replay or a resumed run
+trains on the same advantages.
+
 A judged turn whose ``judge_error`` starts with :data:`TEACHER_ERROR_PREFIX` lost its teacher (the
 teacher prompt could not be built or the teacher scoring failed): it keeps at most its RL reward.
 """
@@ -64,6 +68,7 @@ class Judging:
             )
             if judgement.sample is None or has_scorer_sample(tx, turn.id):
                 return None
+            judgement.sample.baseline = session_baseline(tx, turn)
             sample_id = insert_sample(tx, judgement.sample, origin="scorer", now=now)
         self._notify()
         return sample_id
@@ -100,6 +105,16 @@ class Judging:
         """Every vote recorded for a turn (all judge rounds), in the order they were written."""
         sql = "SELECT * FROM votes WHERE turn_id = ? ORDER BY id"
         return [Vote.from_row(r) for r in self._db.conn().execute(sql, (turn_id,)).fetchall()]
+
+
+def session_baseline(tx: sqlite3.Connection, turn: Turn) -> float:
+    """The mean judged reward of the turns of ``turn``'s session that come before it (0 when none)."""
+    sql = (
+        "SELECT AVG(reward) FROM turns WHERE session_id = ? AND idx < ? AND status = 'judged'"
+        " AND reward IS NOT NULL"
+    )
+    mean = tx.execute(sql, (turn.session_id, turn.idx)).fetchone()[0]
+    return 0.0 if mean is None else float(mean)
 
 
 def _insert_votes(tx: sqlite3.Connection, turn_id: int, judge_round: int, votes: list[Vote], now: float):

@@ -63,8 +63,8 @@ def insert_sample(tx: sqlite3.Connection, s: TrainingSample, origin: str, now: f
     cur = tx.execute(
         "INSERT INTO samples (turn_id, origin, created, prompt_ids, completion_ids, sampling_logprobs,"
         " temperature, policy_version, reward, has_hint, hint, teacher_logprobs, topk_shape, topk_ids,"
-        " topk_logprobs, meta, finish_reason, teacher_prompt_ids)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " topk_logprobs, meta, finish_reason, teacher_prompt_ids, baseline)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             int(s.turn_id),
             origin,
@@ -84,6 +84,7 @@ def insert_sample(tx: sqlite3.Connection, s: TrainingSample, origin: str, now: f
             dumps(s.meta or {}),
             s.finish_reason,
             dumps(None if s.teacher_prompt_ids is None else [int(t) for t in s.teacher_prompt_ids]),
+            float(s.baseline),
         ),
     )
     return int(cur.lastrowid)

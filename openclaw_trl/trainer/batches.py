@@ -66,6 +66,7 @@ def collate_samples(
             [s.teacher_logprobs[:c] if ok else [] for s, c, ok in zip(samples, lengths, has_teacher)], width
         ),
         "rewards": torch.tensor([float(s.reward) for s in samples]),
+        "baselines": torch.tensor([float(s.baseline) for s in samples]),
         "opd_mask": torch.tensor(has_teacher),
         "topk_ids": _padded_values(
             [s.topk_ids[:c] if ok else [] for s, c, ok in zip(samples, lengths, has_topk)],

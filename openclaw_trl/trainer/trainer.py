@@ -41,7 +41,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import use_adapter
 
 from openclaw_trl.fsutil import RUN_INFO_FILE
-from openclaw_trl.losses import combined_advantages, masked_mean
+from openclaw_trl.losses import combined_advantages, masked_mean, scheduled_weights
 from openclaw_trl.records import TrainingSample
 from openclaw_trl.trainer.batches import (
     collate_samples,
@@ -151,14 +151,15 @@ class OpenClawTrainer(GRPOTrainer):
         mask = batch["completion_mask"]
         if self.mask_truncated_completions:  # as TRL: out of the attention and the loss
             mask = mask * (~batch["truncated"]).unsqueeze(1).to(mask.dtype)
+        w_opd, _ = self._scheduled_weights()
         advantages = combined_advantages(
-            batch["rewards"],
+            self._rl_rewards(batch),
             batch["teacher_logprobs"],
             batch["sampling_logprobs"],
             mask,
             batch["opd_mask"],
             w_rl=self.args.w_rl,
-            w_opd=self.args.w_opd,
+            w_opd=w_opd,
         )
         out = {
             "prompt_ids": batch["prompt_ids"],
@@ -178,6 +179,20 @@ class OpenClawTrainer(GRPOTrainer):
             samples, batch, out["advantages"], mask, log_advantages="is_sampling_logprobs" not in out
         )
         return out
+
+    def _rl_rewards(self, batch) -> torch.Tensor:
+        """The RL term's rewards: ``r``, or ``r - b`` with the stored session baseline (``session_mean``)."""
+        if self.args.advantage_baseline == "session_mean":
+            self._log("rl/baseline_mean", batch["baselines"].mean())
+            return batch["rewards"] - batch["baselines"]
+        return batch["rewards"]
+
+    def _scheduled_weights(self) -> tuple[float, float]:
+        """``(w_opd, w_kd)`` at the current optimizer step, as ``opd_kd_schedule`` moves them."""
+        start, end = self.args.opd_kd_schedule_steps or (0, 0)
+        return scheduled_weights(
+            self.args.opd_kd_schedule, self.args.w_opd, self.args.w_kd, self.state.global_step, start, end
+        )
 
     def _old_logps_and_advantages(self, batch, mask, advantages) -> dict[str, torch.Tensor]:
         """The PPO ratio's old log-probs and the advantages with the IS weight folded in, as the batch needs:
@@ -299,8 +314,12 @@ class OpenClawTrainer(GRPOTrainer):
         self._log("advantages/mean", masked_mean(inputs["advantages"], mask))
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """TRL's loss (PPO clip, KL, IS-weighted advantages) plus ``w_kd`` times the top-K KD term."""
-        use_kd = self.args.w_kd > 0 and bool(inputs["kd_mask"].any())
+        """TRL's loss (PPO clip, KL, IS-weighted advantages) plus ``w_kd`` (as scheduled) times the top-K KD term."""
+        w_opd, w_kd = self._scheduled_weights()
+        if self.args.opd_kd_schedule != "constant":
+            self._log("opd/weight", w_opd)
+            self._log("kd/weight", w_kd)
+        use_kd = w_kd > 0 and bool(inputs["kd_mask"].any())
         parts = policy_body_and_head(self.accelerator.unwrap_model(model)) if use_kd else None
         # With top-K KD on, keep the hidden states of the loss forward: the KD term reuses them (no 2nd pass).
         self._loss_inputs = inputs
@@ -323,7 +342,9 @@ class OpenClawTrainer(GRPOTrainer):
                 hidden=hidden,
             )
             self._log("kd/loss", kd.detach())
-            loss = loss + self.args.w_kd * kd / self.current_gradient_accumulation_steps
+            kd_term = w_kd * kd / self.current_gradient_accumulation_steps
+            self._log("kd/loss_share", _share(kd_term.detach(), loss.detach()))
+            loss = loss + kd_term
         return loss
 
     def _log_kl_old(self, inputs) -> None:
@@ -388,6 +409,11 @@ class OpenClawTrainer(GRPOTrainer):
         super()._save_checkpoint(model, trial)
         if self.accelerator.is_main_process:
             self.write_run_info()
+
+
+def _share(kd_term: torch.Tensor, ppo_loss: torch.Tensor) -> torch.Tensor:
+    """``|kd| / (|ppo| + |kd|)``: the KD term's share of the loss value (0 when both are 0)."""
+    return kd_term.abs() / (ppo_loss.abs() + kd_term.abs()).clamp(min=1e-12)
 
 
 def judged_reward(prompts=None, completions=None, **kwargs):
