@@ -114,7 +114,8 @@ CREATE TABLE IF NOT EXISTS samples (
     finish_reason TEXT,                -- stop / length (the turn's)
     teacher_prompt_ids TEXT,           -- JSON list of ints: the hint-augmented prompt the teacher scored
     consumed_step INTEGER,
-    consumed_at REAL
+    consumed_at REAL,
+    dropped_reason TEXT                -- why it is never trained on (stale: sampled too many versions ago)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS samples_one_per_turn ON samples(turn_id) WHERE origin = 'scorer';
 CREATE INDEX IF NOT EXISTS samples_queue ON samples(consumed_step, id);
@@ -126,6 +127,7 @@ _ADDED_COLUMNS = (
     ("turns", "judge_attempts", "INTEGER NOT NULL DEFAULT 0"),
     ("samples", "finish_reason", "TEXT"),
     ("samples", "teacher_prompt_ids", "TEXT"),
+    ("samples", "dropped_reason", "TEXT"),
 )
 
 
