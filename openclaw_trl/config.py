@@ -83,6 +83,20 @@ class OpenClawConfig(GRPOConfig):
         Per-token truncated weights. TRL's default, `"sequence_mask"`, multiplies the ratios of a whole turn
         and zeroes turns outside the bounds: long chat turns would mostly be dropped.
 
+    > Parameters that control which samples are trained on
+
+    max_staleness (`int` or `None`, defaults to `None`):
+        When set to K, a batch never holds a sample sampled more than K policy versions ago (current
+        version − the sample's version > K): such samples are dropped when the trainer takes a batch,
+        kept in the store with their `dropped_reason` (exported, counted as `samples/dropped_stale` and in
+        `/v1/status`), and the batch is filled with the next samples. `None` trains on every sample, the
+        stale ones with the truncated importance-sampling correction.
+    prm_monitor (`bool`, defaults to `False`):
+        With `method: opd`, also run the PRM (reward) votes and store the reduced reward on each turn and
+        sample, for monitoring only: the loss stays OPD's (`w_rl = 0`, a sample only with an accepted hint),
+        and each update logs the batch's mean as `rollout/prm_eval_score`. Refused with another method
+        (`rl` and `combine` already train on the PRM reward).
+
     > Parameters that control top-K distillation (optional, added to the PPO loss)
 
     w_kd (`float`, defaults to `0.0`):
@@ -245,6 +259,13 @@ class OpenClawConfig(GRPOConfig):
     w_opd: float = field(default=1.0, metadata={"help": "Weight of the OPD term."})
     batch_size: int = field(default=16, metadata={"help": "Judged samples consumed per update."})
     teacher: str = field(default=JudgeConfig.teacher, metadata={"help": "Teacher weights: base or policy."})
+    # Which samples are trained on
+    max_staleness: int | None = field(
+        default=None, metadata={"help": "Drop samples sampled more than this many policy versions ago."}
+    )
+    prm_monitor: bool = field(
+        default=False, metadata={"help": "opd: also run the PRM votes and log their mean (not trained on)."}
+    )
     # Top-K distillation
     w_kd: float = field(default=0.0, metadata={"help": "Weight of the top-K distillation loss (0 = off)."})
     kd_topk: int = field(default=20, metadata={"help": "K of the top-K distillation."})
@@ -406,6 +427,16 @@ class OpenClawConfig(GRPOConfig):
             (self.engine in ENGINES, f"engine must be one of {ENGINES}, got {self.engine!r}"),
             (self.kd_topk_source in KD_TOPK_SOURCES, f"kd_topk_source must be one of {KD_TOPK_SOURCES}"),
             (self.batch_size >= 1, "batch_size must be >= 1"),
+            (
+                self.max_staleness is None
+                or (isinstance(self.max_staleness, int) and self.max_staleness >= 0),
+                f"max_staleness must be an integer >= 0 (or null to keep every sample), got {self.max_staleness!r}",
+            ),
+            (
+                not self.prm_monitor or self.method == "opd",
+                f"prm_monitor monitors the PRM reward under method opd; method {self.method} already trains on "
+                "it (its metrics are rl/reward_mean): set prm_monitor: false or method: opd",
+            ),
             (self.judge_m >= 1, "judge_m must be >= 1"),
             (self.judge_max_attempts >= 1, f"judge_max_attempts must be >= 1, got {self.judge_max_attempts}"),
             (self.w_kd >= 0 and self.kd_cap > 0, "w_kd must be >= 0 and kd_cap > 0"),
@@ -502,6 +533,7 @@ class OpenClawConfig(GRPOConfig):
             max_attempts=self.judge_max_attempts,
             max_prompt_tokens=self.max_judge_prompt_tokens,
             max_hint_chars=self.max_hint_chars,
+            prm_monitor=self.prm_monitor,
         )
 
     def session_config(self) -> SessionConfig:

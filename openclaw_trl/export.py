@@ -103,6 +103,7 @@ def dataset_features() -> dict[str, Any]:
             topk_logprobs=List(List(Value("float32"))),  # stored as float32: exported exactly
             meta=json_feature,
             consumed_step=int64,
+            dropped_reason=string,
         ),
     }
 
@@ -174,6 +175,7 @@ def collect_rows(store, include_private: bool = False) -> dict[str, list[dict[st
             "topk_logprobs": s.topk_logprobs,
             "meta": encode(s.meta),
             "consumed_step": s.consumed_step,
+            "dropped_reason": s.dropped_reason,  # set when it was never trained on (e.g. stale)
         }
         for s in store.iter_samples(include_private=include_private)
     ]

@@ -192,8 +192,8 @@ class TrainingSample(_Row):
 
     The token ids are exactly those the engine saw and sampled (never re-tokenized text).
     ``teacher_logprobs`` is only meaningful when ``has_hint`` (the OPD term is masked off otherwise).
-    ``origin``, ``created`` and ``consumed_step`` are the store's bookkeeping, filled when it reads a sample
-    and left out of equality (two samples are equal when their content is).
+    ``origin``, ``created``, ``consumed_step`` and ``dropped_reason`` are the store's bookkeeping, filled
+    when it reads a sample and left out of equality (two samples are equal when their content is).
     """
 
     turn_id: int
@@ -216,6 +216,7 @@ class TrainingSample(_Row):
     origin: str | None = field(default=None, compare=False)  # scorer / direct
     created: float | None = field(default=None, compare=False)
     consumed_step: int | None = field(default=None, compare=False)  # the step that used it (None: waiting)
+    dropped_reason: str | None = field(default=None, compare=False)  # why it is never trained on (None: kept)
 
     JSON_COLUMNS: ClassVar[tuple[str, ...]] = (
         "prompt_ids",

@@ -22,6 +22,7 @@ def learning_status(config, engine, store, trainer=None) -> dict:
         "last_hints": store.recent_hints(5),
         "turns_failed": store.counts()["turns_failed"],
         "teacher_failed": store.count_teacher_failed(),
+        "samples_dropped_stale": store.count_dropped_stale(),
     }
 
 

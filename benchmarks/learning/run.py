@@ -206,10 +206,10 @@ class _BudgetedQueue:
     def __init__(self, store, exhausted: threading.Event):
         self._store, self._exhausted = store, exhausted
 
-    def wait_for_samples(self, n: int, timeout: float | None = None, poll: float = 0.2):
+    def wait_for_samples(self, n: int, timeout: float | None = None, poll: float = 0.2, **staleness):
         while True:
             try:
-                return self._store.wait_for_samples(n, timeout=1.0, poll=poll)
+                return self._store.wait_for_samples(n, timeout=1.0, poll=poll, **staleness)
             except TimeoutError:
                 if self._exhausted.is_set() and self._store.count_waiting() < n:
                     raise BudgetExhausted(

@@ -32,6 +32,9 @@ class JudgeConfig:
     max_hint_chars: a hint keeps its first ``max_hint_chars`` characters (:func:`~openclaw_trl.judge.cap_hint`)
         before it is stored and added to the teacher prompt.
     poll_interval_s: how often the worker looks for new ready turns when not woken.
+    prm_monitor: with method ``opd``, also run the PRM votes; their reduced reward is stored on the turn and
+        in the sample's ``meta["prm_eval_score"]`` for monitoring, while the sample rule and the sample's
+        ``reward`` (0) stay OPD's.
     """
 
     method: str = "combine"
@@ -53,6 +56,7 @@ class JudgeConfig:
     poll_interval_s: float = 0.5
     max_prompt_tokens: int = judge.MAX_JUDGE_PROMPT_TOKENS
     max_hint_chars: int = judge.MAX_HINT_CHARS
+    prm_monitor: bool = False
 
     def __post_init__(self):
         checks = [
@@ -81,6 +85,10 @@ class JudgeConfig:
                 self.backend != "callable" or bool(self.callable and ":" in self.callable),
                 "backend 'callable' needs callable='package.module:function'",
             ),
+            (
+                not self.prm_monitor or self.method == "opd",
+                f"prm_monitor only applies to method 'opd' (method {self.method!r} trains on the PRM reward)",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -88,5 +96,7 @@ class JudgeConfig:
 
     @property
     def kinds(self) -> tuple[str, ...]:
-        """The judges this method runs: ``prm`` (reward) and/or ``hint``."""
+        """The judges this method runs: ``prm`` (reward) and/or ``hint`` (both for ``opd`` with ``prm_monitor``)."""
+        if self.prm_monitor:
+            return ("prm", "hint")
         return {"rl": ("prm",), "opd": ("hint",), "combine": ("prm", "hint")}[self.method]

@@ -29,6 +29,10 @@ combine   m PRM + m hint votes, together  a hint is accepted or the reward is ±
                                           with a hint (otherwise no teacher log-probs: opd_mask False)
 ========  ==============================  ============================================================
 
+With ``prm_monitor`` (``opd`` only) the PRM votes run too: the reduced reward is stored on the turn and in
+the sample's ``meta["prm_eval_score"]``, for monitoring; the sample rule and the sample's reward (0) stay
+OPD's.
+
 The votes come from one voter per backend (:mod:`openclaw_trl.judging.voters`).
 A turn sampled greedily (temperature 0) gives no sample: its log-probs are not those of a sampled policy.
 """
@@ -285,5 +289,6 @@ class Scorer:
                 "finish_reason": turn.finish_reason,
                 "session_id": turn.session_id,
                 "teacher_prompt_len": len(teacher.prompt_ids) if teacher else None,
+                **({"prm_eval_score": float(j.reward)} if self.config.prm_monitor else {}),
             },
         )

@@ -115,7 +115,8 @@ CREATE TABLE IF NOT EXISTS samples (
     teacher_prompt_ids TEXT,           -- JSON list of ints: the hint-augmented prompt the teacher scored
     baseline REAL NOT NULL DEFAULT 0,  -- mean judged reward of the session's earlier turns (session_mean)
     consumed_step INTEGER,
-    consumed_at REAL
+    consumed_at REAL,
+    dropped_reason TEXT                -- why it is never trained on (stale: sampled too many versions ago)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS samples_one_per_turn ON samples(turn_id) WHERE origin = 'scorer';
 CREATE INDEX IF NOT EXISTS samples_queue ON samples(consumed_step, id);
@@ -128,6 +129,7 @@ _ADDED_COLUMNS = (
     ("samples", "finish_reason", "TEXT"),
     ("samples", "teacher_prompt_ids", "TEXT"),
     ("samples", "baseline", "REAL NOT NULL DEFAULT 0"),
+    ("samples", "dropped_reason", "TEXT"),
 )
 
 

@@ -37,7 +37,7 @@ class Queries:
         return self._records(Turn, sql)
 
     def iter_samples(self, include_private: bool = False) -> Iterator[TrainingSample]:
-        """Every sample, consumed or not (``origin``, ``created`` and ``consumed_step`` filled)."""
+        """Every sample, consumed, dropped or not (``origin``, ``created``, ``consumed_step``, ``dropped_reason``)."""
         sql = (
             "SELECT s.* FROM samples s LEFT JOIN turns t ON s.origin = 'scorer' AND t.id = s.turn_id"
             " LEFT JOIN sessions ss ON ss.id = t.session_id"

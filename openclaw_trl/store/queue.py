@@ -4,8 +4,11 @@ Queue rules:
 
 * nothing is ever deleted: samples beyond a training batch stay queued for the next batch, and a consumed
   sample is marked with the training step that used it (:meth:`SampleQueue.mark_consumed`);
-* "waiting" = not consumed, and not of a session flagged private after it was judged (such samples are
-  kept, never handed out);
+* "waiting" = not consumed, not dropped, and not of a session flagged private after it was judged (such
+  samples are kept, never handed out);
+* a waiting sample sampled more than ``max_staleness`` policy versions before the current one is dropped
+  when a batch is taken: it stays in the store with its ``dropped_reason`` and is never handed out
+  (:meth:`SampleQueue.drop_stale`); the batch is filled with the next waiting samples;
 * "handed out" is tracked per :class:`~openclaw_trl.store.Store` object: the trainer process must take
   samples through one object (a second object in the same process would hand the same samples out
   again); :meth:`SampleQueue.release` puts handed-out samples back at the head of the queue;
@@ -30,7 +33,7 @@ from openclaw_trl.store.db import Database
 _WAITING_SQL = (
     " FROM samples s LEFT JOIN turns t ON s.origin = 'scorer' AND t.id = s.turn_id"
     " LEFT JOIN sessions ss ON ss.id = t.session_id"
-    " WHERE s.consumed_step IS NULL AND COALESCE(ss.private, 0) = 0"
+    " WHERE s.consumed_step IS NULL AND s.dropped_reason IS NULL AND COALESCE(ss.private, 0) = 0"
 )
 
 
@@ -141,16 +144,25 @@ class SampleQueue:
         return self.get_samples(ids)
 
     def wait_for_samples(
-        self, n: int, timeout: float | None = None, poll: float = 0.2
+        self,
+        n: int,
+        timeout: float | None = None,
+        poll: float = 0.2,
+        policy_version: int = 0,
+        max_staleness: int | None = None,
     ) -> list[TrainingSample]:
         """Block until ``n`` samples are waiting, then hand out exactly ``n`` (the surplus stays queued).
 
-        Raises ``TimeoutError`` after ``timeout`` seconds, and :class:`SampleSourceError` as soon as
+        With ``max_staleness``, waiting samples sampled more than ``max_staleness`` versions before
+        ``policy_version`` are dropped first, each time the queue is looked at (:meth:`drop_stale`), so
+        the batch is made of fresh samples only. Raises ``TimeoutError`` after ``timeout`` seconds, and :class:`SampleSourceError` as soon as
         :meth:`fail_waiters` is called while too few are waiting (nothing is handed out then).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._queue_lock:
+                if max_staleness is not None:
+                    self.drop_stale(policy_version, max_staleness)
                 ids = self._available_ids(n)
                 if len(ids) < n and self._source_error is not None:
                     raise self._source_error
@@ -162,6 +174,31 @@ class SampleQueue:
                     raise TimeoutError(f"only {len(ids)} of {n} samples waiting after {timeout} s")
                 self._queue_lock.wait(wait)  # woken early by samples written in this process
         return self.get_samples(ids)
+
+    def drop_stale(self, policy_version: int, max_staleness: int) -> int:
+        """Mark the waiting samples with ``policy_version - sample.policy_version > max_staleness`` as
+        dropped (kept, with the reason, never handed out); returns how many were dropped now."""
+        with self._queue_lock:
+            handed = set(self._handed_out)
+        sql = "SELECT s.id, s.policy_version" + _WAITING_SQL + " AND s.policy_version < ?"
+        rows = self._db.conn().execute(sql, (policy_version - max_staleness,)).fetchall()
+        stale = [(r[0], r[1]) for r in rows if r[0] not in handed]
+        if not stale:
+            return 0
+        with self._db.tx() as tx:
+            tx.executemany(
+                "UPDATE samples SET dropped_reason = ? WHERE id = ? AND consumed_step IS NULL",
+                [
+                    (f"stale: sampled by v{v}, policy v{policy_version}, max_staleness {max_staleness}", i)
+                    for i, v in stale
+                ],
+            )
+        return len(stale)
+
+    def count_dropped_stale(self) -> int:
+        """Samples dropped because they were too stale (over every run on this store)."""
+        sql = "SELECT COUNT(*) FROM samples WHERE dropped_reason LIKE 'stale:%'"
+        return self._db.conn().execute(sql).fetchone()[0]
 
     def fail_waiters(self, error: str) -> None:
         """The source of turns crashed: wake :meth:`wait_for_samples` (now and later), which raises

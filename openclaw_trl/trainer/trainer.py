@@ -3,7 +3,8 @@
 What it overrides, and nothing else:
 
 * where a batch comes from: ``_generate_and_score_completions`` takes the next ``batch_size`` judged
-  samples from the store (blocking until they exist; surplus samples stay queued) and builds the
+  samples from the store (blocking until they exist; surplus samples stay queued; with ``max_staleness``
+  the too-stale ones are dropped, kept in the store with the reason) and builds the
   prompt/completion tensors from the stored token ids;
 * how advantages are built: ``losses.combined_advantages`` gives the per-token
   ``A = w_rl * r + w_opd * opd_mask * (lp_T - lp_old)``; TRL's ``_compute_loss`` then applies the PPO
@@ -131,7 +132,14 @@ class OpenClawTrainer(GRPOTrainer):
         holder = [None]
         if self.accelerator.is_main_process:
             wanted = self.args.generation_batch_size
-            samples = self.store.wait_for_samples(wanted, timeout=self.sample_timeout)
+            dropped = self.store.count_dropped_stale()
+            samples = self.store.wait_for_samples(
+                wanted,
+                timeout=self.sample_timeout,
+                policy_version=self.state.global_step,
+                max_staleness=self.args.max_staleness,
+            )
+            self._log("samples/dropped_stale", self.store.count_dropped_stale() - dropped)
             if len(samples) < wanted:
                 raise TimeoutError(
                     f"only {len(samples)} of {wanted} judged samples arrived within "
@@ -280,6 +288,9 @@ class OpenClawTrainer(GRPOTrainer):
         self._log("rl/reward_mean", batch["rewards"].mean())
         self._log("rl/nonzero_reward_rate", (batch["rewards"] != 0).float().mean())
         self._log("opd/hint_accept_rate", opd.float().mean())
+        monitored = [s.meta["prm_eval_score"] for s in samples if s.meta.get("prm_eval_score") is not None]
+        if monitored:  # prm_monitor: the PRM reward of OPD samples, not trained on
+            self._log("rollout/prm_eval_score", sum(monitored) / len(monitored))
         if opd.any():
             opd_rows = opd_adv[opd]
             self._log("opd/mean_advantage", masked_mean(opd_rows, mask[opd]))

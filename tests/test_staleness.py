@@ -1,0 +1,77 @@
+"""``max_staleness``: samples sampled too many policy versions ago are dropped (kept, with the reason), never
+trained on, counted and exported; the batch is filled with the next, fresh samples."""
+
+from __future__ import annotations
+
+import pytest
+
+from openclaw_trl.config import OpenClawConfig
+from openclaw_trl.export import collect_rows
+from openclaw_trl.records import TrainingSample
+from openclaw_trl.status import learning_status
+from openclaw_trl.store import Store
+from tests.test_trainer import _sampled, _trainer
+
+
+def _sample(version: int) -> TrainingSample:
+    return TrainingSample(
+        turn_id=100 + version,
+        prompt_ids=[1, 2, 3],
+        completion_ids=[4, 5],
+        sampling_logprobs=[-0.5, -1.25],
+        temperature=1.0,
+        policy_version=version,
+        reward=1.0,
+    )
+
+
+def test_samples_more_than_k_versions_old_are_dropped_with_the_reason(tmp_path):
+    with Store(tmp_path / "store.db") as store:
+        ids = [store.add_sample(_sample(v)) for v in range(7)]  # sampled by v0 .. v6
+        batch = store.wait_for_samples(3, timeout=1, policy_version=6, max_staleness=2)
+        assert [s.policy_version for s in batch] == [4, 5, 6]  # 6 - v <= 2: fresh, filling the batch
+        reasons = {s.sample_id: s.dropped_reason for s in store.iter_samples()}
+        assert [reasons[i] for i in ids] == [
+            f"stale: sampled by v{v}, policy v6, max_staleness 2" for v in range(4)
+        ] + [None] * 3
+        assert store.count_dropped_stale() == 4
+        store.mark_consumed([s.sample_id for s in batch], step=7)
+        assert store.count_waiting() == 0  # dropped samples are never handed out again
+        assert store.drop_stale(policy_version=9, max_staleness=0) == 0  # consumed ones are not dropped
+    with Store(tmp_path / "store.db") as reopened:  # kept across restarts
+        assert reopened.count_dropped_stale() == 4 and reopened.count_waiting() == 0
+
+
+def test_without_max_staleness_nothing_is_dropped(tmp_path):
+    with Store(tmp_path / "store.db") as store:
+        for v in range(7):
+            store.add_sample(_sample(v))
+        batch = store.wait_for_samples(7, timeout=1, policy_version=60)
+        assert len(batch) == 7 and store.count_dropped_stale() == 0
+
+
+def test_trainer_drops_stale_samples_and_fills_the_batch(tiny_model_dir, tmp_path):
+    store = Store(tmp_path / "store.sqlite")
+    old = [store.add_sample(s) for s in _sampled(tiny_model_dir, 6, policy_version=0)]
+    fresh = [store.add_sample(s) for s in _sampled(tiny_model_dir, 4, seed=1, policy_version=1)]
+    trainer = _trainer(tiny_model_dir, tmp_path, store, max_steps=2, max_staleness=0)
+    trainer.train()
+    rows = {s.sample_id: s for s in store.iter_samples()}
+    # Step 1 (policy v0) trains the first four; step 2 (policy v1) drops the two v0 left, trains the v1 ones.
+    assert [rows[i].consumed_step for i in old + fresh] == [1] * 4 + [None] * 2 + [2] * 4
+    assert [rows[i].dropped_reason for i in old[4:]] == [
+        "stale: sampled by v0, policy v1, max_staleness 0"
+    ] * 2
+    assert [entry["samples/dropped_stale"] for entry in trainer.state.log_history if "reward" in entry] == [
+        0,
+        2,
+    ]
+    assert learning_status(trainer.args, None, store, trainer)["samples_dropped_stale"] == 2
+    exported = {r["sample_id"]: r["dropped_reason"] for r in collect_rows(store)["samples"]}
+    assert exported[old[4]].startswith("stale: sampled by v0") and exported[fresh[0]] is None
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "2"])
+def test_max_staleness_must_be_a_non_negative_integer(tmp_path, value):
+    with pytest.raises(ValueError, match="max_staleness must be an integer >= 0"):
+        OpenClawConfig(output_dir=str(tmp_path), max_staleness=value, report_to="none")
