@@ -3,7 +3,10 @@
 ``router`` (mounted by ``openclaw_trl.serving.app.create_app``) answers
 
 * ``POST /v1/chat/completions``: OpenAI wire format, real token streaming over SSE (reasoning and
-  tool-call deltas carry their ``index``, as OpenAI clients require);
+  tool-call deltas carry their ``index``, as OpenAI clients require); the reasoning part of a message or
+  delta is sent as both ``reasoning_content`` and ``reasoning``, and either is accepted on input;
+* ``POST /v1/responses`` (OpenAI Responses API, ``openclaw_trl.serving.responses``) on the same chat service,
+  ``GET /v1/responses/{id}`` (the stored response object);
 * ``POST /v1/feedback``: 👍/👎 + optional correction text for a turn = the next state of that turn;
 * ``GET /v1/models``, ``GET /healthz``, ``GET /v1/status``; any other ``/v1/...`` is a 404 ``unknown_url``.
 
@@ -48,8 +51,9 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from openclaw_trl.serving.chat_service import ChatService, PreparedChat, TurnResult
-from openclaw_trl.serving.openai_schema import ApiError, RequestLimits
+from openclaw_trl.serving import responses
+from openclaw_trl.serving.chat_service import ChatService, PreparedChat, TurnResult, openclaw_meta
+from openclaw_trl.serving.openai_schema import ApiError, RequestLimits, with_reasoning_aliases
 
 logger = logging.getLogger(__name__)
 
@@ -132,17 +136,6 @@ def _usage(prep: PreparedChat, n_completion: int) -> dict:
     }
 
 
-def _openclaw_meta(prep: PreparedChat, result: TurnResult) -> dict:
-    return {
-        "turn_id": result.turn_id,
-        "session_id": prep.ctx.session_key,
-        "turn_type": prep.ctx.turn_type,
-        "next_state_of": prep.ctx.next_state_of,
-        "policy_version": result.policy_version,
-        "temperature": prep.sampling.temperature,  # what the turn was sampled at (see ServerSettings)
-    }
-
-
 def completion_body(prep: PreparedChat, result: TurnResult) -> dict:
     """The non-streaming ``chat.completion`` object."""
     return {
@@ -154,13 +147,13 @@ def completion_body(prep: PreparedChat, result: TurnResult) -> dict:
         "choices": [
             {
                 "index": 0,
-                "message": result.message,
+                "message": with_reasoning_aliases(result.message),
                 "logprobs": result.logprobs,
                 "finish_reason": result.finish_reason,
             }
         ],
         "usage": _usage(prep, len(result.completion.token_ids)),
-        "openclaw": _openclaw_meta(prep, result),
+        "openclaw": openclaw_meta(prep, result),
     }
 
 
@@ -217,7 +210,7 @@ async def stream_sse(service: ChatService, prep: PreparedChat) -> AsyncIterator[
         async with service.stream(prep) as turn:
             yield _sse(_chunk(prep, version, {"role": "assistant", "content": ""}))
             async for delta in turn:
-                yield _sse(_chunk(prep, version, delta))
+                yield _sse(_chunk(prep, version, with_reasoning_aliases(delta)))
         for chunk in _final_chunks(prep, turn.result):
             yield _sse(chunk)
     except ApiError as err:
@@ -236,7 +229,7 @@ def _final_chunks(prep: PreparedChat, result: TurnResult) -> list[dict]:
         lp_chunk = _chunk(prep, version, {})
         lp_chunk["choices"][0]["logprobs"] = result.logprobs
         chunks.append(lp_chunk)
-    chunks.append(_chunk(prep, version, {}, result.finish_reason, openclaw=_openclaw_meta(prep, result)))
+    chunks.append(_chunk(prep, version, {}, result.finish_reason, openclaw=openclaw_meta(prep, result)))
     if prep.include_usage:
         usage = _usage(prep, len(result.completion.token_ids))
         chunks.append({**_chunk(prep, version, {}), "choices": [], "usage": usage})
@@ -276,22 +269,32 @@ async def chat_completions(request: Request):
     payload = await _json_body(request, service.settings.limits)
     prep = await asyncio.to_thread(service.prepare, payload, request.headers)
     if prep.stream:
-        return _streaming_response(service, prep)
-    loop = asyncio.get_running_loop()
-    try:
-        completion = await loop.run_in_executor(service.executor, service.generate, prep, None)
-        result = await asyncio.to_thread(service.finish, prep, completion)
-    except BaseException:
-        await asyncio.to_thread(service.abort, prep)
-        raise
+        return _streaming_response(prep, stream_sse(service, prep))
+    result = await service.complete(prep)
     return JSONResponse(completion_body(prep, result), headers=_turn_headers(prep, result))
 
 
-def _streaming_response(service: ChatService, prep: PreparedChat) -> StreamingResponse:
+def _streaming_response(prep: PreparedChat, events: AsyncIterator[bytes]) -> StreamingResponse:
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     if prep.ctx.session_key:
         headers[SESSION_ID_HEADER] = prep.ctx.session_key
-    return StreamingResponse(stream_sse(service, prep), media_type="text/event-stream", headers=headers)
+    return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+
+
+@router.post("/v1/responses", dependencies=_authorized)
+async def create_response(request: Request):
+    service = _service(request)
+    payload = await _json_body(request, service.settings.limits)
+    job = await asyncio.to_thread(responses.prepare, service, payload, request.headers)
+    if job.stream:
+        return _streaming_response(job.chat, responses.stream_events(service, job))
+    body, result = await responses.respond(service, job)
+    return JSONResponse(body, headers=_turn_headers(job.chat, result))
+
+
+@router.api_route("/v1/responses/{response_id}", methods=["GET", "DELETE"], dependencies=_authorized)
+async def response_by_id(request: Request, response_id: str):
+    return await asyncio.to_thread(responses.by_id, _service(request), response_id, request.method)
 
 
 @router.post("/v1/feedback", dependencies=_authorized)

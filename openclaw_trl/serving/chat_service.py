@@ -8,6 +8,7 @@ UI (``openclaw_trl.serving.ui``) only adapt it.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import math
@@ -66,6 +67,19 @@ class TurnResult:
     turn_id: int | str | None
     policy_version: int
     logprobs: dict | None = None
+
+
+def openclaw_meta(prep: PreparedChat, result: TurnResult) -> dict:
+    """The ``openclaw`` object of a reply: which stored turn it is, its session, the next state it gave, the
+    policy version that sampled it and the temperature it was sampled at (see ``ServerSettings``)."""
+    return {
+        "turn_id": result.turn_id,
+        "session_id": prep.ctx.session_key,
+        "turn_type": prep.ctx.turn_type,
+        "next_state_of": prep.ctx.next_state_of,
+        "policy_version": result.policy_version,
+        "temperature": prep.sampling.temperature,
+    }
 
 
 class ChatService:
@@ -219,6 +233,17 @@ class ChatService:
         request = GenerationRequest(prompt_ids=prep.prompt_ids, sampling=prep.sampling, weights="policy")
         callback = (lambda _index, token_id: on_token(token_id)) if on_token else None
         return self.engine.generate([request], on_token=callback)[0]
+
+    async def complete(self, prep: PreparedChat) -> TurnResult:
+        """The whole turn, awaited: generated in ``executor`` (the engine batches concurrent callers), then
+        parsed and stored; a failure, or the caller going away, aborts it with the collector."""
+        loop = asyncio.get_running_loop()
+        try:
+            completion = await loop.run_in_executor(self.executor, self.generate, prep, None)
+            return await asyncio.to_thread(self.finish, prep, completion)
+        except BaseException:
+            await asyncio.to_thread(self.abort, prep)
+            raise
 
     def stream_parser(self, prep: PreparedChat) -> StreamDecoder:
         return StreamDecoder(

@@ -93,6 +93,7 @@ class _Message(BaseModel):
     tool_calls: list[_ToolCall] | None = None
     tool_call_id: str | None = None
     reasoning_content: str | None = None
+    reasoning: str | None = None  # the same field under vLLM's newer name (see ``message_reasoning``)
 
     @field_validator("role")
     @classmethod
@@ -211,7 +212,7 @@ class RequestLimits:
             raise self.over("max_messages", len(messages), "messages", "The number of messages")
         total = 0
         for i, message in enumerate(messages):
-            chars = _message_chars(message)
+            chars = _message_chars(message, f"messages[{i}]")
             if chars > self.max_message_chars:
                 raise self.over(
                     "max_message_chars", chars, f"messages[{i}]", f"The text of messages[{i}] (characters)"
@@ -257,14 +258,49 @@ class RequestLimits:
             raise self.over("max_feedback_chars", len(text), "text", "The length of the feedback text")
 
 
-def _message_chars(message: dict) -> int:
+# --------------------------------------------------------------------------------------------------
+# Reasoning: one field, two names on the wire
+# --------------------------------------------------------------------------------------------------
+
+
+def message_reasoning(message: dict, param: str) -> str | None:
+    """The reasoning text of an input message, given as ``reasoning_content`` or ``reasoning``.
+
+    Clients name the reasoning part of an assistant message ``reasoning_content`` (DeepSeek, older vLLM) or
+    ``reasoning`` (current vLLM, OpenRouter); both mean the same. Either may be sent, or both with the same
+    text; both with different texts is a 400 (there is no precedence to guess: one of them is a client bug).
+    """
+    content, alias = message.get("reasoning_content"), message.get("reasoning")
+    if content is not None and alias is not None and content != alias:
+        raise ApiError(
+            400,
+            f"{param} has 'reasoning_content' and 'reasoning' with different texts: they are two names of one "
+            "field, so send one of them (or the same text in both).",
+            "invalid_value",
+            param,
+        )
+    return content if content is not None else alias
+
+
+def with_reasoning_aliases(fields: dict) -> dict:
+    """An outgoing assistant message or stream delta with its reasoning under both names.
+
+    Internally the reasoning part is ``reasoning_content``; on the wire, wherever it exists, it is sent as
+    ``reasoning_content`` and as ``reasoning`` (same text), so clients that read either name see it.
+    """
+    if fields.get("reasoning_content") is None:
+        return fields
+    return {**fields, "reasoning": fields["reasoning_content"]}
+
+
+def _message_chars(message: dict, param: str) -> int:
     """Characters of a message's text: content (string or text parts), reasoning and tool-call arguments."""
     content = message.get("content")
     if isinstance(content, list):
         chars = sum(len(p["text"]) for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
     else:
         chars = len(content or "")
-    chars += len(message.get("reasoning_content") or "")
+    chars += len(message_reasoning(message, param) or "")
     for call in message.get("tool_calls") or []:
         arguments = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
         chars += len(arguments if isinstance(arguments, str) else json.dumps(arguments or {}))
@@ -320,8 +356,11 @@ def normalize_messages(messages: list[_Message]) -> list[dict]:
             )
         msg: dict[str, Any] = {"role": role, "content": content}
         if role == "assistant":
-            if m.reasoning_content:
-                msg["reasoning_content"] = m.reasoning_content
+            reasoning = message_reasoning(
+                {"reasoning_content": m.reasoning_content, "reasoning": m.reasoning}, f"messages[{i}]"
+            )
+            if reasoning:
+                msg["reasoning_content"] = reasoning
             if m.tool_calls:
                 msg["tool_calls"] = [
                     {

@@ -13,7 +13,8 @@ Its parts, one API each:
   votes, judge failures), used by :mod:`openclaw_trl.judging`;
 * :class:`~openclaw_trl.store.queue.SampleQueue` (samples handed to the trainer oldest first, consumed,
   released, re-queued; the queue rules), used by the trainer;
-* :class:`~openclaw_trl.store.queries.Queries` (everything for the export, counts, recent hints).
+* :class:`~openclaw_trl.store.queries.Queries` (everything for the export, counts, recent hints);
+* :class:`~openclaw_trl.store.responses.ResponseIds` (Responses API ids -> turns), used by the server.
 
 Reopening a store resumes: ``ready`` turns are judged again and unconsumed samples are served first.
 """
@@ -27,6 +28,7 @@ from openclaw_trl.store.db import SCHEMA_VERSION, Database, StoreError
 from openclaw_trl.store.judging import TEACHER_ERROR_PREFIX, Judging
 from openclaw_trl.store.queries import TURN_STATUSES, Queries
 from openclaw_trl.store.queue import ResumePosition, SampleQueue, SampleSourceError
+from openclaw_trl.store.responses import ResponseIds, StoredResponse
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -36,10 +38,11 @@ __all__ = [
     "SampleSourceError",
     "Store",
     "StoreError",
+    "StoredResponse",
 ]
 
 
-class Store(Conversations, Judging, SampleQueue, Queries):
+class Store(Conversations, Judging, SampleQueue, Queries, ResponseIds):
     """SQLite store shared by the server threads, the scorer and the trainer (see the module docstring).
 
     ``Store(path)`` creates the file (and its parent directory) or resumes an existing one; it refuses a

@@ -120,6 +120,13 @@ CREATE TABLE IF NOT EXISTS samples (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS samples_one_per_turn ON samples(turn_id) WHERE origin = 'scorer';
 CREATE INDEX IF NOT EXISTS samples_queue ON samples(consumed_step, id);
+
+CREATE TABLE IF NOT EXISTS responses (
+    id TEXT PRIMARY KEY,               -- a Responses API id (resp_...): names one served turn
+    turn_id INTEGER NOT NULL REFERENCES turns(id),
+    created REAL NOT NULL,
+    body TEXT NOT NULL                 -- JSON: the response object as the client received it
+);
 """
 
 

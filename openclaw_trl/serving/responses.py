@@ -1,0 +1,361 @@
+"""``POST /v1/responses`` (the OpenAI Responses API) on the chat service: same sessions, store and learning
+as ``/v1/chat/completions``.
+
+A Responses request becomes the chat request it means (``responses_schema``) and runs through
+``ChatService`` unchanged: validation and limits, the chat template, the session (``X-Session-Id`` header,
+``session_id`` or ``user``), the turn committed before the reply, its next state from the next request. Each
+response has a fresh id ``resp_<hex>``, recorded in the store with the response object once its turn is
+stored (before the reply or the final stream event leaves), so:
+
+* ``previous_response_id`` continues that turn's conversation: the stored prompt messages and the assistant
+  message as sent, then the new input items. The turn's session carries on (a request naming another session
+  id is refused); the new input is the turn's next state, exactly as the next chat request would be.
+  ``instructions`` are part of that stored conversation: omit them or repeat them (other instructions are a
+  400: they would rewrite the history the turn was sampled from). An unknown id is a 404.
+* ``GET /v1/responses/{id}`` returns the stored response object; responses are never deleted (``DELETE`` is
+  refused): they name turns the model learns from.
+
+Streaming sends OpenAI's events in order: ``response.created``, ``response.in_progress``, then per output item
+``response.output_item.added`` / ``response.content_part.added`` / ``response.output_text.delta`` (or
+``response.reasoning_text.delta``) ... ``.done`` events, ``response.function_call_arguments.delta/.done`` for
+a tool call (emitted whole once the model closes it), and ``response.completed`` (``response.incomplete`` when
+``max_output_tokens`` cut the turn; ``response.failed`` when generation failed). A client that leaves before
+the end stores no turn, as with chat completions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from openclaw_trl.serving.chat_service import ChatService, PreparedChat, TurnResult, openclaw_meta
+from openclaw_trl.serving.openai_schema import ApiError
+from openclaw_trl.serving.responses_schema import (
+    SESSION_FIELDS,
+    ResponseEcho,
+    ResponsesRequest,
+    chat_tool_choice,
+    chat_tools,
+    function_call_item,
+    input_messages,
+    message_item,
+    output_items,
+    output_text_part,
+    parse_request,
+    reasoning_item,
+    response_object,
+    sse_event,
+    usage_object,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PreparedResponse:
+    """A validated Responses request: the chat request it became, its response id and echoed fields."""
+
+    chat: PreparedChat
+    response_id: str
+    echo: ResponseEcho
+    stream: bool
+
+
+def prepare(service: ChatService, payload, headers) -> PreparedResponse:
+    """Validate a Responses body and open its turn (``ChatService.prepare``); raises ``ApiError`` (4xx)."""
+    request = parse_request(payload)
+    history, session_key, instructions = _continuation(service, request, headers, payload)
+    messages = history + input_messages(request.input)
+    if instructions is not None and not history:
+        messages.insert(0, {"role": "system", "content": instructions})
+    chat_body = {
+        "model": request.model,
+        "messages": messages,
+        "tools": chat_tools(request.tools),
+        "tool_choice": chat_tool_choice(request.tool_choice),
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "max_tokens": request.max_output_tokens,
+        "user": request.user,
+        **{name: payload.get(name) for name in SESSION_FIELDS},
+    }
+    chat_body = {k: v for k, v in chat_body.items() if v is not None}
+    if session_key is not None:
+        chat_body.setdefault("session_id", session_key)
+    chat = service.prepare(chat_body, headers)
+    echo = ResponseEcho(
+        model=chat.model,
+        instructions=instructions,
+        tools=request.tools or [],
+        tool_choice=request.tool_choice or "auto",
+        temperature=chat.sampling.temperature,
+        top_p=chat.sampling.top_p,
+        max_output_tokens=request.max_output_tokens,
+        previous_response_id=request.previous_response_id,
+        metadata=request.metadata or {},
+        user=request.user,
+    )
+    return PreparedResponse(chat, f"resp_{uuid.uuid4().hex}", echo, request.stream)
+
+
+def _continuation(
+    service: ChatService, request: ResponsesRequest, headers, payload: dict
+) -> tuple[list[dict], str | None, str | None]:
+    """``(history, session id, instructions)`` that ``previous_response_id`` continues (empty without it)."""
+    if request.previous_response_id is None:
+        return [], None, request.instructions
+    stored = service.store.get_response(request.previous_response_id)
+    turn = service.store.get_turn(stored.turn_id) if stored is not None else None
+    if turn is None:
+        raise ApiError(
+            404,
+            f"Previous response with id '{request.previous_response_id}' not found.",
+            "previous_response_not_found",
+            "previous_response_id",
+        )
+    instructions = stored.body.get("instructions")
+    if request.instructions is not None and request.instructions != instructions:
+        raise ApiError(
+            400,
+            "'instructions' differ from those of the conversation previous_response_id continues: omit them "
+            "(the conversation keeps its own) or start a new conversation without previous_response_id.",
+            "invalid_value",
+            "instructions",
+        )
+    from openclaw_trl.sessions import request_session_key
+
+    session = service.store.get_session(turn.session_id)
+    named = request_session_key(headers, payload)
+    if named is not None and named != session.key:
+        where = f"session {session.key!r}" if session.key else "an anonymous conversation"
+        raise ApiError(
+            400,
+            f"previous_response_id belongs to {where}, but this request names session {named!r}: drop the "
+            "session id (the conversation keeps its session) or previous_response_id.",
+            "invalid_session",
+            "previous_response_id",
+        )
+    return [*turn.prompt_messages, dict(turn.response_message or {})], session.key, instructions
+
+
+# --------------------------------------------------------------------------------------------------
+# One response: generate, store the turn, record the id, answer
+# --------------------------------------------------------------------------------------------------
+
+
+async def respond(service: ChatService, job: PreparedResponse) -> tuple[dict, TurnResult]:
+    """The non-streaming response object (its turn and id stored) and the turn it is."""
+    result = await service.complete(job.chat)
+    return await asyncio.to_thread(_record, service, job, result), result
+
+
+def _record(service: ChatService, job: PreparedResponse, result: TurnResult) -> dict:
+    """Blocking: the final response object, recorded under its id (after the turn, before the reply)."""
+    status = "incomplete" if result.finish_reason == "length" else "completed"
+    ids = result.completion.token_ids
+    usage = usage_object(
+        len(job.chat.prompt_ids), len(ids), reasoning_tokens(service.tokenizer, ids, result.message)
+    )
+    body = response_object(
+        job.response_id,
+        job.chat.created,
+        job.echo,
+        status,
+        output_items(result.message, job.response_id, status),
+        usage,
+        completed_at=int(time.time()),
+        openclaw=openclaw_meta(job.chat, result),
+    )
+    service.store.add_response(job.response_id, result.turn_id, body)
+    return body
+
+
+def reasoning_tokens(tokenizer, completion_ids, message: dict) -> int:
+    """Completion tokens spent reasoning: up to and including ``</think>``, all of them when the turn was cut
+    off while reasoning; 0 without reasoning."""
+    if not message.get("reasoning_content"):
+        return 0
+    close = tokenizer.convert_tokens_to_ids("</think>")
+    ids = list(completion_ids)
+    return ids.index(close) + 1 if isinstance(close, int) and close in ids else len(ids)
+
+
+def by_id(service: ChatService, response_id: str, method: str) -> dict:
+    """``GET``: the stored response object (404 when unknown); ``DELETE`` is refused."""
+    if method == "DELETE":
+        raise ApiError(
+            400,
+            "Responses are not deleted: they name turns the model learns from. Send X-Session-Private: true "
+            "for conversations it must not learn from.",
+            "unsupported_operation",
+        )
+    stored = service.store.get_response(response_id)
+    if stored is None:
+        raise ApiError(404, f"Response with id '{response_id}' not found.", "response_not_found")
+    return stored.body
+
+
+# --------------------------------------------------------------------------------------------------
+# Streaming
+# --------------------------------------------------------------------------------------------------
+
+
+async def stream_events(service: ChatService, job: PreparedResponse) -> AsyncIterator[bytes]:
+    """The Responses events of one turn, each sent as soon as its tokens are sampled (module docstring)."""
+    events = ResponseEvents(job)
+    for event in events.start():
+        yield sse_event(event)
+    try:
+        async with service.stream(job.chat) as turn:
+            async for delta in turn:
+                for event in events.delta(delta):
+                    yield sse_event(event)
+        body = await asyncio.to_thread(_record, service, job, turn.result)
+        for event in events.finish(body):
+            yield sse_event(event)
+    except ApiError as err:
+        yield sse_event(events.failed(err))
+    except Exception as exc:  # the status line is sent already: report the error in-band
+        logger.exception("streaming generation failed")
+        yield sse_event(events.failed(ApiError(500, f"generation failed: {exc}", "server_error")))
+
+
+class ResponseEvents:
+    """The event sequence of one streamed response: numbers the events, opens an output item when the
+    kind of text changes (reasoning, message) or a tool call arrives, and closes it with its ``.done`` events.
+
+    Item ids follow ``output_items`` (``rs_``/``msg_``/``fc_`` + the response id's suffix), so the final
+    object names the items the stream built; a kind that comes back after another (text after a tool call)
+    opens a new item with a numbered id, and the final object then holds that text in its one message item.
+    """
+
+    def __init__(self, job: PreparedResponse):
+        self.job = job
+        self.suffix = job.response_id.removeprefix("resp_")
+        self.seq = 0
+        self.n_items = 0
+        self.opened: dict[str, int] = {}  # how many items of each kind were opened
+        self.current: dict | None = None  # the open text item: kind, id, index, text
+
+    def _event(self, kind: str, **fields) -> dict:
+        event = {"type": kind, "sequence_number": self.seq, **fields}
+        self.seq += 1
+        return event
+
+    def start(self) -> list[dict]:
+        job = self.job
+        body = response_object(job.response_id, job.chat.created, job.echo, "in_progress", [])
+        return [
+            self._event("response.created", response=body),
+            self._event("response.in_progress", response=body),
+        ]
+
+    def delta(self, delta: dict) -> list[dict]:
+        events = []
+        if delta.get("reasoning_content"):
+            events += self._text("reasoning", delta["reasoning_content"])
+        if delta.get("content"):
+            events += self._text("message", delta["content"])
+        for call in delta.get("tool_calls") or []:
+            events += self._call(call)
+        return events
+
+    def _item_id(self, kind: str) -> str:
+        n = self.opened.get(kind, 0)
+        self.opened[kind] = n + 1
+        prefix = {"reasoning": "rs", "message": "msg", "function_call": "fc"}[kind]
+        if kind == "function_call":
+            return f"fc_{self.suffix}_{n}"
+        return f"{prefix}_{self.suffix}" + (f"_{n}" if n else "")
+
+    def _text(self, kind: str, text: str) -> list[dict]:
+        events = []
+        if self.current is None or self.current["kind"] != kind:
+            events += self._close()
+            events += self._open(kind)
+        item = self.current
+        item["text"] += text
+        where = {"item_id": item["id"], "output_index": item["index"], "content_index": 0}
+        if kind == "message":
+            events.append(self._event("response.output_text.delta", **where, delta=text, logprobs=[]))
+        else:
+            events.append(self._event("response.reasoning_text.delta", **where, delta=text))
+        return events
+
+    def _open(self, kind: str) -> list[dict]:
+        item_id, index = self._item_id(kind), self.n_items
+        self.n_items += 1
+        self.current = {"kind": kind, "id": item_id, "index": index, "text": ""}
+        if kind == "message":
+            item, part = message_item(item_id, None, "in_progress"), output_text_part("")
+        else:
+            item, part = reasoning_item(item_id, None, "in_progress"), {"type": "reasoning_text", "text": ""}
+        return [
+            self._event("response.output_item.added", output_index=index, item=item),
+            self._event(
+                "response.content_part.added", item_id=item_id, output_index=index, content_index=0, part=part
+            ),
+        ]
+
+    def _close(self, status: str = "completed") -> list[dict]:
+        if self.current is None:
+            return []
+        item, self.current = self.current, None
+        where = {"item_id": item["id"], "output_index": item["index"], "content_index": 0}
+        text = item["text"]
+        if item["kind"] == "message":
+            done = self._event("response.output_text.done", **where, text=text, logprobs=[])
+            part, whole = output_text_part(text), message_item(item["id"], text, status)
+        else:
+            done = self._event("response.reasoning_text.done", **where, text=text)
+            part, whole = {"type": "reasoning_text", "text": text}, reasoning_item(item["id"], text, status)
+        return [
+            done,
+            self._event("response.content_part.done", **where, part=part),
+            self._event("response.output_item.done", output_index=item["index"], item=whole),
+        ]
+
+    def _call(self, call: dict) -> list[dict]:
+        events = self._close()
+        item_id, index = self._item_id("function_call"), self.n_items
+        self.n_items += 1
+        arguments = call["function"]["arguments"]
+        where = {"item_id": item_id, "output_index": index}
+        return events + [
+            self._event(
+                "response.output_item.added",
+                output_index=index,
+                item=function_call_item(item_id, call, "in_progress", arguments=""),
+            ),
+            self._event("response.function_call_arguments.delta", **where, delta=arguments),
+            self._event(
+                "response.function_call_arguments.done",
+                **where,
+                arguments=arguments,
+                name=call["function"]["name"],
+            ),
+            self._event(
+                "response.output_item.done",
+                output_index=index,
+                item=function_call_item(item_id, call, "completed"),
+            ),
+        ]
+
+    def finish(self, body: dict) -> list[dict]:
+        """Close the open item (an empty message item when the turn said nothing), then the final event."""
+        status = body["status"]
+        events = self._close(status)
+        if not self.opened.get("message") and not self.opened.get("function_call"):
+            events += self._open("message") + self._close(status)
+        kind = "response.completed" if status == "completed" else "response.incomplete"
+        return events + [self._event(kind, response=body)]
+
+    def failed(self, err: ApiError) -> dict:
+        job = self.job
+        error = {"code": err.code or "server_error", "message": err.message}
+        body = response_object(job.response_id, job.chat.created, job.echo, "failed", [], error=error)
+        return self._event("response.failed", response=body)
