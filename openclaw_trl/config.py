@@ -18,6 +18,7 @@ from trl import GRPOConfig
 
 from openclaw_trl.config_trl import (
     check_importance_sampling_clip,
+    check_trackers,
     derive_batch_geometry,
     refuse_fields_of_the_other_engine,
     refuse_inapplicable_trl_fields,
@@ -211,6 +212,18 @@ class OpenClawConfig(GRPOConfig):
     `top_entropy_quantile`, `off_policy_mask_threshold`, ...) apply as in TRL; the off-policy mask compares
     with the engine's stored sampling log-probs.
 
+    > Parameters that control metric logging
+
+    report_to (`str` or `list[str]`, defaults to `"none"`), project (`str`, defaults to `"openclaw-trl"`),
+    run_name (`str`, defaults to the last part of `output_dir`):
+        The trackers of `TrainingArguments`, fed every update's metrics. `report_to: trackio` (TRL's
+        local-first tracker, the `trackio` package) writes them to a local SQLite database in
+        `$TRACKIO_DIR` (Trackio's own variable; default `$HF_HOME/trackio`), project `project`, run
+        `run_name`, and needs no network: nothing goes to the Hub unless `trackio_space_id` names a Space.
+        A restarted run logs on to the same Trackio run. `trackio show --project openclaw-trl` opens the
+        dashboard. Without the `trackio` package installed, `report_to: trackio` is refused. `tensorboard`
+        and `wandb` work as in TRL.
+
     > Parameters that bound requests and work
 
     Every request field that can grow has a limit; a request over one is refused with a 400 (a 413 for the
@@ -399,6 +412,7 @@ class OpenClawConfig(GRPOConfig):
     max_completion_length: int | None = field(default=1024, metadata={"help": "Max new tokens when serving."})
     per_device_train_batch_size: int = field(default=4, metadata={"help": "Micro-batch size of an update."})
     save_steps: float = field(default=25, metadata={"help": "Checkpoint every N updates."})
+    project: str = field(default="openclaw-trl", metadata={"help": "Tracker project (trackio)."})
 
     def __post_init__(self):
         self._validate_openclaw_fields()
@@ -413,6 +427,7 @@ class OpenClawConfig(GRPOConfig):
         super(GRPOConfig, self).__post_init__()
         derive_batch_geometry(self)
         check_importance_sampling_clip(self)
+        check_trackers(self)
         if self.store_path is None:
             self.store_path = f"{self.output_dir}/openclaw.sqlite"
 

@@ -191,3 +191,21 @@ def check_importance_sampling_clip(config) -> None:
         raise ValueError(
             f"vllm_importance_sampling_clip_min ({low}) must be less than vllm_importance_sampling_clip_max ({high})."
         )
+
+
+def check_trackers(config) -> None:
+    """``report_to: trackio`` has its package, and a run has a stable name.
+
+    ``run_name`` defaults to the last part of ``output_dir``, so a restarted run logs on to the same tracker
+    run (Trackio resumes a run by its name) instead of starting one under a random name.
+    """
+    import importlib.util
+    from pathlib import Path
+
+    if "trackio" in (config.report_to or []) and importlib.util.find_spec("trackio") is None:
+        raise ValueError(
+            "report_to: trackio needs the trackio package, which is not installed: pip install trackio "
+            "(it is in openclaw-trl's dev extra), or remove it from report_to"
+        )
+    if config.run_name is None and config.output_dir:
+        config.run_name = Path(config.output_dir).name or None

@@ -122,6 +122,10 @@ class ServerThread:
             log_level=log_level,
             lifespan="on",
             ws="none",
+            # h11 and asyncio whatever else is installed (trackio brings httptools and uvloop): the header
+            # limit below is h11's, and both are what the server is tested with
+            http="h11",
+            loop="asyncio",
             h11_max_incomplete_event_size=MAX_HEADER_BYTES,
         )
         self.server = uvicorn.Server(self.config)
@@ -166,6 +170,8 @@ def serve(app, host: str = "127.0.0.1", port: int = 7860, log_level: str = "info
         port=port,
         log_level=log_level,
         ws="none",
+        http="h11",  # as in ServerThread
+        loop="asyncio",
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,
     )
 
