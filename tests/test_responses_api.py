@@ -205,6 +205,19 @@ def test_function_call_round_trip_with_previous_response_id(stack, client, says)
     assert [m["role"] for m in t2.prompt_messages] == ["user", "assistant", "tool"]
     assert t2.prompt_messages[1]["tool_calls"][0]["id"] == call.call_id
     assert t1.tools[0]["function"]["name"] == "get_weather"
+    # the same round trip with the history sent back by hand (the output items as input, no previous id)
+    says(TOOL_CALL_TEXT)
+    ask = [{"role": "user", "content": "weather in Lyon?"}]
+    headers = {"X-Session-Id": "resp-manual"}
+    first = client.responses.create(model="openclaw", input=ask, tools=[WEATHER_TOOL], extra_headers=headers)
+    (call,) = first.output
+    says("Sunny.")
+    echo = [item.model_dump() for item in first.output]
+    output = {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}
+    second = client.responses.create(
+        model="openclaw", input=ask + echo + [output], tools=[WEATHER_TOOL], extra_headers=headers
+    )
+    assert second.model_extra["openclaw"]["next_state_of"] == _turn_of(stack, first).id
     # streamed, the call arrives as its own item with its arguments events
     says(TOOL_CALL_TEXT)
     events = list(
