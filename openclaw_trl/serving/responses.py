@@ -34,22 +34,21 @@ from dataclasses import dataclass
 
 from openclaw_trl.serving.chat_service import ChatService, PreparedChat, TurnResult, openclaw_meta
 from openclaw_trl.serving.openai_schema import ApiError
-from openclaw_trl.serving.responses_schema import (
-    SESSION_FIELDS,
+from openclaw_trl.serving.responses_output import (
     ResponseEcho,
-    ResponsesRequest,
-    chat_tool_choice,
-    chat_tools,
-    function_call_item,
-    input_messages,
-    message_item,
+    ResponseEvents,
     output_items,
-    output_text_part,
-    parse_request,
-    reasoning_item,
     response_object,
     sse_event,
     usage_object,
+)
+from openclaw_trl.serving.responses_schema import (
+    SESSION_FIELDS,
+    ResponsesRequest,
+    chat_tool_choice,
+    chat_tools,
+    input_messages,
+    parse_request,
 )
 
 logger = logging.getLogger(__name__)
@@ -206,7 +205,7 @@ def by_id(service: ChatService, response_id: str, method: str) -> dict:
 
 async def stream_events(service: ChatService, job: PreparedResponse) -> AsyncIterator[bytes]:
     """The Responses events of one turn, each sent as soon as its tokens are sampled (module docstring)."""
-    events = ResponseEvents(job)
+    events = ResponseEvents(job.response_id, job.chat.created, job.echo)
     for event in events.start():
         yield sse_event(event)
     try:
@@ -222,140 +221,3 @@ async def stream_events(service: ChatService, job: PreparedResponse) -> AsyncIte
     except Exception as exc:  # the status line is sent already: report the error in-band
         logger.exception("streaming generation failed")
         yield sse_event(events.failed(ApiError(500, f"generation failed: {exc}", "server_error")))
-
-
-class ResponseEvents:
-    """The event sequence of one streamed response: numbers the events, opens an output item when the
-    kind of text changes (reasoning, message) or a tool call arrives, and closes it with its ``.done`` events.
-
-    Item ids follow ``output_items`` (``rs_``/``msg_``/``fc_`` + the response id's suffix), so the final
-    object names the items the stream built; a kind that comes back after another (text after a tool call)
-    opens a new item with a numbered id, and the final object then holds that text in its one message item.
-    """
-
-    def __init__(self, job: PreparedResponse):
-        self.job = job
-        self.suffix = job.response_id.removeprefix("resp_")
-        self.seq = 0
-        self.n_items = 0
-        self.opened: dict[str, int] = {}  # how many items of each kind were opened
-        self.current: dict | None = None  # the open text item: kind, id, index, text
-
-    def _event(self, kind: str, **fields) -> dict:
-        event = {"type": kind, "sequence_number": self.seq, **fields}
-        self.seq += 1
-        return event
-
-    def start(self) -> list[dict]:
-        job = self.job
-        body = response_object(job.response_id, job.chat.created, job.echo, "in_progress", [])
-        return [
-            self._event("response.created", response=body),
-            self._event("response.in_progress", response=body),
-        ]
-
-    def delta(self, delta: dict) -> list[dict]:
-        events = []
-        if delta.get("reasoning_content"):
-            events += self._text("reasoning", delta["reasoning_content"])
-        if delta.get("content"):
-            events += self._text("message", delta["content"])
-        for call in delta.get("tool_calls") or []:
-            events += self._call(call)
-        return events
-
-    def _item_id(self, kind: str) -> str:
-        n = self.opened.get(kind, 0)
-        self.opened[kind] = n + 1
-        prefix = {"reasoning": "rs", "message": "msg", "function_call": "fc"}[kind]
-        if kind == "function_call":
-            return f"fc_{self.suffix}_{n}"
-        return f"{prefix}_{self.suffix}" + (f"_{n}" if n else "")
-
-    def _text(self, kind: str, text: str) -> list[dict]:
-        events = []
-        if self.current is None or self.current["kind"] != kind:
-            events += self._close()
-            events += self._open(kind)
-        item = self.current
-        item["text"] += text
-        where = {"item_id": item["id"], "output_index": item["index"], "content_index": 0}
-        if kind == "message":
-            events.append(self._event("response.output_text.delta", **where, delta=text, logprobs=[]))
-        else:
-            events.append(self._event("response.reasoning_text.delta", **where, delta=text))
-        return events
-
-    def _open(self, kind: str) -> list[dict]:
-        item_id, index = self._item_id(kind), self.n_items
-        self.n_items += 1
-        self.current = {"kind": kind, "id": item_id, "index": index, "text": ""}
-        if kind == "message":
-            item, part = message_item(item_id, None, "in_progress"), output_text_part("")
-        else:
-            item, part = reasoning_item(item_id, None, "in_progress"), {"type": "reasoning_text", "text": ""}
-        return [
-            self._event("response.output_item.added", output_index=index, item=item),
-            self._event(
-                "response.content_part.added", item_id=item_id, output_index=index, content_index=0, part=part
-            ),
-        ]
-
-    def _close(self, status: str = "completed") -> list[dict]:
-        if self.current is None:
-            return []
-        item, self.current = self.current, None
-        where = {"item_id": item["id"], "output_index": item["index"], "content_index": 0}
-        text = item["text"]
-        if item["kind"] == "message":
-            done = self._event("response.output_text.done", **where, text=text, logprobs=[])
-            part, whole = output_text_part(text), message_item(item["id"], text, status)
-        else:
-            done = self._event("response.reasoning_text.done", **where, text=text)
-            part, whole = {"type": "reasoning_text", "text": text}, reasoning_item(item["id"], text, status)
-        return [
-            done,
-            self._event("response.content_part.done", **where, part=part),
-            self._event("response.output_item.done", output_index=item["index"], item=whole),
-        ]
-
-    def _call(self, call: dict) -> list[dict]:
-        events = self._close()
-        item_id, index = self._item_id("function_call"), self.n_items
-        self.n_items += 1
-        arguments = call["function"]["arguments"]
-        where = {"item_id": item_id, "output_index": index}
-        return events + [
-            self._event(
-                "response.output_item.added",
-                output_index=index,
-                item=function_call_item(item_id, call, "in_progress", arguments=""),
-            ),
-            self._event("response.function_call_arguments.delta", **where, delta=arguments),
-            self._event(
-                "response.function_call_arguments.done",
-                **where,
-                arguments=arguments,
-                name=call["function"]["name"],
-            ),
-            self._event(
-                "response.output_item.done",
-                output_index=index,
-                item=function_call_item(item_id, call, "completed"),
-            ),
-        ]
-
-    def finish(self, body: dict) -> list[dict]:
-        """Close the open item (an empty message item when the turn said nothing), then the final event."""
-        status = body["status"]
-        events = self._close(status)
-        if not self.opened.get("message") and not self.opened.get("function_call"):
-            events += self._open("message") + self._close(status)
-        kind = "response.completed" if status == "completed" else "response.incomplete"
-        return events + [self._event(kind, response=body)]
-
-    def failed(self, err: ApiError) -> dict:
-        job = self.job
-        error = {"code": err.code or "server_error", "message": err.message}
-        body = response_object(job.response_id, job.chat.created, job.echo, "failed", [], error=error)
-        return self._event("response.failed", response=body)

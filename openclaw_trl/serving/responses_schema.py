@@ -1,5 +1,5 @@
-"""The OpenAI Responses wire format: the request fields honoured or refused, input items -> chat messages,
-function tools -> chat tools, and the response object with its output items.
+"""The OpenAI Responses request: the fields honoured or refused, input items -> chat messages, function
+tools -> chat tools (the response side is ``responses_output``).
 
 A Responses request is turned into the chat request it means (``chat_payload``), so it goes through the same
 validation, limits, chat template, sessions and store as ``/v1/chat/completions``. Every field of OpenAI's
@@ -14,18 +14,10 @@ Mapping of input items (consecutive assistant-side items form one assistant mess
   ``reasoning_content`` of the assistant message that follows;
 * ``{"type": "function_call", "call_id", "name", "arguments"}``: a tool call of that assistant message;
 * ``{"type": "function_call_output", "call_id", "output"}``: a ``tool`` message with ``tool_call_id = call_id``.
-
-Output items of a turn: a ``reasoning`` item (when the model reasoned; its text in ``content`` as
-``reasoning_text``, ``summary`` empty), a ``message`` item with one ``output_text`` part (left out when the
-turn is only tool calls), then one ``function_call`` item per tool call (``call_id`` = the chat tool-call id).
-Their ids are derived from the response id (``rs_``/``msg_``/``fc_`` + its suffix), so a stored response and
-its stream name the same items.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -332,107 +324,3 @@ def chat_tool_choice(tool_choice) -> str | None:
         "unsupported_parameter",
         "tool_choice",
     )
-
-
-# --------------------------------------------------------------------------------------------------
-# The response object
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class ResponseEcho:
-    """The request fields a response object repeats (with the temperature the turn was sampled at)."""
-
-    model: str
-    instructions: str | None
-    tools: list[dict]
-    tool_choice: str
-    temperature: float
-    top_p: float
-    max_output_tokens: int | None
-    previous_response_id: str | None
-    metadata: dict[str, str] = field(default_factory=dict)
-    user: str | None = None
-
-
-def output_items(message: dict, response_id: str, status: str = "completed") -> list[dict]:
-    """The output items of an assistant message (module docstring): reasoning, message, function calls."""
-    suffix = response_id.removeprefix("resp_")
-    items = []
-    if message.get("reasoning_content"):
-        items.append(reasoning_item(f"rs_{suffix}", message["reasoning_content"], status))
-    calls = message.get("tool_calls") or []
-    if message.get("content") or not calls:
-        items.append(message_item(f"msg_{suffix}", message.get("content") or "", status))
-    items += [function_call_item(f"fc_{suffix}_{j}", call, "completed") for j, call in enumerate(calls)]
-    return items
-
-
-def reasoning_item(item_id: str, text: str | None, status: str) -> dict:
-    content = [{"type": "reasoning_text", "text": text}] if text is not None else []
-    return {"type": "reasoning", "id": item_id, "summary": [], "content": content, "status": status}
-
-
-def message_item(item_id: str, text: str | None, status: str) -> dict:
-    content = [output_text_part(text)] if text is not None else []
-    return {"type": "message", "id": item_id, "role": "assistant", "status": status, "content": content}
-
-
-def output_text_part(text: str) -> dict:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-
-
-def function_call_item(item_id: str, call: dict, status: str, arguments: str | None = None) -> dict:
-    function = call["function"]
-    return {
-        "type": "function_call",
-        "id": item_id,
-        "call_id": call["id"],
-        "name": function["name"],
-        "arguments": function["arguments"] if arguments is None else arguments,
-        "status": status,
-    }
-
-
-def response_object(
-    response_id: str,
-    created: int,
-    echo: ResponseEcho,
-    status: str,
-    output: list[dict],
-    usage: dict | None = None,
-    **extra,
-) -> dict:
-    """A Responses ``response`` object; ``extra`` adds fields (``completed_at``, ``error``, ``openclaw``)."""
-    body = {
-        "id": response_id,
-        "object": "response",
-        "created_at": created,
-        "status": status,
-        "error": None,
-        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
-        "output": output,
-        "parallel_tool_calls": True,
-        "reasoning": {"effort": None, "summary": None},
-        "store": True,
-        "text": {"format": {"type": "text"}},
-        "truncation": "disabled",
-        "usage": usage,
-        **asdict(echo),
-    }
-    return {**body, **extra}
-
-
-def usage_object(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) -> dict:
-    return {
-        "input_tokens": prompt_tokens,
-        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-        "output_tokens": completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
-        "total_tokens": prompt_tokens + completion_tokens,
-    }
-
-
-def sse_event(event: dict) -> bytes:
-    """One server-sent event, named by its type (as OpenAI sends them)."""
-    return f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
