@@ -339,3 +339,31 @@ def test_continuation_refuses_other_instructions_and_other_sessions(client, says
             previous_response_id=first.id,
             extra_headers={"X-Session-Id": "other"},
         )
+
+
+def test_a_cut_off_response_is_incomplete(stack, client):
+    events = list(
+        client.responses.create(model="openclaw", input="a long story", max_output_tokens=1, stream=True)
+    )
+    final = events[-1].response
+    turn = _turn_of(stack, final)
+    cut = turn.finish_reason == "length"  # the random tiny model hardly ever ends within one token
+    assert events[-1].type == ("response.incomplete" if cut else "response.completed")
+    assert final.status == ("incomplete" if cut else "completed")
+    assert (final.incomplete_details.reason if cut else None) == ("max_output_tokens" if cut else None)
+    assert client.responses.retrieve(final.id).status == final.status
+
+
+def test_a_failed_stream_ends_with_response_failed_and_stores_nothing(stack, client, engine):
+    def broken(_ids):
+        raise RuntimeError("engine on fire")
+
+    engine.script = broken
+    before = len(turns(stack.store))
+    try:
+        events = list(client.responses.create(model="openclaw", input="x", stream=True, user="resp-fail"))
+    finally:
+        engine.script = None
+    assert [e.type for e in events][:2] == ["response.created", "response.in_progress"]
+    assert events[-1].type == "response.failed" and "engine on fire" in events[-1].response.error.message
+    assert len(turns(stack.store)) == before
