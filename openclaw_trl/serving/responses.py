@@ -194,7 +194,7 @@ def by_id(service: ChatService, response_id: str, method: str) -> dict:
         )
     stored = service.store.get_response(response_id)
     if stored is None:
-        raise ApiError(404, f"Response with id '{response_id}' not found.", "response_not_found")
+        raise ApiError(404, f"Response with id '{response_id[:128]}' not found.", "response_not_found")
     return stored.body
 
 

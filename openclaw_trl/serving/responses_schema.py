@@ -110,7 +110,7 @@ class ResponsesRequest(BaseModel):
     top_p: Num | None = Field(default=None, gt=0.0, le=1.0)
     max_output_tokens: Int | None = Field(default=None, ge=1)
     stream: Bool = False
-    previous_response_id: str | None = Field(default=None, min_length=1)
+    previous_response_id: str | None = Field(default=None, min_length=1, max_length=128)
     metadata: dict[str, str] | None = None
     user: str | None = None
 
