@@ -310,6 +310,11 @@ def check_n_candidates(engine, tokenizer, tol: float = 1e-4) -> None:
     assert max(_max_diff(o.logprobs, lp) for o, lp in zip(outs, scores.logprobs)) < tol
     again = engine.generate(reqs[:1])
     assert [o.token_ids for o in again] == [o.token_ids for o in outs[:3]]
+    # nucleus sampling: each candidate's log-probs are still the convention's full-vocabulary values
+    nucleus = SamplingParams(temperature=1.0, top_p=0.9, max_new_tokens=5, seed=3, n=2)
+    outs = engine.generate([GenerationRequest(ps[1], nucleus)])
+    scores = engine.score([ps[1]] * 2, [o.token_ids for o in outs], weights="policy")
+    assert len(outs) == 2 and max(_max_diff(o.logprobs, lp) for o, lp in zip(outs, scores.logprobs)) < tol
     with pytest.raises(ValueError, match="n "):
         engine.generate([GenerationRequest(ps[0], SamplingParams(n=0))])
 

@@ -15,6 +15,9 @@ Why it is built this way:
 * **Policy = LoRA, never merged** (``vllm_loras.LoraRegistry``). Each ``publish_adapter`` registers a new
   adapter; requests already running keep the one they started with. The base weights are never touched, so
   ``weights="base"`` (no LoRA request) is always the original model for the judge and the teacher.
+* **Several candidates per prompt** (``SamplingParams.n``): one vLLM request with vLLM's own ``n``, whose
+  outputs carry the candidate index; each candidate is finished (and re-scored when truncated sampling needs
+  it) on its own, and the request's result is complete once all ``n`` are.
 * **Full fine-tuning (``enable_lora=False``).** ``publish_adapter(full_state_dict, version)`` waits until no
   request is running, then pushes the HF-named tensors in place with vLLM's ``reload_weights`` (which redoes
   the post-load processing, e.g. the CPU oneDNN repacking) and resets the prefix cache. There is only one set
