@@ -66,7 +66,7 @@ class PreparedChat:
 
 @dataclass
 class CandidateSet:
-    """A Best-of-N turn's candidates, their decoded texts and replies, and the quick judge's choice."""
+    """A Best-of-N turn's candidates, their decoded texts and the quick judge's choice."""
 
     completions: list[Completion]
     texts: list[str]  # each candidate's decoded completion (special tokens kept)
