@@ -45,6 +45,7 @@ TARGETS = {
     "publish_over_merge": ("<=", 0.2),
     "serving_p95_ratio": ("<=", 1.5),
     "card_24gb_fraction": ("<=", 0.95),
+    "best_of_n_shared_over_separate": ("<=", 0.75),  # Best-of-4 in one request / 4 separate requests (HF)
     "chat_behind_learning": (
         "<=",
         0.1,
@@ -209,6 +210,7 @@ def plan(args, tmp: Path) -> list[tuple[str, list[str] | None, Path | str, int]]
     stage("serving", "serving_bench.py", ["--repeats", "2" if args.quick else "3"], 300)
     stage("judge", "judge_bench.py", ["--turns", "16" if args.quick else "32"], 300)
     stage("priority", "priority_bench.py", ["--rounds", "2" if args.quick else "3"], 300)
+    stage("best_of_n", "best_of_n_bench.py", ["--rounds", "3" if args.quick else "5"], 300)
     return stages
 
 
@@ -446,6 +448,22 @@ def summarize(reports: dict) -> list[dict]:
             prio["queued_over_learning"],
             "chat_behind_learning",
             note=f"alone {prio['idle_s']:.3f} s (queued / idle {prio['queued_over_idle']:.1f})",
+        )
+    bon = reports.get("best_of_n")
+    if bon:
+        med = bon["median"]
+        row(
+            "Best-of-4 turn in one request (shared prefill) / 4 separate requests (HF)",
+            "tiny",
+            f"{med['n4_s']:.3f} s",
+            f"{med['separate_s']:.3f} s",
+            bon["n4_over_separate"],
+            "best_of_n_shared_over_separate",
+            note=(
+                f"N=1 turn {med['n1_s']:.3f} s ({bon['n1_tokens_per_s']:.0f} tok/s), N=4 "
+                f"{bon['n4_tokens_per_s']:.0f} tok/s; first streamed token {med['n1_first_token_s']:.3f} s (N=1) vs "
+                f"{bon['best_of_4_first_token_s']:.3f} s (Best-of-4: all 4 candidates + quick judge {med['quick_s']:.3f} s)"
+            ),
         )
     judge = reports.get("judge") or {}
     for r in judge.get("rows", []):

@@ -25,7 +25,7 @@ from openclaw_trl.config_trl import (
     set_live_training_defaults,
 )
 from openclaw_trl.judge import JUDGE_BACKENDS, METHODS
-from openclaw_trl.judging import JudgeConfig
+from openclaw_trl.judging import MAX_BEST_OF_N, JudgeConfig, QuickJudgeConfig
 from openclaw_trl.serving.openai_schema import RequestLimits
 from openclaw_trl.serving.settings import ServerSettings
 from openclaw_trl.sessions import SessionConfig
@@ -133,6 +133,34 @@ class OpenClawConfig(GRPOConfig):
         `[start, end]` optimizer steps of the schedule, `0 <= start <= end` (`--opd_kd_schedule_steps 0 2`
         on the command line). Required by `"switch"` (which only uses `start`) and `"ramp"`.
 
+    > Parameters that control Best-of-N serving
+
+    best_of_n (`int`, defaults to `1`):
+        Candidates sampled for each trainable turn (1 = off, at most 16). The quick judge scores each, the
+        best is served (streamed once chosen: the first token waits for all N generations and the quick
+        judging), and all N are stored as one group with their scores and trained as GRPO:
+        `A_i = w_rl * (r_i - mean(r))`, scaled as `scale_rewards` says; a candidate without a score gets
+        the group mean (A = 0), a group without any score is stored but not trained. The served candidate
+        also goes through the next-state pipeline like any turn. With `engine: hf` it must be at most
+        `engine_max_batch_size` (the N rows decode in one batch after one prefill of the prompt); it needs
+        a method with an RL term (`rl` or `combine`) and a serving source (`live` or `simulated`).
+    quick_judge_backend (`str`, defaults to `"engine"`):
+        Who scores the candidates: `"engine"` (the colocated engine with base weights, greedy, rating the
+        reply to the conversation 0-10; an output without a rating is no score), `"openai"` (the same
+        prompt to the endpoint of `judge_openai_base_url`, `judge_openai_model` and
+        `judge_openai_api_key_env`) or `"callable"` (`quick_judge_callable`). All scores of a turn arrive
+        within `judge_timeout_s` (a late one is no score), `judge_max_concurrency` at a time.
+    quick_judge_callable (`str`):
+        The `callable` quick judge, `package.module:function`, called as
+        `fn(turn: QuickJudgeInput) -> float | None` (`openclaw_trl.judging.QuickJudgeInput`: `messages`,
+        the conversation up to the user's message; `response`, one candidate's text; `session_id`).
+        Higher is better; None is no opinion.
+    scale_rewards (`str`, defaults to `"none"`):
+        TRL's scaling of the group-relative advantages of the Best-of-N group samples (judged next-state
+        samples keep their own rule): `"group"` divides by the group's score std + 1e-4, `"batch"` by the
+        std of the group scores in the training batch + 1e-4, `"none"` leaves them as they are. Needs
+        `best_of_n > 1`.
+
     > Parameters that control the judges
 
     judge_backend (`str`, defaults to `"engine"`):
@@ -203,12 +231,12 @@ class OpenClawConfig(GRPOConfig):
 
     A live turn is sampled by the serving engine, has one completion and one judged reward, so the TRL fields
     of generation, reward aggregation, completion logging and the dataset (`use_vllm`, `vllm_mode`,
-    `generation_kwargs`, `top_p`, `top_k`, `min_p`, `repetition_penalty`, `reward_weights`, `scale_rewards`,
+    `generation_kwargs`, `top_p`, `top_k`, `min_p`, `repetition_penalty`, `reward_weights`,
     `shuffle_dataset`, `sync_ref_model`, `log_completions`, ...) are refused when set to anything but the
-    value that matches this behaviour, with an error that says what to use instead. The batch geometry
-    (`generation_batch_size`, `steps_per_generation`, `gradient_accumulation_steps`) is derived from
-    `batch_size` and refused when set. So that the defaults say what runs, `scale_rewards` defaults to
-    `"none"` and `shuffle_dataset` to `False` here. TRL's loss fields (`delta`, `importance_sampling_level`,
+    value that matches this behaviour, with an error that says what to use instead (`num_generations`:
+    use `best_of_n`). The batch geometry (`generation_batch_size`, `steps_per_generation`,
+    `gradient_accumulation_steps`) is derived from `batch_size` and refused when set. So that the defaults
+    say what runs, `scale_rewards` defaults to `"none"` and `shuffle_dataset` to `False` here. TRL's loss fields (`delta`, `importance_sampling_level`,
     `top_entropy_quantile`, `off_policy_mask_threshold`, ...) apply as in TRL; the off-policy mask compares
     with the engine's stored sampling log-probs.
 
@@ -293,6 +321,14 @@ class OpenClawConfig(GRPOConfig):
     )
     opd_kd_schedule_steps: list[int] | None = field(
         default=None, metadata={"help": "[start, end] optimizer steps of the OPD -> KD schedule."}
+    )
+    # Best-of-N serving
+    best_of_n: int = field(default=1, metadata={"help": "Candidates per trainable turn (1 = off, <= 16)."})
+    quick_judge_backend: str = field(
+        default=QuickJudgeConfig.backend, metadata={"help": "Best-of-N scorer: engine, openai or callable."}
+    )
+    quick_judge_callable: str | None = field(
+        default=QuickJudgeConfig.callable, metadata={"help": "callable quick judge: module:function."}
     )
     # Judges
     judge_backend: str = field(
@@ -393,7 +429,9 @@ class OpenClawConfig(GRPOConfig):
     epsilon_high: float | None = field(
         default=None, metadata={"help": "Upper clip range: 0.28 (clip-higher), epsilon for method opd."}
     )
-    scale_rewards: str = field(default="none", metadata={"help": "Judged rewards are used as they are."})
+    scale_rewards: str = field(
+        default="none", metadata={"help": "Best-of-N group advantages: group, batch or none (TRL's)."}
+    )
     shuffle_dataset: bool | None = field(default=False, metadata={"help": "Samples train oldest first."})
     loss_type: str = field(default="grpo", metadata={"help": "TRL loss aggregation."})
     vllm_importance_sampling_mode: str = field(
@@ -456,7 +494,10 @@ class OpenClawConfig(GRPOConfig):
             (self.judge_max_attempts >= 1, f"judge_max_attempts must be >= 1, got {self.judge_max_attempts}"),
             (self.w_kd >= 0 and self.kd_cap > 0, "w_kd must be >= 0 and kd_cap > 0"),
             (self.w_kd == 0 or self.kd_topk >= 1, "kd_topk must be >= 1 when w_kd > 0"),
-            (self.num_generations in (None, 1), "num_generations must be 1: a live turn has one completion"),
+            (
+                self.num_generations in (None, 1),
+                "num_generations must be 1: a live turn has one completion (for groups of candidates use best_of_n)",
+            ),
             (self.temperature > 0, "temperature must be > 0 (it is also the training temperature)"),
             (
                 self.judge_backend != "callable" or bool(self.judge_callable),
@@ -487,6 +528,7 @@ class OpenClawConfig(GRPOConfig):
             if not ok:
                 raise ValueError(message)
         self._validate_baseline_and_schedule()
+        self._validate_best_of_n()
         self.judge_config()  # raises on a method, teacher or judge value the scorer cannot take
         self.session_config()  # raises on a session_idle_timeout that is not > 0
         refuse_inapplicable_trl_fields(self)
@@ -522,6 +564,77 @@ class OpenClawConfig(GRPOConfig):
             )
         if steps[0] > steps[1]:
             raise ValueError(f"opd_kd_schedule_steps must have start <= end, got {steps}")
+
+    def _validate_best_of_n(self) -> None:
+        self.scale_rewards = {True: "group", False: "none"}.get(self.scale_rewards, self.scale_rewards)
+        n = self.best_of_n
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_BEST_OF_N:
+            raise ValueError(
+                f"best_of_n must be an integer from 1 (off) to {MAX_BEST_OF_N}, got {n!r}: every candidate is "
+                "decoded, scored and stored, and the reply waits for all of them"
+            )
+        if self.scale_rewards not in ("group", "batch", "none"):
+            raise ValueError(f"scale_rewards must be group, batch or none, got {self.scale_rewards!r}")
+        if n == 1:
+            unused = [
+                name
+                for name, value, default in [
+                    ("scale_rewards", self.scale_rewards, "none"),
+                    ("quick_judge_backend", self.quick_judge_backend, QuickJudgeConfig.backend),
+                    ("quick_judge_callable", self.quick_judge_callable, None),
+                ]
+                if value != default
+            ]
+            if unused:
+                raise ValueError(
+                    f"{', '.join(unused)} only apply to Best-of-N groups: set best_of_n > 1, or remove them "
+                    "(a turn with one completion has no group to score or normalise over)"
+                )
+            return
+        checks = [
+            (
+                self.w_rl > 0 and self.method != "opd",
+                f"best_of_n trains its groups through the RL term (w_rl * A_i), which method {self.method} "
+                "turns off (w_rl = 0): use method rl or combine, or best_of_n: 1",
+            ),
+            (
+                self.source != "replay",
+                "best_of_n samples candidates when a turn is served; source replay serves nothing: use "
+                "source live or simulated, or best_of_n: 1",
+            ),
+            (
+                self.engine != "hf" or n <= self.engine_max_batch_size,
+                f"best_of_n={n} candidates decode in one batch after one prefill: raise engine_max_batch_size "
+                f"(now {self.engine_max_batch_size}) to at least {n}, or lower best_of_n",
+            ),
+            (
+                self.quick_judge_backend != "openai"
+                or bool(self.judge_openai_base_url and self.judge_openai_model),
+                "quick_judge_backend=openai sends its ratings to the judges' endpoint: set "
+                "judge_openai_base_url and judge_openai_model",
+            ),
+            (
+                self.quick_judge_backend != "callable" or bool(self.quick_judge_callable),
+                "quick_judge_backend=callable needs quick_judge_callable (package.module:function)",
+            ),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        self.quick_judge_config()  # raises on any other value the quick judge cannot take
+
+    def quick_judge_config(self) -> QuickJudgeConfig:
+        """The Best-of-N quick judge fields as ``QuickJudgeConfig`` (its endpoint is the judges' openai one)."""
+        return QuickJudgeConfig(
+            backend=self.quick_judge_backend,
+            callable=self.quick_judge_callable,
+            openai_base_url=self.judge_openai_base_url,
+            openai_model=self.judge_openai_model,
+            openai_api_key_env=self.judge_openai_api_key_env,
+            timeout_s=self.judge_timeout_s,
+            max_concurrency=self.judge_max_concurrency,
+            max_prompt_tokens=self.max_judge_prompt_tokens,
+        )
 
     def request_limits(self) -> RequestLimits:
         """The request limit fields as the server's ``RequestLimits``."""

@@ -74,11 +74,6 @@ def refuse_inapplicable_trl_fields(config) -> None:
             "one judged reward per turn: nothing to aggregate",
         ),
         (
-            "scale_rewards",
-            ("none", False),
-            "a turn has one completion, so there is no group to normalise over: rewards are used as judged",
-        ),
-        (
             "shuffle_dataset",
             (False, None),
             "samples are trained oldest first from the store (no dataset)",

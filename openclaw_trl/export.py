@@ -3,7 +3,8 @@
 The export is for people who want to keep, inspect, share or retrain on their conversations: each turn
 keeps the messages the model saw, what it answered, what the user said next (the next state), the
 judge's reward and hint and the policy version that answered; each sample keeps the exact token ids and
-log-probs the trainer used. Conversations marked "don't learn" (private sessions) stay out unless the
+log-probs the trainer used; each Best-of-N group (split ``groups``) keeps the candidates of a served turn,
+their quick scores and which one was served (the split is left out of a store without groups). Conversations marked "don't learn" (private sessions) stay out unless the
 caller asks for them, and a Hub push is private unless asked otherwise.
 
 The store is read only through its public export API (``Store.iter_sessions / iter_turns / iter_samples``).
@@ -19,7 +20,7 @@ from typing import Any
 from openclaw_trl.errors import UserError
 from openclaw_trl.fsutil import staged_directory
 
-SPLITS = ("sessions", "turns", "samples")
+SPLITS = ("sessions", "turns", "samples", "groups")
 
 
 def _json_feature():
@@ -104,6 +105,24 @@ def dataset_features() -> dict[str, Any]:
             meta=json_feature,
             consumed_step=int64,
             dropped_reason=string,
+            group_id=int64,
+            group_std=float64,
+        ),
+        "groups": Features(
+            group_id=int64,
+            turn_id=int64,
+            session_id=int64,
+            created=float64,
+            backend=string,
+            served_index=int64,
+            scores=List(float64),  # null: no score
+            score_mean=float64,
+            score_std=float64,
+            completions=List(string),
+            completion_ids=List(List(int32)),
+            sampling_logprobs=List(List(float64)),
+            finish_reasons=List(string),
+            policy_versions=List(int64),
         ),
     }
 
@@ -176,10 +195,31 @@ def collect_rows(store, include_private: bool = False) -> dict[str, list[dict[st
             "meta": encode(s.meta),
             "consumed_step": s.consumed_step,
             "dropped_reason": s.dropped_reason,  # set when it was never trained on (e.g. stale)
+            "group_id": s.group_id,  # a Best-of-N group sample (origin "group")
+            "group_std": s.group_std,
         }
         for s in store.iter_samples(include_private=include_private)
     ]
-    return {"sessions": sessions, "turns": turns, "samples": samples}
+    groups = [
+        {
+            "group_id": g.id,
+            "turn_id": g.turn_id,
+            "session_id": g.session_id,
+            "created": g.created,
+            "backend": g.backend,
+            "served_index": g.served_index,
+            "scores": g.scores,
+            "score_mean": g.score_mean,
+            "score_std": g.score_std,
+            "completions": [c.completion_text for c in g.candidates],
+            "completion_ids": [c.completion_ids for c in g.candidates],
+            "sampling_logprobs": [c.sampling_logprobs for c in g.candidates],
+            "finish_reasons": [c.finish_reason for c in g.candidates],
+            "policy_versions": [c.policy_version for c in g.candidates],
+        }
+        for g in store.iter_groups(include_private=include_private)
+    ]
+    return {"sessions": sessions, "turns": turns, "samples": samples, "groups": groups}
 
 
 def open_store(path: str | os.PathLike):
@@ -198,7 +238,8 @@ def open_store(path: str | os.PathLike):
 
 
 def build_dataset(store_path: str | os.PathLike, include_private: bool = False):
-    """The store at ``store_path`` as a ``DatasetDict``: splits ``sessions``, ``turns`` and ``samples``."""
+    """The store at ``store_path`` as a ``DatasetDict``: splits ``sessions``, ``turns`` and ``samples``, and
+    ``groups`` when the store has Best-of-N groups."""
     from datasets import Dataset, DatasetDict
 
     store = open_store(store_path)
@@ -214,6 +255,7 @@ def build_dataset(store_path: str | os.PathLike, include_private: bool = False):
                 {col: [row[col] for row in rows[name]] for col in features[name]}, features[name]
             )
             for name in SPLITS
+            if name != "groups" or rows[name]
         }
     )
 
@@ -255,7 +297,7 @@ def export_store(
             raise UserError(str(err)) from err
     dataset = build_dataset(store_path, include_private=include_private)
     result = ExportResult(
-        counts={name: len(dataset[name]) for name in SPLITS}, include_private=include_private
+        counts={name: len(split) for name, split in dataset.items()}, include_private=include_private
     )
 
     if out is not None:

@@ -243,3 +243,32 @@ def append_hint(messages: Sequence[dict], hint: str) -> list[dict]:
     target = next((i for i in range(len(out) - 1, -1, -1) if out[i].get("role") == "user"), len(out) - 1)
     out[target]["content"] = f"{flatten_content(out[target].get('content'))}\n\n{addition}"
     return out
+
+
+# -- the quick judge (Best-of-N): a 0-10 rating of one candidate reply, before any next state exists --
+
+QUICK_JUDGE_MAX_CHARS = 6000  # characters of the conversation and of the reply in a quick judge prompt
+QUICK_SYSTEM_PROMPT = (
+    "You rate one assistant reply to a conversation. Judge how well it answers the last user message: "
+    "correct, helpful, and in the form the user asked for. Answer with a single integer from 0 (useless) "
+    "to 10 (excellent) and nothing else."
+)
+_RATING = re.compile(r"(?<![\d.-])(10|\d)(?:\.\d+)?(?![\d.])")
+
+
+def build_quick_judge_messages(messages: Sequence[dict], response_text: str) -> list[dict]:
+    """The quick judge conversation (system + user): the conversation so far (its text, role by role, the
+    middle cut beyond ``QUICK_JUDGE_MAX_CHARS``), the candidate reply (cut the same way), the question."""
+    lines = [f"{m.get('role', 'user')}: {flatten_content(m.get('content'))}" for m in messages]
+    conversation = cut_middle("\n".join(lines), QUICK_JUDGE_MAX_CHARS)
+    user = (
+        f"## Conversation\n{conversation}\n\n## Assistant reply\n{cut_middle(response_text, QUICK_JUDGE_MAX_CHARS)}"
+        "\n\nRate this reply to this conversation from 0 to 10. Answer with the number only."
+    )
+    return [{"role": "system", "content": QUICK_SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+def parse_quick_score(text: str | None) -> float | None:
+    """The first rating 0-10 (an integer, optionally with decimals) after any ``</think>``; else None."""
+    match = _RATING.search(_verdict_part(text))
+    return float(match.group(0)) if match else None

@@ -106,3 +106,50 @@ def scheduled_weights(
             alpha = min(max((step - start) / (end - start), 0.0), 1.0)
         return w_opd * (1.0 - alpha), w_kd * alpha
     raise ValueError(f"unknown OPD/KD schedule {schedule!r}: use constant, switch or ramp")
+
+
+SCALE_REWARDS = ("group", "batch", "none")
+GROUP_STD_EPS = 1e-4
+"""TRL's epsilon of the reward scaling: ``A / (std + 1e-4)``."""
+
+
+def group_statistics(scores: list[float | None]) -> tuple[float | None, float | None]:
+    """``(mean, std)`` of a group's scores, leaving out the candidates without one (None), as TRL's
+    nan-aware baseline does; the std with Bessel's correction (TRL's ``nanstd``), 0 for a single score.
+    Both None when no candidate has a score."""
+    from trl.trainer.utils import nanstd
+
+    values = torch.tensor([float("nan") if s is None else float(s) for s in scores], dtype=torch.float64)
+    scored = int((~torch.isnan(values)).sum())
+    if scored == 0:
+        return None, None
+    std = float(nanstd(values)) if scored > 1 else 0.0
+    return float(torch.nanmean(values)), std
+
+
+def group_relative_advantages(
+    rewards: torch.Tensor,
+    group_means: torch.Tensor,
+    group_stds: torch.Tensor,
+    scale_rewards: str,
+    batch_std: float | None = None,
+) -> torch.Tensor:
+    """GRPO's group-relative advantage ``A_i = r_i - mean(r of i's group)`` with TRL's ``scale_rewards``:
+
+    * ``group``: ``A_i / (std of i's group + 1e-4)``;
+    * ``batch``: ``A_i / (batch_std + 1e-4)``, ``batch_std`` the std of the group rewards of the whole
+      training batch (``None``: fewer than two of them, and each row falls back to its group's std);
+    * ``none``: ``A_i`` as is (Dr. GRPO).
+
+    ``rewards``, ``group_means``, ``group_stds``: ``[B]``. A candidate the quick judge gave no score has
+    ``r_i`` = its group's mean, so ``A_i = 0``. Returns ``[B]``, detached.
+    """
+    if scale_rewards not in SCALE_REWARDS:
+        raise ValueError(f"scale_rewards must be one of {SCALE_REWARDS}, got {scale_rewards!r}")
+    advantages = (rewards - group_means).detach()
+    if scale_rewards == "none":
+        return advantages
+    std = group_stds.detach()
+    if scale_rewards == "batch" and batch_std is not None:
+        std = torch.full_like(std, float(batch_std))
+    return advantages / (std + GROUP_STD_EPS)

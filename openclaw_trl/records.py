@@ -192,6 +192,8 @@ class TrainingSample(_Row):
 
     The token ids are exactly those the engine saw and sampled (never re-tokenized text).
     ``teacher_logprobs`` is only meaningful when ``has_hint`` (the OPD term is masked off otherwise).
+    A Best-of-N group sample (``group_id`` set, ``origin`` ``group``) is one candidate of a served turn: its
+    ``reward`` is the candidate's quick score, ``baseline`` and ``group_std`` its group's mean and std.
     ``origin``, ``created``, ``consumed_step`` and ``dropped_reason`` are the store's bookkeeping, filled
     when it reads a sample and left out of equality (two samples are equal when their content is).
     """
@@ -210,10 +212,14 @@ class TrainingSample(_Row):
     topk_logprobs: list[list[float]] | None = None  # [T][K] teacher log-probs on those ids
     teacher_prompt_ids: list[int] | None = None  # the hint-augmented prompt the teacher scored
     finish_reason: str | None = None  # "stop" or "length" (cut at the token limit); None when unknown
-    baseline: float = 0.0  # mean judged reward of the session's earlier turns (advantage_baseline)
+    # b of the RL term: the mean judged reward of the session's earlier turns (advantage_baseline), or for a
+    # Best-of-N group sample the mean quick score of its group
+    baseline: float = 0.0
+    group_id: int | None = None  # the Best-of-N group (CandidateGroup) of a group sample; None otherwise
+    group_std: float | None = None  # std of its group's quick scores (scale_rewards: group)
     sample_id: int | None = None  # assigned by the store
     meta: dict = field(default_factory=dict)
-    origin: str | None = field(default=None, compare=False)  # scorer / direct
+    origin: str | None = field(default=None, compare=False)  # scorer / group / direct
     created: float | None = field(default=None, compare=False)
     consumed_step: int | None = field(default=None, compare=False)  # the step that used it (None: waiting)
     dropped_reason: str | None = field(default=None, compare=False)  # why it is never trained on (None: kept)
@@ -238,6 +244,50 @@ class TrainingSample(_Row):
             row["topk_shape"], row["topk_ids"], row["topk_logprobs"]
         )
         return cls(**data)
+
+
+@dataclass
+class Candidate:
+    """One Best-of-N candidate of a served turn: what the engine sampled and the quick judge's score."""
+
+    completion_ids: list[int]
+    sampling_logprobs: list[float]
+    completion_text: str  # the decoded completion (special tokens kept)
+    finish_reason: str | None
+    policy_version: int
+    score: float | None  # the quick judge's score (higher = better); None = no opinion
+
+
+@dataclass
+class CandidateGroup(_Row):
+    """The ``N`` candidates sampled for one served turn (Best-of-N), their quick scores, the one served.
+
+    ``score_mean`` / ``score_std`` are over the candidates that have a score (the std with Bessel's
+    correction, 0 for a single score; both None when none has one). The prompt and temperature are the
+    served turn's (``turn_id``).
+    """
+
+    turn_id: int
+    backend: str  # the quick judge backend that scored them
+    served_index: int
+    candidates: list[Candidate]
+    score_mean: float | None = None
+    score_std: float | None = None
+    id: int | None = None  # assigned by the store
+    created: float | None = None
+    session_id: int | None = None  # filled where the group is read with its turn (the export)
+
+    JSON_COLUMNS: ClassVar[tuple[str, ...]] = ("candidates",)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> CandidateGroup:
+        data = cls._decoded(row)
+        data["candidates"] = [Candidate(**c) for c in data["candidates"]]
+        return cls(**data)
+
+    @property
+    def scores(self) -> list[float | None]:
+        return [c.score for c in self.candidates]
 
 
 @dataclass

@@ -109,8 +109,12 @@ def build_serving(
     engine=None,
     status=None,
     engine_kwargs: dict | None = None,
+    best_of_n: tuple[int, object] | None = None,
 ) -> Serving:
-    """Engine (``HFEngine`` unless one is given) + ``Store`` + ``TurnCollector`` + ``create_app``."""
+    """Engine (``HFEngine`` unless one is given) + ``Store`` + ``TurnCollector`` + ``create_app``.
+
+    ``best_of_n``: ``(n, QuickJudgeConfig)`` to serve trainable turns as Best-of-N (``judging.BestOfN``).
+    """
     from transformers import AutoTokenizer
 
     from openclaw_trl.serving.app import create_app
@@ -128,8 +132,18 @@ def build_serving(
     session_config = session_config or SessionConfig()
     tokenizer = getattr(engine, "tokenizer", None) or AutoTokenizer.from_pretrained(model_path)
     collector = TurnCollector(store, session_config, tokenizer=tokenizer)
-    app = create_app(engine, collector, store, settings, status=status)
+    picker = make_best_of_n(best_of_n[0], best_of_n[1], engine, tokenizer, store) if best_of_n else None
+    app = create_app(engine, collector, store, settings, status=status, best_of_n=picker)
     return Serving(engine, store, collector, app, settings)
+
+
+def make_best_of_n(n: int, quick_judge_config, engine, tokenizer, store):
+    """The ``judging.BestOfN`` of ``n`` candidates per trainable turn (None when ``n == 1``)."""
+    from openclaw_trl.judging import BestOfN, QuickJudge
+
+    if n <= 1:
+        return None
+    return BestOfN(n, QuickJudge(quick_judge_config, engine=engine, tokenizer=tokenizer), store)
 
 
 @dataclass
@@ -143,6 +157,7 @@ class Runtime:
     engine: object
     collector: object
     scorer: object
+    best_of_n: object | None = None  # judging.BestOfN when best_of_n > 1
     trainer: object | None = None
     app: object | None = None
     server: object | None = None
@@ -161,6 +176,8 @@ class Runtime:
             self.server.stop()
         if self.scorer is not None:
             self.scorer.close()
+        if self.best_of_n is not None:
+            self.best_of_n.close()
         if self.engine is not None:
             self.engine.close()
 
@@ -222,6 +239,9 @@ def _build_serving_side(runtime: Runtime, start, peft_config, dtype: str | None)
         runtime.engine.publish_adapter(start.checkpoint, version=start.step)
     runtime.collector = TurnCollector(store, config.session_config(), tokenizer=tokenizer)
     runtime.scorer = Scorer(store, config.judge_config(), engine=runtime.engine, tokenizer=tokenizer)
+    runtime.best_of_n = make_best_of_n(
+        config.best_of_n, config.quick_judge_config(), runtime.engine, tokenizer, store
+    )
 
 
 def _build_trainer(runtime: Runtime, model_args, peft_config, recipe_yaml: str | None):
@@ -269,7 +289,12 @@ def start_server(runtime: Runtime, port: int | None = None, ui: bool = True):
 
     settings = runtime.config.server_settings(port=port, ui=ui)
     runtime.app = create_app(
-        runtime.engine, runtime.collector, runtime.store, settings, status=runtime.status
+        runtime.engine,
+        runtime.collector,
+        runtime.store,
+        settings,
+        status=runtime.status,
+        best_of_n=runtime.best_of_n,
     )
     runtime.server = ServerThread(runtime.app, host=settings.host, port=settings.port).start()
     logger.info("serving on %s", runtime.server.url)

@@ -8,7 +8,7 @@ def learning_status(config, engine, store, trainer=None) -> dict:
 
     ``history`` has one entry per logged update (its step, mean reward, hint accept rate, mean OPD
     advantage and loss); ``last_metrics`` is the whole log entry of the last update. Without a trainer
-    (serving only) both are empty.
+    (serving only) both are empty. ``best_of_n_groups`` counts the Best-of-N groups stored.
     """
     log = trainer.state.log_history if trainer is not None else []
     updates = [entry for entry in log if "reward" in entry]
@@ -23,6 +23,8 @@ def learning_status(config, engine, store, trainer=None) -> dict:
         "turns_failed": store.counts()["turns_failed"],
         "teacher_failed": store.count_teacher_failed(),
         "samples_dropped_stale": store.count_dropped_stale(),
+        "best_of_n": config.best_of_n,
+        "best_of_n_groups": store.count_groups(),
     }
 
 

@@ -289,6 +289,36 @@ def check_invalid_arguments(engine, tokenizer) -> None:
             engine.score(**kwargs)
 
 
+def check_n_candidates(engine, tokenizer, tol: float = 1e-4) -> None:
+    """``sampling.n``: ``n`` completions per request, consecutively in the returned list, each streamed under
+    its flat index, with its own ids, log-probs (reproduced by ``score``), finish reason and policy version;
+    a seeded request gives the same candidates again, and ``n = 0`` is refused."""
+    ps = prompts(tokenizer, 2)
+    reqs = [
+        GenerationRequest(ps[0], SamplingParams(temperature=1.0, max_new_tokens=6, seed=21, n=3)),
+        GenerationRequest(ps[1], SamplingParams(temperature=1.0, max_new_tokens=4, seed=5)),
+    ]
+    seen: dict[int, list[int]] = {i: [] for i in range(4)}
+    outs = engine.generate(reqs, on_token=lambda i, t: seen[i].append(t))
+    assert len(outs) == 4
+    assert [seen[i] for i in range(4)] == [o.token_ids for o in outs]
+    for out, limit in zip(outs, [6, 6, 6, 4]):
+        assert 1 <= len(out.token_ids) <= limit and len(out.logprobs) == len(out.token_ids)
+        assert out.finish_reason in ("stop", "length") and out.policy_version == engine.policy_version
+    assert len({tuple(o.token_ids) for o in outs[:3]}) > 1  # three draws, not one copied
+    scores = engine.score([ps[0]] * 3 + [ps[1]], [o.token_ids for o in outs], weights="policy")
+    assert max(_max_diff(o.logprobs, lp) for o, lp in zip(outs, scores.logprobs)) < tol
+    again = engine.generate(reqs[:1])
+    assert [o.token_ids for o in again] == [o.token_ids for o in outs[:3]]
+    # nucleus sampling: each candidate's log-probs are still the convention's full-vocabulary values
+    nucleus = SamplingParams(temperature=1.0, top_p=0.9, max_new_tokens=5, seed=3, n=2)
+    outs = engine.generate([GenerationRequest(ps[1], nucleus)])
+    scores = engine.score([ps[1]] * 2, [o.token_ids for o in outs], weights="policy")
+    assert len(outs) == 2 and max(_max_diff(o.logprobs, lp) for o, lp in zip(outs, scores.logprobs)) < tol
+    with pytest.raises(ValueError, match="n "):
+        engine.generate([GenerationRequest(ps[0], SamplingParams(n=0))])
+
+
 def check_failing_stream_callback(engine, tokenizer) -> None:
     """An ``on_token`` callback that raises is the caller's problem: the generation completes, the engine
     keeps serving."""
@@ -349,3 +379,6 @@ class EngineContract:
 
     def test_failing_stream_callback(self, engine, tiny_tokenizer):
         check_failing_stream_callback(engine, tiny_tokenizer)
+
+    def test_n_candidates(self, engine, tiny_tokenizer):
+        check_n_candidates(engine, tiny_tokenizer)

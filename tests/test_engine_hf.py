@@ -159,3 +159,20 @@ def test_closed_engine_refuses_generation(tiny_model_dir, tiny_tokenizer):
     eng.close()
     with pytest.raises(RuntimeError, match="HFEngine is closed"):
         eng.generate([GenerationRequest(p, SamplingParams(max_new_tokens=2))])
+
+
+def test_n_candidates_decode_from_one_prefill(tiny_model_dir, tiny_tokenizer):
+    """``n = 4``: the prompt is prefilled once and the 4 rows decode from copies of its KV cache; candidate k
+    is the draw a lone request with seed ``seed + k`` makes."""
+    eng = create_engine("hf", tiny_model_dir, dtype="float32", max_batch_size=8)
+    try:
+        p = contract.prompts(tiny_tokenizer, 1)[0]
+        outs = eng.generate([GenerationRequest(p, SamplingParams(max_new_tokens=6, seed=40, n=4))])
+        assert len(outs) == 4
+        assert eng.stats["prefill_rows"] == 1 and eng.stats["batches"] == 1 and eng.stats["requests"] == 4
+        for k, out in enumerate(outs):
+            alone = eng.generate([GenerationRequest(p, SamplingParams(max_new_tokens=6, seed=40 + k))])[0]
+            assert alone.token_ids == out.token_ids
+            assert max(abs(x - y) for x, y in zip(alone.logprobs, out.logprobs)) < 1e-4
+    finally:
+        eng.close()

@@ -279,7 +279,6 @@ REFUSED = {
     "per_device_eval_batch_size": (2, "openclaw-trl eval"),
     "reward_weights": ([1.0], "w_rl and w_opd"),
     "multi_objective_aggregation": ("normalize_then_sum", "nothing to aggregate"),
-    "scale_rewards": ("group", "no group to normalise"),
     "shuffle_dataset": (True, "oldest first"),
     "sync_ref_model": (True, "adapter disabled"),
     "ref_model_mixup_alpha": (0.5, "sync_ref_model"),
@@ -294,6 +293,7 @@ REFUSED = {
 # ... or honoured, and by what.
 HONOURED = {
     "beta": "KL to the base model (test_beta_*)",
+    "scale_rewards": "Best-of-N group advantages; refused without best_of_n > 1 (test_best_of_n)",
     "mask_truncated_completions": "from the stored finish_reason (test_truncated_completions_leave_the_loss)",
     "temperature": "serving temperature = training temperature (test_trainer, test_chat)",
     "max_completion_length": "the serving token limit (runtime)",

@@ -10,12 +10,19 @@ sampling temperature (``T = 1`` when the request is greedy, ``temperature == 0``
 truncation is applied when *sampling* but never to the returned log-probs, which is also what the
 trainer recomputes (TRL's convention). ``generate`` and ``score`` therefore agree on the same tokens
 at the same temperature.
+
+Several candidates per prompt (``SamplingParams.n``, Best-of-N serving): ``generate`` returns one flat list,
+request after request, ``n`` completions for each (``n = 1``: one per request, as before), and
+``on_token(index, token)`` names the flat index. Candidates of one request with a ``seed`` are drawn with
+seeds ``seed, seed + 1, …`` (vLLM's rule for its child requests). Engines share the prompt's work between
+the candidates: the Transformers engine prefills the prompt once and decodes the ``n`` rows from copies of
+its KV cache; vLLM gets ``n`` in its own sampling parameters.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol, runtime_checkable
 
 Weights = Literal["policy", "base"]
@@ -37,6 +44,7 @@ class SamplingParams:
     max_new_tokens: int = 256
     stop: list[str] = field(default_factory=list)  # stop strings (the stop text is kept in the ids)
     seed: int | None = None
+    n: int = 1  # candidates sampled for the prompt (``generate`` returns them consecutively)
 
     @property
     def logprob_temperature(self) -> float:
@@ -84,9 +92,10 @@ class Engine(Protocol):
     def generate(
         self, requests: list[GenerationRequest], on_token=None, priority: Priority = "serve"
     ) -> list[Completion]:
-        """Sample completions for all requests in one batched pass.
+        """Sample completions for all requests in one batched pass: ``sampling.n`` per request, consecutively.
 
-        ``on_token(index, token_id)``, when given, is called as each token is sampled (streaming).
+        ``on_token(index, token_id)``, when given, is called as each token is sampled (streaming); ``index``
+        is the completion's position in the returned list.
         ``priority``: ``serve`` for chat turns, ``learn`` for judge votes (see ``Priority``).
         """
         ...
@@ -126,7 +135,8 @@ def check_weights(weights: str) -> None:
 
 
 def check_sampling(sp: SamplingParams) -> None:
-    """``ValueError`` unless ``temperature >= 0``, ``0 < top_p <= 1``, ``top_k >= 0`` and ``max_new_tokens >= 0``."""
+    """``ValueError`` unless ``temperature >= 0``, ``0 < top_p <= 1``, ``top_k >= 0``, ``max_new_tokens >= 0``
+    and ``n`` is an integer >= 1."""
     if not (math.isfinite(sp.temperature) and sp.temperature >= 0):
         raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {sp.temperature}")
     if not 0 < sp.top_p <= 1:
@@ -135,6 +145,19 @@ def check_sampling(sp: SamplingParams) -> None:
         raise ValueError(f"top_k must be >= 0 (0 = no top-k truncation), got {sp.top_k}")
     if sp.max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {sp.max_new_tokens}")
+    if isinstance(sp.n, bool) or not isinstance(sp.n, int) or sp.n < 1:
+        raise ValueError(f"n (candidates per prompt) must be an integer >= 1, got {sp.n!r}")
+
+
+def expand_candidates(requests: list[GenerationRequest]) -> list[GenerationRequest]:
+    """One request per candidate (``n = 1`` each, seeds ``seed + k``), in the order ``generate`` returns them."""
+    out = []
+    for request in requests:
+        sp = request.sampling
+        for k in range(sp.n):
+            seed = None if sp.seed is None else sp.seed + k
+            out.append(replace(request, sampling=replace(sp, n=1, seed=seed)))
+    return out
 
 
 def check_generate_args(requests: list[GenerationRequest], priority: str) -> None:

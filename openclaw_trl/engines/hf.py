@@ -43,6 +43,7 @@ from openclaw_trl.engines.base import (
     Weights,
     check_generate_args,
     check_score_args,
+    expand_candidates,
 )
 from openclaw_trl.engines.hf_decode import (
     completion_positions,
@@ -159,11 +160,14 @@ class HFEngine:
         ``on_token(index, token_id)`` is called from the engine's worker thread right after each token of
         ``requests[index]`` is sampled, so it must be cheap and thread-safe (e.g. ``loop.call_soon_threadsafe``).
         ``priority``: ``serve`` (chat) requests are decoded ahead of ``learn`` (judge) ones.
+        ``sampling.n > 1``: the request becomes ``n`` rows with the same prompt, queued together, so they are
+        decoded in one batch (when ``n <= max_batch_size``) after one prefill of the prompt (``_decode``).
         """
         if not requests:
             return []
         check_generate_args(requests, priority)
-        job = Job("gen", list(requests), size=len(requests), on_token=on_token, priority=priority)
+        rows = expand_candidates(requests)
+        job = Job("gen", rows, size=len(rows), on_token=on_token, priority=priority)
         self._count_serving(job, +1)
         try:
             return self._worker.submit(job).results

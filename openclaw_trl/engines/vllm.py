@@ -15,6 +15,9 @@ Why it is built this way:
 * **Policy = LoRA, never merged** (``vllm_loras.LoraRegistry``). Each ``publish_adapter`` registers a new
   adapter; requests already running keep the one they started with. The base weights are never touched, so
   ``weights="base"`` (no LoRA request) is always the original model for the judge and the teacher.
+* **Several candidates per prompt** (``SamplingParams.n``): one vLLM request with vLLM's own ``n``, whose
+  outputs carry the candidate index; each candidate is finished (and re-scored when truncated sampling needs
+  it) on its own, and the request's result is complete once all ``n`` are.
 * **Full fine-tuning (``enable_lora=False``).** ``publish_adapter(full_state_dict, version)`` waits until no
   request is running, then pushes the HF-named tensors in place with vLLM's ``reload_weights`` (which redoes
   the post-load processing, e.g. the CPU oneDNN repacking) and resets the prefix cache. There is only one set
@@ -53,11 +56,16 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class _Live:
-    """One vLLM request in flight and what its caller needs back."""
+    """One vLLM request in flight and what its caller needs back.
+
+    A generation with ``n > 1`` candidates is one vLLM request (``n`` in its sampling parameters); its
+    ``candidates`` are one ``_Live`` each (``candidate`` = vLLM's output index, ``stream_index`` = the flat
+    position ``on_token`` names), and ``gathered`` collects their completions until all ``n`` are done.
+    """
 
     kind: str  # "gen" | "score" | "rescore"
     job: Job
-    index: int
+    index: int  # the request's result slot in its job
     lora: Any  # the LoRARequest it runs on (None = base weights)
     version: int
     request: GenerationRequest | None = None
@@ -67,6 +75,10 @@ class _Live:
     prompt_len: int = 0
     top_k: int = 0
     temperature: float = 1.0
+    candidate: int = 0
+    stream_index: int = 0
+    candidates: list[_Live] = field(default_factory=list)
+    gathered: dict[int, Completion] | None = None  # the parent's, shared by its candidates
 
 
 class VLLMEngine:
@@ -183,7 +195,9 @@ class VLLMEngine:
             return []
         check_generate_args(requests, priority)
         job = Job("gen", list(requests), size=len(requests), on_token=on_token, priority=priority)
-        return self._worker.submit(job).results
+        results = self._worker.submit(job).results
+        # a request with n > 1 candidates fills its slot with the list of its n completions
+        return [c for r in results for c in (r if isinstance(r, list) else [r])]
 
     def score(
         self,
@@ -355,6 +369,23 @@ class VLLMEngine:
             live = _Live(
                 "gen", job, i, self._loras.for_weights(req.weights), self.policy_version, request=req
             )
+            live.stream_index = sum(r.sampling.n for r in job.payload[:i])
+            if req.sampling.n > 1:
+                live.gathered = {}
+                live.candidates = [
+                    _Live(
+                        "gen",
+                        job,
+                        i,
+                        live.lora,
+                        live.version,
+                        request=req,
+                        candidate=k,
+                        stream_index=live.stream_index + k,
+                        gathered=live.gathered,
+                    )
+                    for k in range(req.sampling.n)
+                ]
             self._add(live, req.prompt_ids, generation_params(req.sampling))
             return
         pairs, weights, top_k, temperature = job.payload
@@ -385,30 +416,20 @@ class VLLMEngine:
         self._loras.collect()
 
     def _on_gen_output(self, live: _Live, out) -> None:
-        comp = out.outputs[0]
-        for j, token in enumerate(comp.token_ids):
-            live.tokens.append(int(token))
-            entry = comp.logprobs[j] if comp.logprobs is not None else None
-            live.logprobs.append(float(entry[token].logprob) if entry is not None else math.nan)
-            live.job.stream(live.index, int(token))
-        if out.finished:
-            live.finish_reason = "length" if comp.finish_reason == "length" else "stop"
+        for comp in out.outputs:  # one per candidate that advanced (n > 1: its ``index`` says which)
+            cand = live.candidates[comp.index] if live.candidates else live
+            for j, token in enumerate(comp.token_ids):
+                cand.tokens.append(int(token))
+                entry = comp.logprobs[j] if comp.logprobs is not None else None
+                cand.logprobs.append(float(entry[token].logprob) if entry is not None else math.nan)
+                live.job.stream(cand.stream_index, int(token))
+            if comp.finish_reason is not None:
+                cand.finish_reason = "length" if comp.finish_reason == "length" else "stop"
 
     def _finish(self, live: _Live, out) -> None:
         if live.kind == "gen":
-            sp = live.request.sampling
-            truncated = sp.temperature > 0 and (sp.top_p < 1.0 or sp.top_k > 0)
-            if truncated and live.tokens:
-                if sp.temperature == 1.0 or self.full_vocab:
-                    self._rescore(live)  # convention log-probs on the same adapter; completes later
-                    return
-                if not self._warned_truncation:
-                    logger.warning(
-                        "top_p/top_k sampling at T != 1: returning vLLM's renormalised log-probs; build "
-                        "VLLMEngine(max_logprobs=-1) for exact full-vocabulary values"
-                    )
-                    self._warned_truncation = True
-            live.job.finish_one(live.index, self._completion(live))
+            for cand in live.candidates or [live]:
+                self._finish_candidate(cand)
             return
         scores = completion_scores(
             out.prompt_logprobs, live.prompt_len, live.tokens, live.temperature, live.top_k
@@ -417,7 +438,34 @@ class VLLMEngine:
             live.job.finish_one(live.index, scores)
         else:  # rescore of a truncated-sampling generation
             live.logprobs = scores[0]
+            self._complete(live)
+
+    def _finish_candidate(self, live: _Live) -> None:
+        """A generated candidate is complete, or re-scored first when truncated sampling needs it."""
+        sp = live.request.sampling
+        truncated = sp.temperature > 0 and (sp.top_p < 1.0 or sp.top_k > 0)
+        if truncated and live.tokens:
+            if sp.temperature == 1.0 or self.full_vocab:
+                self._rescore(live)  # convention log-probs on the same adapter; completes later
+                return
+            if not self._warned_truncation:
+                logger.warning(
+                    "top_p/top_k sampling at T != 1: returning vLLM's renormalised log-probs; build "
+                    "VLLMEngine(max_logprobs=-1) for exact full-vocabulary values"
+                )
+                self._warned_truncation = True
+        self._complete(live)
+
+    def _complete(self, live: _Live) -> None:
+        """Fill the request's result slot: its completion, or (``n > 1``) the list of its candidates once
+        the last one is complete."""
+        if live.gathered is None:
             live.job.finish_one(live.index, self._completion(live))
+            return
+        live.gathered[live.candidate] = self._completion(live)
+        n = live.request.sampling.n
+        if len(live.gathered) == n:
+            live.job.finish_one(live.index, [live.gathered[k] for k in range(n)])
 
     def _completion(self, live: _Live) -> Completion:
         return Completion(
@@ -429,7 +477,16 @@ class VLLMEngine:
 
     def _rescore(self, live: _Live) -> None:
         sp = live.request.sampling
-        again = _Live("rescore", live.job, live.index, live.lora, live.version, request=live.request)
+        again = _Live(
+            "rescore",
+            live.job,
+            live.index,
+            live.lora,
+            live.version,
+            request=live.request,
+            candidate=live.candidate,
+            gathered=live.gathered,
+        )
         again.tokens, again.finish_reason = live.tokens, live.finish_reason
         again.prompt_len, again.temperature = len(live.request.prompt_ids), sp.temperature
         self._add(again, list(live.request.prompt_ids) + live.tokens, score_params(0, sp.temperature))

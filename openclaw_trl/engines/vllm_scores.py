@@ -22,7 +22,8 @@ from openclaw_trl.engines.base import SamplingParams
 
 
 def generation_params(sp: SamplingParams):
-    """vLLM ``SamplingParams`` for one request: streamed deltas, the stop text kept, the sampled log-prob."""
+    """vLLM ``SamplingParams`` for one request: ``n`` candidates, streamed deltas, the stop text kept, the
+    sampled log-prob."""
     from vllm import SamplingParams as VSamplingParams
     from vllm.sampling_params import RequestOutputKind
 
@@ -33,6 +34,7 @@ def generation_params(sp: SamplingParams):
         top_k=0 if greedy else sp.top_k,
         max_tokens=sp.max_new_tokens,
         seed=sp.seed,
+        n=sp.n,
         stop=list(sp.stop) or None,
         include_stop_str_in_output=True,
         skip_special_tokens=False,

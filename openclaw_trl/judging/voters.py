@@ -87,12 +87,18 @@ class Voter:
 
 def response_text_for_judge(turn: Turn) -> str:
     """The response as the user saw it: the stored response message (else the parsed completion text),
-    content then tool calls as ``<tool_call>{json}</tool_call>`` lines; reasoning left out."""
+    as :func:`reply_text` writes it."""
     message = turn.response_message
     if not isinstance(message, dict):
         from openclaw_trl.chat import parse_assistant_text
 
         message = parse_assistant_text(turn.completion_text or "")
+    return reply_text(message)
+
+
+def reply_text(message: dict) -> str:
+    """An assistant message as a judge reads it: content, then tool calls as ``<tool_call>{json}</tool_call>``
+    lines; reasoning left out."""
     parts = [judge.flatten_content(message.get("content")).strip()]
     for call in message.get("tool_calls") or []:
         fn = call.get("function", call) if isinstance(call, dict) else {}

@@ -29,7 +29,8 @@ Wire-format details a client may care about:
 * Every reply says which turn it is: ``x-openclaw-turn-id`` / ``x-openclaw-policy-version`` headers (not on
   streams: their headers leave before the turn exists), ``system_fingerprint = "openclaw-v{version}"``, and an
   ``openclaw`` object (``turn_id``, ``session_id``, ``turn_type``, ``next_state_of``, ``policy_version``,
-  ``temperature``) in the response, or in the stream's final chunk. ``POST /v1/feedback`` takes that ``turn_id``.
+  ``temperature``; ``best_of_n`` on a Best-of-N turn: ``n``, ``served_index``, ``scores``, ``group_id``) in the
+  response, or in the stream's final chunk. ``POST /v1/feedback`` takes that ``turn_id``.
 * ``max_tokens`` is clamped to the room the context leaves and to ``max_tokens_cap``; ``stop`` text is not
   returned; ``logprobs``/``top_logprobs`` (<= 20) are the sampling log-probs and the policy's top-K; in a stream
   they arrive in one chunk just before the final one (the engine streams token ids only).

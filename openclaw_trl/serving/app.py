@@ -27,11 +27,13 @@ def create_app(
     store,
     settings: ServerSettings | None = None,
     status: Callable[[], dict] | None = None,
+    best_of_n=None,
 ):
     """The FastAPI app: OpenAI routes + the Gradio UI at ``/`` (when ``settings.ui``).
 
     ``collector`` attaches next states and writes turns to ``store`` (``openclaw_trl.sessions``);
     ``status()`` is the trainer's live view for ``/v1/status`` and the learning panel.
+    ``best_of_n`` (a ``judging.BestOfN``) samples and quick-judges its ``n`` candidates per trainable turn.
     ``app.state.service`` is the ``ChatService`` both use, ``app.state.api_key`` the bearer key (or ``None``).
     """
     from contextlib import asynccontextmanager
@@ -40,7 +42,7 @@ def create_app(
 
     settings = settings or ServerSettings()
     api_key = _resolve_api_key(settings)
-    service = ChatService(engine, collector, store, settings, status)
+    service = ChatService(engine, collector, store, settings, status, best_of_n=best_of_n)
 
     @asynccontextmanager
     async def lifespan(_app):

@@ -4,6 +4,12 @@ It validates the request (``openai_schema``), renders the chat template to token
 completion (streamed through ``streaming.StreamDecoder``), parses reasoning and tool calls, and records the
 turn through the collector before the reply leaves. The routes (``openclaw_trl.serving.api``) and the Gradio
 UI (``openclaw_trl.serving.ui``) only adapt it.
+
+Best-of-N (a ``best_of_n`` with ``n > 1``, see ``openclaw_trl.judging.best_of_n``): a trainable turn samples
+``n`` candidates in one engine call, each is decoded as its reply would be and quick-judged, and the best is
+the turn: it is streamed only once chosen (its tokens go out one by one then), so the first token of a
+streamed reply waits for all ``n`` generations and the quick judging. The turn and the conversation hold only
+the served reply; the ``n`` candidates are stored as a group right after the turn, before the reply leaves.
 """
 
 from __future__ import annotations
@@ -53,8 +59,19 @@ class PreparedChat:
     top_logprobs: int = 0
     stream: bool = False
     include_usage: bool = False
+    candidates: int = 1  # Best-of-N: candidates sampled for this turn (1 = the reply is the one sample)
+    group: CandidateSet | None = None  # Best-of-N: the candidates and the choice, once generated
     created: int = field(default_factory=lambda: int(time.time()))
     completion_id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex[:24]}")
+
+
+@dataclass
+class CandidateSet:
+    """A Best-of-N turn's candidates, their decoded texts and the quick judge's choice."""
+
+    completions: list[Completion]
+    texts: list[str]  # each candidate's decoded completion (special tokens kept)
+    choice: Any  # ``judging.best_of_n.GroupChoice``
 
 
 @dataclass
@@ -67,12 +84,14 @@ class TurnResult:
     turn_id: int | str | None
     policy_version: int
     logprobs: dict | None = None
+    best_of_n: dict | None = None  # Best-of-N: n, served_index, scores, group_id (``openclaw.best_of_n``)
 
 
 def openclaw_meta(prep: PreparedChat, result: TurnResult) -> dict:
     """The ``openclaw`` object of a reply: which stored turn it is, its session, the next state it gave, the
-    policy version that sampled it and the temperature it was sampled at (see ``ServerSettings``)."""
-    return {
+    policy version that sampled it and the temperature it was sampled at (see ``ServerSettings``); with
+    Best-of-N also ``best_of_n`` (n, served_index, scores, group_id)."""
+    meta = {
         "turn_id": result.turn_id,
         "session_id": prep.ctx.session_key,
         "turn_type": prep.ctx.turn_type,
@@ -80,16 +99,29 @@ def openclaw_meta(prep: PreparedChat, result: TurnResult) -> dict:
         "policy_version": result.policy_version,
         "temperature": prep.sampling.temperature,
     }
+    if result.best_of_n is not None:
+        meta["best_of_n"] = result.best_of_n
+    return meta
 
 
 class ChatService:
-    """The in-process chat API: what ``/v1/chat/completions`` and the Gradio UI both call."""
+    """The in-process chat API: what ``/v1/chat/completions`` and the Gradio UI both call.
+
+    ``best_of_n``: a ``judging.BestOfN`` (its ``n`` candidates per trainable turn), or None for one sample.
+    """
 
     def __init__(
-        self, engine, collector, store, settings: ServerSettings, status: Callable[[], dict] | None = None
+        self,
+        engine,
+        collector,
+        store,
+        settings: ServerSettings,
+        status: Callable[[], dict] | None = None,
+        best_of_n=None,
     ):
         self.engine, self.collector, self.store, self.settings = engine, collector, store, settings
         self._status = status
+        self.best_of_n = best_of_n
         self.tokenizer = engine.tokenizer
         self.context_limit = _context_limit(engine, settings.max_context_len)
         self.executor = ThreadPoolExecutor(settings.generation_threads, thread_name_prefix="openclaw-gen")
@@ -107,8 +139,10 @@ class ChatService:
         prompt_ids = self._prompt_ids(messages, tools)
         sampling = self._sampling(body, len(prompt_ids))
         ctx = self._begin(messages, tools, headers, payload)
+        candidates = 1
         if self._trainable(ctx):
             sampling = dataclasses.replace(sampling, temperature=self.settings.train_temperature)
+            candidates = self.best_of_n.n if self.best_of_n is not None else 1
         return PreparedChat(
             model=model,
             messages=messages,
@@ -120,6 +154,7 @@ class ChatService:
             top_logprobs=body.top_logprobs or 0,
             stream=body.stream,
             include_usage=bool((body.stream_options or {}).get("include_usage")),
+            candidates=candidates,
         )
 
     def _validate(self, payload: Any, headers) -> tuple[ChatRequest, str]:
@@ -229,7 +264,10 @@ class ChatService:
     # -- generation --------------------------------------------------------------------------------
 
     def generate(self, prep: PreparedChat, on_token: Callable[[int], None] | None = None) -> Completion:
-        """Blocking: one request through the engine (the engine batches concurrent callers)."""
+        """Blocking: one request through the engine (the engine batches concurrent callers); with Best-of-N
+        the chosen candidate (``_best_of_n``)."""
+        if prep.candidates > 1:
+            return self._best_of_n(prep, on_token)
         request = GenerationRequest(prompt_ids=prep.prompt_ids, sampling=prep.sampling, weights="policy")
         callback = (lambda _index, token_id: on_token(token_id)) if on_token else None
         return self.engine.generate([request], on_token=callback)[0]
@@ -244,6 +282,22 @@ class ChatService:
         except BaseException:
             await asyncio.to_thread(self.abort, prep)
             raise
+
+    def _best_of_n(self, prep: PreparedChat, on_token: Callable[[int], None] | None) -> Completion:
+        """``prep.candidates`` samples in one engine call, quick-judged; the chosen one is streamed (its
+        tokens through ``on_token``) and returned, the set kept in ``prep.group`` for ``finish``."""
+        sampling = dataclasses.replace(prep.sampling, n=prep.candidates)
+        request = GenerationRequest(prompt_ids=prep.prompt_ids, sampling=sampling, weights="policy")
+        completions = self.engine.generate([request])
+        replies = [self._decoded_message(prep, c) for c in completions]
+        session = prep.ctx.session_key or f"anonymous-{prep.ctx.session_id}"
+        choice = self.best_of_n.choose(prep.messages, session, replies)
+        texts = [self.tokenizer.decode(list(c.token_ids), skip_special_tokens=False) for c in completions]
+        prep.group = CandidateSet(completions, texts, choice)
+        chosen = completions[choice.served_index]
+        for token_id in chosen.token_ids if on_token else ():
+            on_token(token_id)
+        return chosen
 
     def stream_parser(self, prep: PreparedChat) -> StreamDecoder:
         return StreamDecoder(
@@ -260,19 +314,43 @@ class ChatService:
 
         ``streamed``: the message a stream already sent (``StreamDecoder.message()``), stored as sent.
         """
-        if streamed is None:
-            from openclaw_trl.chat import decode_completion
-
-            streamed = decode_completion(self.tokenizer, completion.token_ids)
-            if prep.sampling.stop and streamed.get("content"):
-                streamed["content"] = StopTrimmer(prep.sampling.stop).feed(streamed["content"], final=True)
-        parsed = _as_message(streamed)
+        parsed = self._decoded_message(prep, completion) if streamed is None else _as_message(streamed)
         finish = completion.finish_reason
         if parsed.get("tool_calls") and finish == "stop":
             finish = "tool_calls"
         logprobs = self._logprobs(prep, completion) if prep.logprobs else None
         turn_id = self.record(prep, completion, parsed)
-        return TurnResult(completion, parsed, finish, turn_id, completion.policy_version, logprobs)
+        result = TurnResult(completion, parsed, finish, turn_id, completion.policy_version, logprobs)
+        if prep.group is not None:
+            result.best_of_n = self._record_group(prep, turn_id)
+        return result
+
+    def _decoded_message(self, prep: PreparedChat, completion: Completion) -> dict:
+        """The assistant message of a completion as a non-streamed reply carries it (stop text cut)."""
+        from openclaw_trl.chat import decode_completion
+
+        decoded = decode_completion(self.tokenizer, completion.token_ids)
+        if prep.sampling.stop and decoded.get("content"):
+            decoded["content"] = StopTrimmer(prep.sampling.stop).feed(decoded["content"], final=True)
+        return _as_message(decoded)
+
+    def _record_group(self, prep: PreparedChat, turn_id: int) -> dict:
+        """Store the Best-of-N group of the recorded turn; what the reply reports about it. A store that
+        fails here loses the group (logged), never the reply, whose turn is stored already."""
+        group = prep.group
+        try:
+            group_id = self.best_of_n.record(
+                turn_id,
+                prep.prompt_ids,
+                prep.sampling.temperature,
+                group.completions,
+                group.texts,
+                group.choice,
+            )
+        except Exception:
+            logger.exception("storing the Best-of-N group of turn %s failed", turn_id)
+            group_id = None
+        return group.choice.summary(group_id)
 
     def record(self, prep: PreparedChat, completion: Completion, message: dict) -> int:
         """Commit the turn through the collector (before the reply goes out); returns its id.

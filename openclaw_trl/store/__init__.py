@@ -13,6 +13,8 @@ Its parts, one API each:
   votes, judge failures), used by :mod:`openclaw_trl.judging`;
 * :class:`~openclaw_trl.store.queue.SampleQueue` (samples handed to the trainer oldest first, consumed,
   released, re-queued; the queue rules), used by the trainer;
+* :class:`~openclaw_trl.store.groups.Groups` (Best-of-N groups: a served turn's candidates, their quick
+  scores and their group samples), used by the Best-of-N serving path;
 * :class:`~openclaw_trl.store.queries.Queries` (everything for the export, counts, recent hints);
 * :class:`~openclaw_trl.store.responses.ResponseIds` (Responses API ids -> turns), used by the server.
 
@@ -25,6 +27,7 @@ from pathlib import Path
 
 from openclaw_trl.store.conversations import Conversations
 from openclaw_trl.store.db import SCHEMA_VERSION, Database, StoreError
+from openclaw_trl.store.groups import Groups
 from openclaw_trl.store.judging import TEACHER_ERROR_PREFIX, Judging
 from openclaw_trl.store.queries import TURN_STATUSES, Queries
 from openclaw_trl.store.queue import ResumePosition, SampleQueue, SampleSourceError
@@ -42,7 +45,7 @@ __all__ = [
 ]
 
 
-class Store(Conversations, Judging, SampleQueue, Queries, ResponseIds):
+class Store(Conversations, Judging, SampleQueue, Groups, Queries, ResponseIds):
     """SQLite store shared by the server threads, the scorer and the trainer (see the module docstring).
 
     ``Store(path)`` creates the file (and its parent directory) or resumes an existing one; it refuses a

@@ -8,7 +8,8 @@ writers queue on SQLite's lock instead of failing on a read-to-write upgrade.
 
 The schema carries ``SCHEMA_VERSION`` in ``PRAGMA user_version``; a file written by a newer version is
 refused. Columns added after a store file may have been created (``_ADDED_COLUMNS``) are nullable or
-defaulted, so an existing store gains them in place when it is opened.
+defaulted, so an existing store gains them in place when it is opened; so do tables added later
+(``candidate_groups``), created when missing.
 """
 
 from __future__ import annotations
@@ -116,7 +117,9 @@ CREATE TABLE IF NOT EXISTS samples (
     baseline REAL NOT NULL DEFAULT 0,  -- mean judged reward of the session's earlier turns (session_mean)
     consumed_step INTEGER,
     consumed_at REAL,
-    dropped_reason TEXT                -- why it is never trained on (stale: sampled too many versions ago)
+    dropped_reason TEXT,               -- why it is never trained on (stale: sampled too many versions ago)
+    group_id INTEGER,                  -- the Best-of-N group of a group sample (origin 'group')
+    group_std REAL                     -- std of that group's quick scores
 );
 CREATE UNIQUE INDEX IF NOT EXISTS samples_one_per_turn ON samples(turn_id) WHERE origin = 'scorer';
 CREATE INDEX IF NOT EXISTS samples_queue ON samples(consumed_step, id);
@@ -127,6 +130,18 @@ CREATE TABLE IF NOT EXISTS responses (
     created REAL NOT NULL,
     body TEXT NOT NULL                 -- JSON: the response object as the client received it
 );
+
+CREATE TABLE IF NOT EXISTS candidate_groups (
+    id INTEGER PRIMARY KEY,
+    turn_id INTEGER NOT NULL REFERENCES turns(id),  -- the served turn
+    created REAL NOT NULL,
+    backend TEXT NOT NULL,             -- the quick judge backend
+    served_index INTEGER NOT NULL,
+    candidates TEXT NOT NULL,          -- JSON list: ids, log-probs, text, finish reason, version, score
+    score_mean REAL,                   -- over the scored candidates (NULL: none scored)
+    score_std REAL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS candidate_groups_turn ON candidate_groups(turn_id);
 """
 
 
@@ -137,6 +152,8 @@ _ADDED_COLUMNS = (
     ("samples", "teacher_prompt_ids", "TEXT"),
     ("samples", "baseline", "REAL NOT NULL DEFAULT 0"),
     ("samples", "dropped_reason", "TEXT"),
+    ("samples", "group_id", "INTEGER"),
+    ("samples", "group_std", "REAL"),
 )
 
 

@@ -39,7 +39,7 @@ class Queries:
     def iter_samples(self, include_private: bool = False) -> Iterator[TrainingSample]:
         """Every sample, consumed, dropped or not (``origin``, ``created``, ``consumed_step``, ``dropped_reason``)."""
         sql = (
-            "SELECT s.* FROM samples s LEFT JOIN turns t ON s.origin = 'scorer' AND t.id = s.turn_id"
+            "SELECT s.* FROM samples s LEFT JOIN turns t ON s.origin IN ('scorer', 'group') AND t.id = s.turn_id"
             " LEFT JOIN sessions ss ON ss.id = t.session_id"
             + ("" if include_private else " WHERE COALESCE(ss.private, 0) = 0")
             + " ORDER BY s.id"

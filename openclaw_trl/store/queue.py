@@ -31,7 +31,7 @@ from openclaw_trl.store.db import Database
 
 # Samples of sessions flagged private after they were judged are withheld (kept, never handed out).
 _WAITING_SQL = (
-    " FROM samples s LEFT JOIN turns t ON s.origin = 'scorer' AND t.id = s.turn_id"
+    " FROM samples s LEFT JOIN turns t ON s.origin IN ('scorer', 'group') AND t.id = s.turn_id"
     " LEFT JOIN sessions ss ON ss.id = t.session_id"
     " WHERE s.consumed_step IS NULL AND s.dropped_reason IS NULL AND COALESCE(ss.private, 0) = 0"
 )
@@ -66,8 +66,8 @@ def insert_sample(tx: sqlite3.Connection, s: TrainingSample, origin: str, now: f
     cur = tx.execute(
         "INSERT INTO samples (turn_id, origin, created, prompt_ids, completion_ids, sampling_logprobs,"
         " temperature, policy_version, reward, has_hint, hint, teacher_logprobs, topk_shape, topk_ids,"
-        " topk_logprobs, meta, finish_reason, teacher_prompt_ids, baseline)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " topk_logprobs, meta, finish_reason, teacher_prompt_ids, baseline, group_id, group_std)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             int(s.turn_id),
             origin,
@@ -88,6 +88,8 @@ def insert_sample(tx: sqlite3.Connection, s: TrainingSample, origin: str, now: f
             s.finish_reason,
             dumps(None if s.teacher_prompt_ids is None else [int(t) for t in s.teacher_prompt_ids]),
             float(s.baseline),
+            s.group_id,
+            None if s.group_std is None else float(s.group_std),
         ),
     )
     return int(cur.lastrowid)

@@ -23,6 +23,16 @@ def is_off_policy(samples: list[TrainingSample], policy_version: int, temperatur
     return any(s.policy_version != policy_version or abs(s.temperature - temperature) > 1e-6 for s in samples)
 
 
+def batch_score_std(samples: list[TrainingSample]) -> float | None:
+    """The std of the quick scores of the batch's Best-of-N group samples (``scale_rewards: batch``), the
+    candidates without a score left out; None with fewer than two scores."""
+    from openclaw_trl.losses import group_statistics
+
+    scores = [s.meta.get("best_of_n", {}).get("score") for s in samples if s.group_id is not None]
+    scored = [x for x in scores if x is not None]
+    return group_statistics(scored)[1] if len(scored) > 1 else None
+
+
 def process_share(samples: list, rank: int, num_processes: int) -> list:
     """Process ``rank`` of ``num_processes`` trains on ``samples[rank * b / n : (rank + 1) * b / n]``, as TRL
     slices its generation batch."""
@@ -43,6 +53,7 @@ def collate_samples(
     Rows without teacher log-probs get zeros there (their ``opd_mask`` is False, so the OPD term is 0).
     ``teacher_prompt_ids`` holds the hint-augmented prompts (left-padded; the row's own prompt where none is
     stored, ``has_teacher_prompt`` 0) and ``truncated`` marks completions cut at the token limit.
+    ``is_group`` marks Best-of-N group samples, ``group_stds`` their group's score std (0 elsewhere).
     """
     prompt_ids, prompt_mask = _padded_ids([s.prompt_ids for s in samples], pad_token_id, left=True)
     completion_ids, completion_mask = _padded_ids([s.completion_ids for s in samples], pad_token_id)
@@ -67,6 +78,8 @@ def collate_samples(
         ),
         "rewards": torch.tensor([float(s.reward) for s in samples]),
         "baselines": torch.tensor([float(s.baseline) for s in samples]),
+        "is_group": torch.tensor([s.group_id is not None for s in samples]),
+        "group_stds": torch.tensor([float(s.group_std or 0.0) for s in samples]),
         "opd_mask": torch.tensor(has_teacher),
         "topk_ids": _padded_values(
             [s.topk_ids[:c] if ok else [] for s, c, ok in zip(samples, lengths, has_topk)],

@@ -7,7 +7,10 @@ What it overrides, and nothing else:
   the too-stale ones are dropped, kept in the store with the reason) and builds the
   prompt/completion tensors from the stored token ids;
 * how advantages are built: ``losses.combined_advantages`` gives the per-token
-  ``A = w_rl * r + w_opd * opd_mask * (lp_T - lp_old)``; TRL's ``_compute_loss`` then applies the PPO
+  ``A = w_rl * r + w_opd * opd_mask * (lp_T - lp_old)``, where a Best-of-N group sample's ``r`` is its
+  group-relative advantage (``losses.group_relative_advantages``: ``r_i - mean(r)`` of its group, scaled as
+  ``scale_rewards`` says, the batch std taken over the whole batch of every process) and it has no OPD
+  term; TRL's ``_compute_loss`` then applies the PPO
   clip (``epsilon`` / ``epsilon_high``) and aggregates as ``loss_type`` says, adds its KL term when
   ``beta > 0`` (the reference log-probs come from the policy with its adapter disabled, as TRL does with
   PEFT) and sees a zero mask on truncated completions when ``mask_truncated_completions`` is on (from the
@@ -42,9 +45,15 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import use_adapter
 
 from openclaw_trl.fsutil import RUN_INFO_FILE
-from openclaw_trl.losses import combined_advantages, masked_mean, scheduled_weights
+from openclaw_trl.losses import (
+    combined_advantages,
+    group_relative_advantages,
+    masked_mean,
+    scheduled_weights,
+)
 from openclaw_trl.records import TrainingSample
 from openclaw_trl.trainer.batches import (
+    batch_score_std,
     collate_samples,
     is_off_policy,
     process_share,
@@ -97,6 +106,7 @@ class OpenClawTrainer(GRPOTrainer):
         self._batch_sample_ids: list[int] = []
         self._batch_turn_ids: list[int] = []
         self._batch_off_policy = False
+        self._batch_score_std: float | None = None  # scale_rewards: batch (over the whole batch)
         self._updates_left_in_batch = 0
         self._last_logps: torch.Tensor | None = None
         self._adapter_snapshot = AdapterSnapshot()
@@ -122,6 +132,7 @@ class OpenClawTrainer(GRPOTrainer):
         self._batch_turn_ids = [s.turn_id for s in samples]
         # Decided on the whole batch, so every process takes the same branch (the same forwards).
         self._batch_off_policy = is_off_policy(samples, self.state.global_step, self.temperature)
+        self._batch_score_std = batch_score_std(samples)
         return process_share(samples, self.accelerator.process_index, self.accelerator.num_processes)
 
     def _shared_batch(self) -> list[TrainingSample]:
@@ -189,11 +200,23 @@ class OpenClawTrainer(GRPOTrainer):
         return out
 
     def _rl_rewards(self, batch) -> torch.Tensor:
-        """The RL term's rewards: ``r``, or ``r - b`` with the stored session baseline (``session_mean``)."""
+        """The RL term's rewards: ``r``, or ``r - b`` with the stored session baseline (``session_mean``);
+        for Best-of-N group samples their group-relative advantage (``scale_rewards``)."""
+        rewards, group = batch["rewards"], batch["is_group"]
         if self.args.advantage_baseline == "session_mean":
-            self._log("rl/baseline_mean", batch["baselines"].mean())
-            return batch["rewards"] - batch["baselines"]
-        return batch["rewards"]
+            if (~group).any():
+                self._log("rl/baseline_mean", batch["baselines"][~group].mean())
+            rewards = torch.where(group, rewards, rewards - batch["baselines"])
+        if group.any():
+            advantages = group_relative_advantages(
+                batch["rewards"],
+                batch["baselines"],
+                batch["group_stds"],
+                self.args.scale_rewards,
+                self._batch_score_std,
+            )
+            rewards = torch.where(group, advantages, rewards)
+        return rewards
 
     def _scheduled_weights(self) -> tuple[float, float]:
         """``(w_opd, w_kd)`` at the current optimizer step, as ``opd_kd_schedule`` moves them."""
@@ -284,9 +307,11 @@ class OpenClawTrainer(GRPOTrainer):
     def _log_batch_metrics(self, samples, batch, advantages, mask, log_advantages: bool = True) -> None:
         opd = batch["opd_mask"]
         opd_adv = (batch["teacher_logprobs"] - batch["sampling_logprobs"]) * mask
-        self._log("reward", batch["rewards"].mean())
-        self._log("rl/reward_mean", batch["rewards"].mean())
-        self._log("rl/nonzero_reward_rate", (batch["rewards"] != 0).float().mean())
+        judged = batch["rewards"][~batch["is_group"]]  # NaN means when the batch is all Best-of-N groups
+        self._log("reward", judged.mean())
+        self._log("rl/reward_mean", judged.mean())
+        self._log("rl/nonzero_reward_rate", (judged != 0).float().mean())
+        self._log_best_of_n(samples)
         self._log("opd/hint_accept_rate", opd.float().mean())
         monitored = [s.meta["prm_eval_score"] for s in samples if s.meta.get("prm_eval_score") is not None]
         if monitored:  # prm_monitor: the PRM reward of OPD samples, not trained on
@@ -307,6 +332,21 @@ class OpenClawTrainer(GRPOTrainer):
         if self.store is not None:  # the main process's
             self._log("samples/waiting", self.store.count_waiting())
             self._log("opd/teacher_failed", self.store.count_teacher_failed())  # turns so far without teacher
+
+    def _log_best_of_n(self, samples) -> None:
+        """``best_of_n/score_mean`` (quick scores of the batch's group samples), ``best_of_n/served_score``
+        (of the served candidates among them), ``best_of_n/reward_std`` (mean std of their groups)."""
+        group = [s for s in samples if s.group_id is not None]
+        if not group:
+            return
+        scores = [s.meta["best_of_n"]["score"] for s in group if s.meta["best_of_n"]["score"] is not None]
+        served = [s.reward for s in group if s.meta["best_of_n"]["served"]]
+        self._log("best_of_n/samples", len(group))
+        if scores:
+            self._log("best_of_n/score_mean", sum(scores) / len(scores))
+        if served:
+            self._log("best_of_n/served_score", sum(served) / len(served))
+        self._log("best_of_n/reward_std", sum(s.group_std or 0.0 for s in group) / len(group))
 
     # ------------------------------------------------------------------- loss
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
