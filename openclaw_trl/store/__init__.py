@@ -22,20 +22,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from openclaw_trl.store.conversations import Conversations
+from openclaw_trl.store.conversations import FEEDBACK_KINDS, WITHDRAWN, Conversations, Withdrawal
 from openclaw_trl.store.db import SCHEMA_VERSION, Database, StoreError
 from openclaw_trl.store.judging import TEACHER_ERROR_PREFIX, Judging
 from openclaw_trl.store.queries import TURN_STATUSES, Queries
 from openclaw_trl.store.queue import ResumePosition, SampleQueue, SampleSourceError
 
 __all__ = [
+    "FEEDBACK_KINDS",
     "SCHEMA_VERSION",
     "TEACHER_ERROR_PREFIX",
     "TURN_STATUSES",
+    "WITHDRAWN",
     "ResumePosition",
     "SampleSourceError",
     "Store",
     "StoreError",
+    "Withdrawal",
 ]
 
 
