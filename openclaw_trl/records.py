@@ -174,7 +174,8 @@ class Vote(_Row):
 @dataclass
 class Feedback(_Row):
     """Explicit feedback on a turn (a rating of +1 / -1 and/or a text); ``attached`` when it became the
-    turn's next state."""
+    turn's next state. ``kind``: ``rating`` (👍/👎), ``correction`` (typed), ``edit`` (the answer edited in
+    the UI), ``reject`` (retry: the user asked for another answer); None for feedback stored before kinds."""
 
     id: int
     turn_id: int
@@ -182,6 +183,7 @@ class Feedback(_Row):
     text: str | None
     created: float
     attached: bool
+    kind: str | None = None
 
     BOOL_COLUMNS: ClassVar[tuple[str, ...]] = ("attached",)
 

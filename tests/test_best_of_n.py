@@ -270,6 +270,18 @@ def test_group_is_stored_queued_exported_and_withheld_when_private(tmp_path):
         assert collect_rows(store)["groups"][0]["turn_id"] != turn_id
 
 
+def test_withdrawing_the_served_turn_drops_its_waiting_group_samples(tmp_path):
+    with Store(tmp_path / "s.db") as store:
+        kept, undone = _turn(store), _turn(store, "u")
+        _group(store, kept, [1.0, 3.0])
+        _group(store, undone, [0.0, 2.0])
+        store.withdraw_turn(undone)
+        samples = store.take_samples(10)
+        assert {s.turn_id for s in samples} == {kept} and len(samples) == 2
+        reasons = [r["dropped_reason"] for r in collect_rows(store)["samples"] if r["turn_id"] == undone]
+        assert reasons == ["withdrawn", "withdrawn"]  # kept in the store, never handed out
+
+
 def test_existing_store_gains_the_group_table_and_columns(tmp_path):
     path = tmp_path / "old.sqlite"
     with Store(path) as store:

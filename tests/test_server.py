@@ -274,6 +274,56 @@ def test_feedback_route_is_the_next_state(stack, client):
     assert httpx.post(f"{stack.url}/v1/feedback", json={"turn_id": 10**9, "rating": 1}).status_code == 404
 
 
+def test_feedback_route_addresses_any_turn_with_each_action(stack, client):
+    """The UI's per-message signals over HTTP with the real client: 👎 on an earlier turn, a correction,
+    a rejection (retry) and a withdrawal (undo) of the last turn; bad actions are 400s that write nothing."""
+    messages, ids = [], []
+    for text in ("first question", "second question", "third question"):
+        messages.append({"role": "user", "content": text})
+        raw = client.chat.completions.with_raw_response.create(
+            model="openclaw", messages=messages, max_tokens=4, extra_headers={"X-Session-Id": "fb-actions"}
+        )
+        ids.append(int(raw.headers["x-openclaw-turn-id"]))
+        messages.append({"role": "assistant", "content": raw.parse().choices[0].message.content})
+    post = lambda body: httpx.post(f"{stack.url}/v1/feedback", json=body)  # noqa: E731
+    first, second, last = ids
+    r = post({"turn_id": first, "rating": -1})  # an earlier turn, not the last one
+    assert r.status_code == 200 and r.json()["attached"] and r.json()["action"] == "rate"
+    assert _turn(stack, first).next_state["rating"] == -1
+    r = post({"turn_id": str(second), "action": "correct", "text": "The answer is 4."})
+    assert r.json()["attached"] and _turn(stack, second).next_state["text"] == "The answer is 4."
+    assert _turn(stack, second).next_state["kind"] == "correction"
+    before = stack.store.counts()
+    for bad in [
+        {"turn_id": last, "action": "undo"},
+        {"turn_id": last, "action": "reject", "rating": -1},
+        {"turn_id": last, "action": "withdraw", "text": "x"},
+        {"turn_id": last, "action": "correct"},
+        {"turn_id": last, "action": "correct", "text": "x", "rating": 1},
+        {
+            "turn_id": last,
+            "action": "correct",
+            "text": "x" * (stack.app.state.service.settings.limits.max_feedback_chars + 1),
+        },
+    ]:
+        r = post(bad)
+        assert r.status_code == 400 and r.json()["error"]["param"] in ("action", "text"), (bad, r.text)
+    assert post({"turn_id": 10**9, "action": "withdraw"}).status_code == 404
+    assert stack.store.counts() == before
+    r = post({"turn_id": last, "action": "reject"})
+    assert r.json()["attached"] and _turn(stack, last).next_state["kind"] == "reject"
+    r = post({"turn_id": last, "action": "withdraw"})
+    assert r.status_code == 200
+    assert {k: r.json()[k] for k in ("action", "already", "sample_dropped", "trained_step")} == {
+        "action": "withdraw",
+        "already": False,
+        "sample_dropped": False,
+        "trained_step": None,
+    }
+    assert (_turn(stack, last).status, _turn(stack, last).close_reason) == ("closed", "withdrawn")
+    assert post({"turn_id": last, "action": "withdraw"}).json()["already"] is True
+
+
 def test_models_health_status_and_ui_mounted(stack, client):
     assert [m.id for m in client.models.list().data] == ["openclaw"]
     assert httpx.get(f"{stack.url}/healthz").json()["ok"] is True

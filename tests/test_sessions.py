@@ -209,12 +209,14 @@ def test_feedback_validation_and_precedence(env):
     turn = store.get_turn(t1)
     assert turn.next_state_source == "feedback" and turn.judge_round == 2
     assert "bad" in turn.next_state["content"] and "French" in turn.next_state["content"]
-    # once the turn has a sample, more feedback is stored but the turn is not judged twice
+    # once the turn's sample is trained on, more feedback is stored but the turn is not judged twice
     sample = TrainingSample(t1, [1, 2], [7, 8], [-0.1, -0.1], 1.0, 0, reward=-1.0)
-    assert store.save_judgement(Judgement(turn, [], -1, sample=sample)) is not None
+    sample_id = store.save_judgement(Judgement(turn, [], -1, sample=sample))
+    store.mark_consumed([sample_id], step=1)
     res = col.feedback(t1, 1)
-    assert not res.attached and "sample" in res.reason
-    assert [f.rating for f in store.iter_feedback()] == [-1, 1]
+    assert not res.attached and "trained on (step 1)" in res.reason
+    assert [(f.rating, f.kind) for f in store.iter_feedback()] == [(-1, "correction"), (1, "rating")]
+    assert store.get_turn(t1).status == "judged"
 
 
 def test_empty_completion_is_stored_not_trained_and_done_still_ends(env):

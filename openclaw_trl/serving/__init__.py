@@ -5,9 +5,10 @@
 * ``streaming``: token ids -> OpenAI stream deltas (``StreamDecoder``) and the ``stop`` trimming.
 * ``chat_service``: one turn end to end (validate, render, generate, parse, record), shared by API and UI.
 * ``api``: the routes (chat completions with SSE streaming, feedback, models, healthz, status).
+* ``ui_chat``: the chat column's state and display without Gradio (turn of each message, version line).
 * ``ui``: the Gradio chat app (layout, event handlers, the learning panel).
 * ``app``: ``create_app`` (routes + UI + auth on one service), ``ServerThread``, ``serve``, ``open_share_link``.
 
-Imports go one way: ``app`` → ``api``, ``ui`` → ``chat_service`` → ``streaming``, ``settings`` →
+Imports go one way: ``app`` → ``api``, ``ui`` → ``ui_chat`` → ``chat_service`` → ``streaming``, ``settings`` →
 ``openai_schema`` (a contract in ``pyproject.toml`` keeps it so). Importing this package imports none of them.
 """

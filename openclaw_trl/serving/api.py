@@ -7,7 +7,9 @@
   delta is sent as both ``reasoning_content`` and ``reasoning``, and either is accepted on input;
 * ``POST /v1/responses`` (OpenAI Responses API, ``openclaw_trl.serving.responses``) on the same chat service,
   ``GET /v1/responses/{id}`` (the stored response object);
-* ``POST /v1/feedback``: 👍/👎 + optional correction text for a turn = the next state of that turn;
+* ``POST /v1/feedback``: a signal on any turn by its id: ``action`` ``rate`` (👍/👎 + optional text, the
+  default), ``correct`` (what the answer should have been), ``reject`` (retry: a 👎 without text) or
+  ``withdraw`` (undo: never judged or trained), as in the UI (``openclaw_trl.sessions.signals``);
 * ``GET /v1/models``, ``GET /healthz``, ``GET /v1/status``; any other ``/v1/...`` is a 404 ``unknown_url``.
 
 Each handler reads the ``ChatService`` from ``request.app.state.service`` and the bearer key from
@@ -302,10 +304,17 @@ async def response_by_id(request: Request, response_id: str):
 async def feedback(request: Request):
     service = _service(request)
     payload = await _json_body(request, service.settings.limits)
-    turn_id, rating, text = _parse_feedback(payload)
-    result = await asyncio.to_thread(service.feedback, turn_id, rating, text)
-    out = {"ok": True, "turn_id": turn_id, "rating": rating}
-    if dataclasses.is_dataclass(result):  # the collector's FeedbackResult: feedback_id, attached, reason
+    asked = _parse_feedback(payload)
+    if asked.action == "withdraw":
+        result = await asyncio.to_thread(service.withdraw, asked.turn_id)
+    elif asked.action == "reject":
+        result = await asyncio.to_thread(service.reject, asked.turn_id)
+    elif asked.action == "correct":
+        result = await asyncio.to_thread(service.correct, asked.turn_id, asked.text)
+    else:
+        result = await asyncio.to_thread(service.feedback, asked.turn_id, asked.rating, asked.text)
+    out = {"ok": True, "turn_id": asked.turn_id, "action": asked.action, "rating": asked.rating}
+    if dataclasses.is_dataclass(result):  # FeedbackResult (feedback_id, attached, reason) or Withdrawal
         out.update({k: v for k, v in dataclasses.asdict(result).items() if k != "turn_id"})
     return out
 
@@ -315,7 +324,20 @@ async def unknown_route(rest: str):
     raise ApiError(404, f"Unknown API route /v1/{rest}", "unknown_url")
 
 
-def _parse_feedback(payload) -> tuple[Any, int | None, str | None]:
+FEEDBACK_ACTIONS = ("rate", "correct", "reject", "withdraw")
+
+
+@dataclasses.dataclass
+class FeedbackRequest:
+    """A validated ``POST /v1/feedback`` body."""
+
+    turn_id: int | str
+    action: str  # rate (👍/👎 + optional text) / correct (text) / reject (retry) / withdraw (undo)
+    rating: int | None
+    text: str | None
+
+
+def _parse_feedback(payload) -> FeedbackRequest:
     if not isinstance(payload, dict):
         raise ApiError(400, "The request body must be a JSON object", "invalid_json")
     turn_id = payload.get("turn_id")
@@ -325,6 +347,14 @@ def _parse_feedback(payload) -> tuple[Any, int | None, str | None]:
         )
     if isinstance(turn_id, str) and turn_id.isdigit():
         turn_id = int(turn_id)
+    action = payload.get("action", "rate")
+    if action not in FEEDBACK_ACTIONS:
+        raise ApiError(
+            400,
+            f"'action' must be one of {', '.join(FEEDBACK_ACTIONS)}, got {action!r}",
+            "invalid_value",
+            "action",
+        )
     rating = payload.get("rating")
     if rating is not None and (isinstance(rating, bool) or rating not in (-1, 1)):
         raise ApiError(400, "'rating' must be 1 (👍) or -1 (👎)", "invalid_value", "rating")
@@ -332,8 +362,18 @@ def _parse_feedback(payload) -> tuple[Any, int | None, str | None]:
     if text is not None and not isinstance(text, str):
         raise ApiError(400, "'text' must be a string", "invalid_value", "text")
     text = text.strip() if text else None
-    if rating is None and not text:
+    if action in ("reject", "withdraw") and (rating is not None or text):
+        raise ApiError(400, f"action {action!r} takes no 'rating' or 'text'", "invalid_value", "action")
+    if action == "correct" and (not text or rating is not None):
+        raise ApiError(
+            400,
+            "action 'correct' takes a 'text' (what the answer should have been) and no 'rating' (it keeps the "
+            "turn's latest one, else -1); send action 'rate' with both to choose the rating",
+            "invalid_value",
+            "text",
+        )
+    if action == "rate" and rating is None and not text:
         raise ApiError(
             400, "feedback needs a 'rating' (±1) or a correction 'text'", "invalid_value", "rating"
         )
-    return turn_id, rating, text
+    return FeedbackRequest(turn_id, action, rating, text)

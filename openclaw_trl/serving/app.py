@@ -95,6 +95,7 @@ def _mount_ui(app, service: ChatService, settings: ServerSettings, api_key: str 
     import gradio as gr
 
     from openclaw_trl.serving.ui import build_ui
+    from openclaw_trl.serving.ui_chat import UI_CSS
 
     blocks = build_ui(service)
     auth = (lambda _user, password: same_secret(password, api_key)) if api_key else None
@@ -106,6 +107,7 @@ def _mount_ui(app, service: ChatService, settings: ServerSettings, api_key: str 
         server_port=settings.port,
         auth=auth,
         auth_message="This server's API key is the password." if api_key else None,
+        css=UI_CSS,
     )
     app.state.blocks = blocks
     return app

@@ -409,12 +409,30 @@ class ChatService:
     # -- feedback, sessions, status ------------------------------------------------------------------
 
     def feedback(self, turn_id, rating: int | None, text: str | None = None):
-        """👍/👎/correction on a turn = its next state; ``ApiError`` 400/404 for bad or unknown turns."""
+        """👍/👎 (+ optional text) on a turn = its next state; ``ApiError`` 400/404 for bad or unknown turns."""
+        self.settings.limits.check_feedback(text)
+        return self._signal(self.collector.feedback, turn_id, rating, text)
+
+    def correct(self, turn_id, text: str, kind: str = "correction"):
+        """A typed correction, or the answer as the user edited it (``kind="edit"``), of that turn."""
+        self.settings.limits.check_feedback(text)
+        return self._signal(self.collector.correct, turn_id, text, kind)
+
+    def reject(self, turn_id):
+        """Retry: the user rejected that answer (a 👎 without text); the caller samples a new one."""
+        return self._signal(self.collector.reject, turn_id)
+
+    def withdraw(self, turn_id):
+        """Undo: the turn is withdrawn, never judged or trained (``openclaw_trl.sessions.signals``)."""
+        return self._signal(self.collector.withdraw, turn_id)
+
+    @staticmethod
+    def _signal(operation, turn_id, *args):
+        """One per-turn operation of the collector, its errors as ``ApiError`` 400 / 404."""
         from openclaw_trl.sessions import FeedbackError, UnknownTurnError
 
-        self.settings.limits.check_feedback(text)
         try:
-            return self.collector.feedback(turn_id, rating, text)
+            return operation(turn_id, *args)
         except UnknownTurnError as exc:
             raise ApiError(404, str(exc), "turn_not_found", "turn_id") from None
         except FeedbackError as exc:

@@ -1,9 +1,20 @@
 """The Gradio chat app: talk to the model, rate and correct its answers, watch it learn.
 
 Every conversation is one session (a fresh id per "New conversation"). Each message you send is the
-next state of the previous answer; 👍/👎 and a correction are explicit next states too, so the last
-answer of a conversation is not lost. The UI calls the server's ``ChatService``
-in-process: the same template, engine, collector and store as the OpenAI API.
+next state of the previous answer. The chatbot's own events are per-message signals on the turn that
+message belongs to (the server-side rules are in ``openclaw_trl.sessions.signals``):
+
+* 👍/👎 on any answer: that turn's explicit next state;
+* editing an answer (the pencil): a correction of that turn, the edited text being what it should have
+  said (as the correction box does); the conversation goes on from the model's own answer;
+* retry (the last answer): that turn is rejected (a 👎 without text) and a new answer is sampled in its
+  place, a new turn;
+* undo (the last exchange): the turn is withdrawn, never judged or trained, and your message goes back
+  into the box.
+
+Under each answer a muted line names the policy version that wrote it (display only: never part of the
+conversation or the stored turn). The UI calls the server's ``ChatService`` in-process: the same
+template, engine, collector and store as the OpenAI API.
 
 ``build_ui`` = the layout (``_layout``: the chat column, the learning panel) + the event handlers
 (``UiHandlers``, one method per event) + the wiring between them (``_wire``). This module imports gradio;
@@ -13,7 +24,6 @@ here: Gradio reads the ``gr.LikeData`` annotation at runtime to inject the event
 
 import asyncio
 import html
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +31,26 @@ import gradio as gr
 
 from openclaw_trl.serving.chat_service import ChatService
 from openclaw_trl.serving.openai_schema import ApiError
+from openclaw_trl.serving.ui_chat import (
+    display_assistant,
+    event_index,
+    feedback_values,
+    last_exchange_turn,
+    message_text,
+    new_conversation,
+    part_index,
+    shown,
+    version_line,
+    with_content,
+    without_after,
+)
 
-REASONING_TITLE = "💭 Reasoning"
+INTRO = (
+    "Talk to the model: every reply teaches it. On any answer: 👍/👎 rates it, ✎ edits it into what it "
+    "should have said (a correction). On the last one: ↻ asks for another answer (this one is rejected), "
+    "↶ undoes the exchange without teaching anything. The correction box applies to the answer you rated "
+    "last, else to the latest one."
+)
 STATUS_EVERY_S = 2.0
 # the trainer logs dozens of metrics (TRL names); the panel shows these when present
 PANEL_METRICS = (
@@ -34,38 +62,6 @@ PANEL_METRICS = (
     "samples/staleness",
     "step_time",
 )
-
-
-def new_conversation() -> dict:
-    """Per-browser-tab state: the API messages, and which displayed message belongs to which turn."""
-    return {
-        "session_id": f"ui-{uuid.uuid4().hex[:16]}",
-        "messages": [],  # the conversation as the API sees it (reasoning + tool calls kept)
-        "turn_of": {},  # displayed message index (str, JSON state) -> turn id
-        "ratings": {},  # turn id (str) -> ±1
-        "target": None,  # turn id the next correction applies to (last rated, else last answer)
-        "last_turn": None,
-        "started": False,
-    }
-
-
-def _display_assistant(message: dict) -> list[dict]:
-    """One assistant turn -> chatbot messages: a collapsible reasoning block, then the answer."""
-    out = []
-    if message.get("reasoning_content"):
-        out.append(
-            {
-                "role": "assistant",
-                "content": message["reasoning_content"],
-                "metadata": {"title": REASONING_TITLE, "status": "done"},
-            }
-        )
-    text = message.get("content") or ""
-    for call in message.get("tool_calls") or []:
-        fn = call.get("function", {})
-        text += f"\n\n🔧 `{fn.get('name')}({fn.get('arguments', '')})`"
-    out.append({"role": "assistant", "content": text.strip() or "…"})
-    return out
 
 
 def _metric(name: str, value) -> str:
@@ -119,6 +115,11 @@ def _status_views(status: dict):
     return "  \n".join(lines), hints_md, frame, frame
 
 
+def _chat(history: list, conv: dict):
+    """The chat with each answer's 👍/👎 as recorded: Gradio clears the thumbs whenever its value changes."""
+    return gr.Chatbot(value=history, feedback_value=feedback_values(conv))
+
+
 class UiHandlers:
     """The UI's events, each a method on the shared ``ChatService`` (the conversation is Gradio state)."""
 
@@ -129,26 +130,37 @@ class UiHandlers:
     async def respond(self, text: str, history: list, conv: dict, private: bool):
         """Send a message; the answer streams into the chat, then the conversation records its turn."""
         text = (text or "").strip()
-        messages = conv["messages"] + [{"role": "user", "content": text}]
-        prep = await self._prepare(messages, conv, private) if text else None
-        if prep is None:
+        if not text:
             yield gr.skip(), history, conv, gr.skip()
             return
+        messages = conv["messages"] + [{"role": "user", "content": text}]
         history = history + [{"role": "user", "content": text}]
+        async for update in self._answer(messages, history, conv, private, restore=text):
+            yield update
+
+    async def _answer(self, messages: list[dict], history: list, conv: dict, private: bool, restore: str):
+        """Sample the answer to ``messages`` (the last one a user message, the last one in ``history`` too):
+        stream it into the chat, then record its turn. On failure the user message goes back into the box
+        (``restore``) and leaves the chat. Yields (box, chat, conversation, notice)."""
+        prep = await self._prepare(messages, conv, private)
+        if prep is None:
+            yield restore, _chat(history[:-1], conv), conv, gr.skip()
+            return
         partial: dict[str, Any] = {"role": "assistant", "content": "", "reasoning_content": ""}
-        yield "", history + _display_assistant(partial), conv, gr.skip()
+        yield "", _chat(history + shown(partial), conv), conv, gr.skip()
         try:
             async with self.service.stream(prep) as turn:
                 async for delta in turn:
                     for key in ("content", "reasoning_content"):
                         if delta.get(key):
                             partial[key] += delta[key]
-                    yield gr.skip(), history + _display_assistant(partial), conv, gr.skip()
+                    yield gr.skip(), _chat(history + shown(partial), conv), conv, gr.skip()
         except Exception as exc:  # the turn was not stored (the stream aborted it): say so, keep the chat
             gr.Warning(f"Generation failed: {exc}")
-            yield text, history[:-1], conv, f"Generation failed: {exc}"  # the message goes back in the box
+            yield restore, _chat(history[:-1], conv), conv, f"Generation failed: {exc}"
             return
-        yield gr.skip(), *self._recorded(history, conv, messages, turn.result)
+        chat, conv, note = self._recorded(history, conv, messages, turn.result)
+        yield gr.skip(), _chat(chat, conv), conv, note
 
     async def _prepare(self, messages: list[dict], conv: dict, private: bool):
         """The turn of ``messages`` in this conversation's session, or ``None`` (with a warning) when refused."""
@@ -167,49 +179,127 @@ class UiHandlers:
     @staticmethod
     def _recorded(history: list, conv: dict, messages: list[dict], result) -> tuple[list, dict, str]:
         """The chat, the conversation state and the notice once the answer is stored as a turn."""
-        shown = _display_assistant(result.message)
+        shown = display_assistant(result.message, result.policy_version)
         base = len(history)
         conv = dict(
             conv, messages=messages + [result.message], started=True, last_turn=result.turn_id, target=None
         )
         conv["turn_of"] = dict(conv["turn_of"], **{str(base + i): result.turn_id for i in range(len(shown))})
+        conv["part_of"] = dict(conv["part_of"], **{str(base + i): part for i, (part, _) in enumerate(shown)})
         note = f"Answer recorded as turn {result.turn_id} (policy v{result.policy_version})."
-        return history + shown, conv, note
+        return history + [m for _, m in shown], conv, note
 
     def on_like(self, conv: dict, data: gr.LikeData):
-        """👍/👎 on an answer: the explicit next state of its turn."""
-        index = data.index[0] if isinstance(data.index, list | tuple) else data.index
-        turn = conv["turn_of"].get(str(index))
+        """👍/👎 on any answer: the explicit next state of its turn."""
+        turn = conv["turn_of"].get(str(event_index(data)))
         if turn is None:
             return conv, "That message has no recorded turn."
-        liked = data.liked if isinstance(data.liked, bool) else str(data.liked).lower() in ("like", "true")
-        rating = 1 if liked else -1
+        if data.liked not in (True, False):  # the thumb clicked again: Gradio clears it, the server keeps it
+            return conv, f"The rating recorded for turn {turn} stays; rate again to change it."
+        rating = 1 if data.liked else -1
         try:
-            self.service.feedback(turn, rating, None)
+            result = self.service.feedback(turn, rating, None)
         except ApiError as err:
             return conv, f"Feedback not recorded: {err.message}"
-        conv = dict(conv, target=turn, ratings=dict(conv["ratings"], **{str(turn): rating}))
+        thumb = "👍" if rating > 0 else "👎"
+        rated = dict(conv["rated"], **{str(turn): "Like" if rating > 0 else "Dislike"})
+        conv = dict(conv, target=turn, rated=rated)
+        if not result.attached:
+            return conv, f"{thumb} recorded for turn {turn} (not learned from: {result.reason})."
         if rating > 0:
             return conv, f"👍 recorded for turn {turn}."
         return (
             conv,
-            f"👎 recorded for turn {turn}. Write what the answer should have been below to teach the model.",
+            f"👎 recorded for turn {turn}. Edit the answer (✎), or write below what it should have said, to "
+            "teach the model.",
         )
 
+    def on_edit(self, history: list, conv: dict, data: gr.EditData):
+        """An edited answer is a correction of its turn; edits of anything else are put back."""
+        index = event_index(data)
+        text, before = message_text(data.value).strip(), message_text(data.previous_value)
+        if text == before.strip():
+            return gr.skip(), conv, gr.skip()  # Gradio sends every message of the edited group
+        turn, part = conv["turn_of"].get(str(index)), conv["part_of"].get(str(index))
+        put_back = _chat(with_content(history, index, data.previous_value), conv)
+        if turn is None or part != "answer" or not text:
+            if part == "answer":
+                return put_back, conv, "An empty answer is no correction."
+            return (
+                put_back,
+                conv,
+                "Only an answer's text can be edited (an edit is a correction of that answer); to change "
+                "your message, undo the exchange and send it again.",
+            )
+        try:
+            result = self.service.correct(turn, text, kind="edit")
+        except ApiError as err:
+            return put_back, conv, f"Edit not recorded: {err.message}"
+        footer = part_index(conv, turn, "version")
+        if footer is not None:
+            version = self.service.store.get_turn(turn).policy_version
+            history = with_content(history, footer, version_line(version, edited=True))
+        if not result.attached:
+            note = f"✍️ Edit recorded for turn {turn} (not learned from: {result.reason})."
+        else:
+            note = f"✍️ Edit recorded as the correction of turn {turn}: the model will learn from it."
+        return _chat(history, conv), conv, note
+
     def on_correct(self, text: str, conv: dict):
-        """A correction of the answer rated last (else the latest answer), with that answer's rating."""
+        """A typed correction of the answer rated last (else the latest answer)."""
         text = (text or "").strip()
         turn = conv.get("target") or conv.get("last_turn")
         if not text:
             return gr.skip(), conv, "Write a correction first."
         if turn is None:
             return gr.skip(), conv, "There is no answer to correct yet."
-        rating = conv["ratings"].get(str(turn), -1)
         try:
-            self.service.feedback(turn, rating, text)
+            result = self.service.correct(turn, text)
         except ApiError as err:
             return gr.skip(), conv, f"Correction not recorded: {err.message}"
+        if not result.attached:
+            return "", conv, f"✍️ Correction recorded for turn {turn} (not learned from: {result.reason})."
         return "", conv, f"✍️ Correction recorded for turn {turn}: the model will learn from it."
+
+    async def on_retry(self, history: list, conv: dict, private: bool, data: gr.RetryData):
+        """Retry the last answer: its turn is rejected, and a new answer (a new turn) takes its place."""
+        user_index = event_index(data)
+        turn = last_exchange_turn(conv, user_index)
+        if turn is None:
+            yield gr.skip(), gr.skip(), conv, "There is no recorded answer to retry."
+            return
+        try:
+            self.service.reject(turn)
+            note = f"↻ Turn {turn} rejected (a 👎 without text)."
+        except ApiError as err:
+            note = f"Rejection not recorded: {err.message}."
+        messages = conv["messages"][:-1]  # the last exchange without its answer
+        conv = dict(without_after(conv, user_index), messages=messages[:-1])
+        restore = message_text(data.value)
+        async for box, chat, state, notice in self._answer(
+            messages, history[: user_index + 1], conv, private, restore
+        ):
+            yield box, chat, state, (f"{note} {notice}" if isinstance(notice, str) else notice)
+
+    def on_undo(self, history: list, conv: dict, data: gr.UndoData):
+        """Undo the last exchange: its turn is withdrawn (never judged or trained), the message goes back."""
+        user_index = event_index(data)
+        turn = last_exchange_turn(conv, user_index)
+        if turn is None:
+            return gr.skip(), gr.skip(), conv, "There is no recorded answer to undo."
+        try:
+            done = self.service.withdraw(turn)
+        except ApiError as err:
+            return gr.skip(), gr.skip(), conv, f"Undo not recorded: {err.message}"
+        conv = without_after(conv, user_index)
+        conv = dict(conv, messages=conv["messages"][:-2])
+        trained = (
+            f" Its sample was already trained on (step {done.trained_step}); that update stays."
+            if done.trained_step is not None
+            else ""
+        )
+        note = f"↶ Turn {turn} withdrawn: it will not be judged or trained on.{trained}"
+        return message_text(data.value), _chat(history[:user_index], conv), conv, note
 
     def on_new(self, conv: dict):
         """End the session (its last answer keeps only explicit feedback) and start a fresh one.
@@ -258,7 +348,13 @@ def _chat_column() -> dict:
     """The chat, the message box, the conversation controls and the correction box."""
     c = {
         "chatbot": gr.Chatbot(
-            label="Chat", height=460, elem_id="chat", feedback_options=("Like", "Dislike"), autoscroll=True
+            label="Chat",
+            height=460,
+            elem_id="chat",
+            feedback_options=("Like", "Dislike"),
+            editable="all",  # Gradio has no "assistant only": edits of your own messages are put back
+            buttons=["copy", "copy_all"],  # no "share" (to Hugging Face Spaces discussions)
+            autoscroll=True,
         )
     }
     with gr.Row():
@@ -297,9 +393,7 @@ def _learning_panel() -> list:
 def _layout(title: str) -> _Components:
     """The page: a title, the chat column on the left, the learning panel on the right."""
     conv = gr.State(new_conversation())
-    gr.Markdown(
-        f"## {html.escape(title)}\nTalk to the model: every reply, rating and correction teaches it. A correction applies to the answer you rated last, else to the latest answer."
-    )
+    gr.Markdown(f"## {html.escape(title)}\n{INTRO}")
     with gr.Row():
         with gr.Column(scale=3):
             chat = _chat_column()
@@ -314,10 +408,15 @@ def _wire(demo, c: _Components, on: UiHandlers) -> None:
     c.box.submit(on.respond, **chat_io)
     c.send.click(on.respond, **chat_io)
     c.chatbot.like(on.on_like, inputs=[c.conv], outputs=[c.conv, c.notice])
+    c.chatbot.edit(on.on_edit, inputs=[c.chatbot, c.conv], outputs=[c.chatbot, c.conv, c.notice])
+    c.chatbot.retry(on.on_retry, inputs=[c.chatbot, c.conv, c.private], outputs=chat_io["outputs"])
+    c.chatbot.undo(on.on_undo, inputs=[c.chatbot, c.conv], outputs=[c.box, c.chatbot, c.conv, c.notice])
     correct_io = dict(inputs=[c.correction, c.conv], outputs=[c.correction, c.conv, c.notice])
     c.correct.click(on.on_correct, **correct_io)
     c.correction.submit(on.on_correct, **correct_io)
-    c.new.click(on.on_new, inputs=[c.conv], outputs=[c.chatbot, c.conv, c.private, c.notice])
+    new_io = dict(inputs=[c.conv], outputs=[c.chatbot, c.conv, c.private, c.notice])
+    c.new.click(on.on_new, **new_io)
+    c.chatbot.clear(on.on_new, **new_io)  # the chat's 🗑: a new conversation, as the button
     c.private.input(on.on_private, inputs=[c.private, c.conv], outputs=[c.notice])
     gr.Timer(STATUS_EVERY_S).tick(on.refresh, outputs=c.panel, show_progress="hidden", queue=False)
     demo.load(on.refresh, outputs=c.panel)

@@ -8,7 +8,9 @@ The server calls a :class:`TurnCollector` for every chat request, in this order:
                                     completion_text=None, response_message=message)   # before replying
     # if generation failed instead: collector.abort(ctx)
 
-and, for the 👍/👎/correction route, ``collector.feedback(turn_id, rating, text)``; it calls
+and, for the per-turn signals of the UI and ``POST /v1/feedback`` (:mod:`openclaw_trl.sessions.signals`),
+``collector.feedback(turn_id, rating, text)`` (👍/👎), ``collector.correct(turn_id, text)`` (a correction or
+an edited answer), ``collector.reject(turn_id)`` (retry) and ``collector.withdraw(turn_id)`` (undo); it calls
 ``collector.reap()`` periodically (``begin`` reaps too). ``collector.set_private(key, True)`` is the
 "don't learn from this conversation" switch (a request can also carry it, see below).
 
@@ -26,7 +28,8 @@ Request fields (headers are matched case-insensitively):
 
 The next state of a main turn *t* is what follows its response in the next main request of the same
 session: the user message, or the tool result(s) of the tool calls it made. Explicit feedback on a turn
-(:meth:`TurnCollector.feedback`) is a next state too, and wins over a request one that was not judged yet.
+(:meth:`TurnCollector.feedback`) is a next state too, and wins over a request one that was not judged yet,
+or was judged into a sample not trained on yet (that sample is superseded, the turn judged again).
 
 Rules that keep every turn accounted for:
 
@@ -60,6 +63,7 @@ from openclaw_trl.sessions.requests import (
     next_state_after,
     request_session_key,
 )
+from openclaw_trl.sessions.signals import TurnSignals
 
 __all__ = [
     "FeedbackError",
@@ -68,6 +72,7 @@ __all__ = [
     "SessionConfig",
     "SessionRequestError",
     "TurnCollector",
+    "TurnSignals",
     "UnknownTurnError",
     "feedback_text",
     "history_hash",

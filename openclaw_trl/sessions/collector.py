@@ -10,24 +10,22 @@ from collections.abc import Callable, Mapping, Sequence
 from openclaw_trl.engines.base import Completion
 from openclaw_trl.records import Session, Turn
 from openclaw_trl.sessions.requests import (
-    FeedbackError,
-    FeedbackResult,
     RequestContext,
     SessionConfig,
     SessionRequestError,
-    UnknownTurnError,
-    feedback_text,
     history_hash,
     lower_keys,
     next_state_after,
     request_flag,
     request_session_key,
 )
+from openclaw_trl.sessions.signals import TurnSignals
 from openclaw_trl.store import Store
 
 
-class TurnCollector:
-    """Maps chat requests to sessions and turns in the :class:`~openclaw_trl.store.Store` (the package docstring).
+class TurnCollector(TurnSignals):
+    """Maps chat requests to sessions and turns in the :class:`~openclaw_trl.store.Store` (the package docstring);
+    the per-turn signals (feedback, correct, reject, withdraw) are :class:`~openclaw_trl.sessions.signals.TurnSignals`.
 
     Thread-safe: one lock serialises the bookkeeping (a few SQLite statements per request), never the
     generation itself. ``tokenizer`` (optional) decodes completion text when the server passes none;
@@ -201,45 +199,7 @@ class TurnCollector:
             with self._lock:
                 self.store.end_session(ctx.session_id, "done", self.clock())
 
-    # ------------------------------------------------------------------ feedback and session control
-    def feedback(self, turn_id: int, rating: int | None, text: str | None = None) -> FeedbackResult:
-        """Explicit feedback on a turn (👍 = +1, 👎 = -1, optional text such as a correction).
-
-        It is stored, and becomes the turn's next state unless the turn is a side turn or already has a
-        sample. ``rating`` must be +1 or -1, or None with a non-empty ``text``.
-        """
-        if isinstance(turn_id, bool) or not isinstance(turn_id, int):
-            raise FeedbackError(f"turn_id must be an integer, got {turn_id!r}")
-        if rating is not None:
-            if isinstance(rating, bool) or not isinstance(rating, (int, float)) or rating not in (1, -1):
-                raise FeedbackError(f"rating must be +1 or -1, got {rating!r}")
-            rating = int(rating)
-        if text is not None and not isinstance(text, str):
-            raise FeedbackError(f"text must be a string, got {type(text).__name__}")
-        text = text.strip() if text else None
-        if rating is None and not text:
-            raise FeedbackError("feedback needs a rating (+1 or -1) or a text")
-        with self._lock:
-            turn = self.store.get_turn(turn_id)
-            if turn is None:
-                raise UnknownTurnError(f"unknown turn id {turn_id}")
-            feedback_id = self.store.add_feedback(turn_id, rating, text, attached=False)
-            if turn.turn_type != "main":
-                return FeedbackResult(feedback_id, turn_id, False, "side turns are never trained on")
-            state = {
-                "role": "user",
-                "content": feedback_text(rating, text),
-                "rating": rating,
-                "text": text,
-                "feedback_id": feedback_id,
-            }
-            attached = self.store.attach_next_state(turn_id, state, "feedback", self.clock(), replace=True)
-            if attached:
-                self.store.set_feedback_attached(feedback_id, True)
-                self.store.touch_session(turn.session_id, self.clock())
-                return FeedbackResult(feedback_id, turn_id, True, "")
-            return FeedbackResult(feedback_id, turn_id, False, "the turn was already judged into a sample")
-
+    # ------------------------------------------------------------------ session control
     def set_private(self, session_key: str, private: bool = True) -> int:
         """The "don't learn from this conversation" switch for the open session of ``session_key``.
 

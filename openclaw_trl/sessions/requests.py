@@ -133,9 +133,11 @@ def next_state_after(messages: Sequence[Mapping], prompt_len: int) -> dict | Non
     return {"role": segment[-1]["role"], "content": content, "messages": segment}
 
 
-def feedback_text(rating: int | None, text: str | None) -> str:
-    """How explicit feedback reads as a next-state message for an LLM judge."""
+def feedback_text(rating: int | None, text: str | None, kind: str | None = None) -> str:
+    """How explicit feedback reads as a next-state message for an LLM judge (``kind="reject"``: retry)."""
     verdict = {1: "(The user rated this response as good.)", -1: "(The user rated this response as bad.)"}
+    if kind == "reject":
+        verdict = {-1: "(The user rejected this response and asked for a different one.)"}
     parts = [verdict[rating]] if rating in verdict else []
     if text and text.strip():
         parts.append(text.strip())

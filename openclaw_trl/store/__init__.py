@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from openclaw_trl.store.conversations import Conversations
+from openclaw_trl.store.conversations import FEEDBACK_KINDS, WITHDRAWN, Conversations, Withdrawal
 from openclaw_trl.store.db import SCHEMA_VERSION, Database, StoreError
 from openclaw_trl.store.groups import Groups
 from openclaw_trl.store.judging import TEACHER_ERROR_PREFIX, Judging
@@ -34,14 +34,17 @@ from openclaw_trl.store.queue import ResumePosition, SampleQueue, SampleSourceEr
 from openclaw_trl.store.responses import ResponseIds, StoredResponse
 
 __all__ = [
+    "FEEDBACK_KINDS",
     "SCHEMA_VERSION",
     "TEACHER_ERROR_PREFIX",
     "TURN_STATUSES",
+    "WITHDRAWN",
     "ResumePosition",
     "SampleSourceError",
     "Store",
     "StoreError",
     "StoredResponse",
+    "Withdrawal",
 ]
 
 

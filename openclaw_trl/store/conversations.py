@@ -6,29 +6,50 @@ Turn life cycle (``turns.status``)::
         \\                     \\          (untrainable turns go to ``closed`` instead of ``ready``)
          \\                     `--judging raised ``max_attempts`` times--> failed  (error in judge_error)
           `--session ended / history diverged / side turn--> closed   (never trained; reason kept)
+    any status --withdrawn (the user undid the exchange)--> closed ``withdrawn`` (never judged or trained)
 
 A turn is committed before the server answers (:meth:`Conversations.add_turn`); attaching a next state
-checks and moves the turn's status in one transaction, so a turn is judged at most once into a sample.
+checks and moves the turn's status in one transaction. A turn has at most one live sample: explicit
+feedback on a judged turn whose sample was not trained on yet supersedes that sample (kept with
+``dropped_reason = 'superseded'``, never handed out) and the turn is judged again; a sample that was
+trained on, or is in the batch being trained, is never superseded (the feedback is recorded only).
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from openclaw_trl.records import Session, Turn, dumps
 from openclaw_trl.store.db import Database
-from openclaw_trl.store.queue import has_scorer_sample
+from openclaw_trl.store.queue import SUPERSEDED, live_scorer_sample
 
 # Closed turns a late next state may re-open: the conversation went on after all.
 _REOPENABLE = ("session_ended", "history_diverged")
+WITHDRAWN = "withdrawn"  # close_reason of a turn the user withdrew (undo), and dropped_reason of its sample
+FEEDBACK_KINDS = ("rating", "correction", "edit", "reject")
+
+
+@dataclass
+class Withdrawal:
+    """What withdrawing a turn did: ``trained_step`` is the step that already trained on its sample (the
+    update stays; None when nothing was trained), ``sample_dropped`` whether a waiting sample was dropped."""
+
+    turn_id: int
+    already: bool  # it was withdrawn before (nothing changed)
+    sample_dropped: bool
+    trained_step: int | None
 
 
 class Conversations:
     """Sessions, turns, next states and feedback (a part of :class:`~openclaw_trl.store.Store`)."""
 
     _db: Database
+    _queue_lock: threading.Condition  # the sample queue's (SampleQueue): taken before a write transaction
+    _handed_out: set[int]  # sample ids in a training batch of this process (SampleQueue)
 
     # ------------------------------------------------------------------ sessions
     def open_session(self, key: str | None, now: float | None = None, private: bool = False) -> int:
@@ -185,19 +206,34 @@ class Conversations:
 
         A turn awaiting its next state (or closed because its session ended or its history diverged) gets
         it; a trainable turn then becomes ``ready`` for the scorer, an untrainable one ``closed`` (the next
-        state is kept for export). ``replace=True`` (explicit feedback) also replaces a next state that was
-        not judged yet, or re-opens a judged turn that produced no sample; a turn that already has a
-        sample is never judged twice. Attaching starts a new judge round (verdict and attempts reset).
+        state is kept for export). ``replace=True`` (explicit feedback, :meth:`attach_feedback`) also
+        replaces a next state that was not judged yet, or re-opens a judged or failed turn, superseding its
+        sample when that was not trained on yet. Attaching starts a new judge round (verdict and attempts
+        reset).
         """
+        return self._attach(turn_id, next_state, source, now, replace) is None
+
+    def attach_feedback(self, turn_id: int, next_state: dict, now: float | None = None) -> str | None:
+        """Explicit feedback as the turn's next state (``attach_next_state(replace=True)``); returns None
+        when attached, else why not (a side turn, a withdrawn turn, a sample already trained on ...)."""
+        return self._attach(turn_id, next_state, "feedback", now, replace=True)
+
+    def _attach(self, turn_id: int, next_state: dict, source: str, now: float | None, replace: bool):
         now = time.time() if now is None else now
-        with self._db.tx() as tx:
+        with (
+            self._queue_lock,
+            self._db.tx() as tx,
+        ):  # the queue lock first: no batch takes the sample meanwhile
             row = tx.execute(
                 "SELECT turn_type, trainable, status, close_reason FROM turns WHERE id = ?", (turn_id,)
             ).fetchone()
             if row is None:
                 raise KeyError(f"unknown turn {turn_id}")
-            if not _accepts_next_state(tx, turn_id, row, replace):
-                return False
+            refusal, sample = _refusal(tx, turn_id, row, replace, self._handed_out)
+            if refusal is not None:
+                return refusal
+            if sample is not None:
+                tx.execute("UPDATE samples SET dropped_reason = ? WHERE id = ?", (SUPERSEDED, sample))
             tx.execute(
                 "UPDATE turns SET next_state = ?, next_state_source = ?, next_state_at = ?, status = ?,"
                 " close_reason = ?, judge_round = judge_round + 1, judged_at = NULL, reward = NULL,"
@@ -211,7 +247,43 @@ class Conversations:
                     turn_id,
                 ),
             )
-            return True
+            return None
+
+    def withdraw_turn(self, turn_id: int) -> Withdrawal:
+        """Withdraw a turn (the user undid the exchange): ``closed`` with reason ``withdrawn``, whatever its
+        status, so it is never judged or trained; its waiting sample, if any, is dropped (kept, reason
+        ``withdrawn``). A sample already trained on stays trained (``Withdrawal.trained_step``); one in the
+        batch being trained is left to it. Nothing is deleted; withdrawing twice changes nothing."""
+        with self._queue_lock, self._db.tx() as tx:
+            row = tx.execute("SELECT status, close_reason FROM turns WHERE id = ?", (turn_id,)).fetchone()
+            if row is None:
+                raise KeyError(f"unknown turn {turn_id}")
+            if row["status"] == "closed" and row["close_reason"] == WITHDRAWN:
+                return Withdrawal(turn_id, True, False, None)
+            tx.execute(
+                "UPDATE turns SET status = 'closed', close_reason = ? WHERE id = ?", (WITHDRAWN, turn_id)
+            )
+            self._withdraw_group_samples(tx, turn_id)
+            sample = live_scorer_sample(tx, turn_id)
+            if sample is None:
+                return Withdrawal(turn_id, False, False, None)
+            waiting = sample["consumed_step"] is None and sample["dropped_reason"] is None
+            if waiting and sample["id"] not in self._handed_out:
+                tx.execute("UPDATE samples SET dropped_reason = ? WHERE id = ?", (WITHDRAWN, sample["id"]))
+                return Withdrawal(turn_id, False, True, None)
+            return Withdrawal(turn_id, False, False, sample["consumed_step"])
+
+    def _withdraw_group_samples(self, tx, turn_id: int) -> None:
+        """A withdrawn turn's waiting Best-of-N group samples are dropped too (kept, reason ``withdrawn``):
+        the undone exchange teaches nothing, its candidates included."""
+        rows = tx.execute(
+            "SELECT id FROM samples WHERE turn_id = ? AND origin = 'group' AND consumed_step IS NULL"
+            " AND dropped_reason IS NULL",
+            (turn_id,),
+        ).fetchall()
+        for row in rows:
+            if row["id"] not in self._handed_out:
+                tx.execute("UPDATE samples SET dropped_reason = ? WHERE id = ?", (WITHDRAWN, row["id"]))
 
     def close_turn(self, turn_id: int, reason: str) -> None:
         """Close an awaiting turn without a next state (e.g. the conversation history diverged)."""
@@ -222,13 +294,24 @@ class Conversations:
             )
 
     # ------------------------------------------------------------------ feedback
-    def add_feedback(self, turn_id: int, rating: int | None, text: str | None, attached: bool) -> int:
+    def add_feedback(
+        self, turn_id: int, rating: int | None, text: str | None, attached: bool, kind: str | None = None
+    ) -> int:
+        """Record one explicit feedback (``kind``: one of ``FEEDBACK_KINDS``); returns its id."""
+        if kind is not None and kind not in FEEDBACK_KINDS:
+            raise ValueError(f"feedback kind must be one of {FEEDBACK_KINDS}, got {kind!r}")
         with self._db.tx() as tx:
             cur = tx.execute(
-                "INSERT INTO feedback (turn_id, rating, text, created, attached) VALUES (?, ?, ?, ?, ?)",
-                (turn_id, rating, text, time.time(), int(attached)),
+                "INSERT INTO feedback (turn_id, rating, text, created, attached, kind) VALUES (?, ?, ?, ?, ?, ?)",
+                (turn_id, rating, text, time.time(), int(attached), kind),
             )
             return int(cur.lastrowid)
+
+    def latest_rating(self, turn_id: int) -> int | None:
+        """The rating of the turn's most recent feedback that has one (+1 / -1), or None."""
+        sql = "SELECT rating FROM feedback WHERE turn_id = ? AND rating IS NOT NULL ORDER BY id DESC LIMIT 1"
+        row = self._db.conn().execute(sql, (turn_id,)).fetchone()
+        return None if row is None else int(row[0])
 
     def set_feedback_attached(self, feedback_id: int, attached: bool) -> None:
         with self._db.tx() as tx:
@@ -239,13 +322,27 @@ def _touch(tx: sqlite3.Connection, session_id: int, now: float) -> None:
     tx.execute("UPDATE sessions SET last_active = MAX(last_active, ?) WHERE id = ?", (now, session_id))
 
 
-def _accepts_next_state(tx: sqlite3.Connection, turn_id: int, row: sqlite3.Row, replace: bool) -> bool:
-    """Whether a main turn in ``row``'s state takes a (new) next state (:meth:`attach_next_state` rules)."""
+def _refusal(
+    tx: sqlite3.Connection, turn_id: int, row: sqlite3.Row, replace: bool, handed_out: set[int]
+) -> tuple[str | None, int | None]:
+    """Why a main turn in ``row``'s state takes no (new) next state (None: it does), and the id of the
+    sample the new one supersedes (:meth:`Conversations.attach_next_state` rules)."""
     if row["turn_type"] != "main":
-        return False
+        return "side turns are never trained on", None
     status, reason = row["status"], row["close_reason"]
     if status == "awaiting" or (status == "closed" and reason in _REOPENABLE):
-        return True
-    if not replace or has_scorer_sample(tx, turn_id):
-        return False
-    return status in ("ready", "judged", "failed") or reason == "untrainable"
+        return None, None
+    if not replace:
+        return "the turn has a next state already", None
+    if status == "closed" and reason != "untrainable":
+        return f"the turn is closed ({reason})", None
+    sample = live_scorer_sample(tx, turn_id)
+    if sample is None:
+        return None, None
+    if sample["consumed_step"] is not None:
+        return f"the turn was already trained on (step {sample['consumed_step']})", None
+    if sample["dropped_reason"] is not None:
+        return f"the turn's sample was dropped ({sample['dropped_reason']})", None
+    if sample["id"] in handed_out:
+        return "the turn's sample is in the training batch being computed", None
+    return None, int(sample["id"])

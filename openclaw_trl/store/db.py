@@ -91,7 +91,8 @@ CREATE TABLE IF NOT EXISTS feedback (
     rating INTEGER,
     text TEXT,
     created REAL NOT NULL,
-    attached INTEGER NOT NULL          -- 1 when it became the turn's next state
+    attached INTEGER NOT NULL,         -- 1 when it became the turn's next state
+    kind TEXT                          -- rating / correction / edit / reject (NULL: written before kinds)
 );
 
 CREATE TABLE IF NOT EXISTS samples (
@@ -117,11 +118,10 @@ CREATE TABLE IF NOT EXISTS samples (
     baseline REAL NOT NULL DEFAULT 0,  -- mean judged reward of the session's earlier turns (session_mean)
     consumed_step INTEGER,
     consumed_at REAL,
-    dropped_reason TEXT,               -- why it is never trained on (stale: sampled too many versions ago)
+    dropped_reason TEXT,               -- why it is never trained on (stale / superseded / withdrawn)
     group_id INTEGER,                  -- the Best-of-N group of a group sample (origin 'group')
     group_std REAL                     -- std of that group's quick scores
 );
-CREATE UNIQUE INDEX IF NOT EXISTS samples_one_per_turn ON samples(turn_id) WHERE origin = 'scorer';
 CREATE INDEX IF NOT EXISTS samples_queue ON samples(consumed_step, id);
 
 CREATE TABLE IF NOT EXISTS responses (
@@ -154,7 +154,16 @@ _ADDED_COLUMNS = (
     ("samples", "dropped_reason", "TEXT"),
     ("samples", "group_id", "INTEGER"),
     ("samples", "group_std", "REAL"),
+    ("feedback", "kind", "TEXT"),
 )
+
+# Indexes over added columns, created once the columns exist. A turn has at most one live scorer sample:
+# one superseded by later explicit feedback (kept, never trained) makes room for the new judgement.
+_INDEXES = """
+DROP INDEX IF EXISTS samples_one_per_turn;
+CREATE UNIQUE INDEX IF NOT EXISTS samples_one_live_per_turn ON samples(turn_id)
+    WHERE origin = 'scorer' AND COALESCE(dropped_reason, '') != 'superseded';
+"""
 
 
 class StoreError(RuntimeError):
@@ -221,6 +230,9 @@ class Database:
                 if statement.strip():
                     tx.execute(statement)
             _add_missing_columns(tx)
+            for statement in _INDEXES.split(";"):
+                if statement.strip():
+                    tx.execute(statement)
             tx.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def close(self) -> None:

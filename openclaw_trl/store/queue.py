@@ -9,6 +9,10 @@ Queue rules:
 * a waiting sample sampled more than ``max_staleness`` policy versions before the current one is dropped
   when a batch is taken: it stays in the store with its ``dropped_reason`` and is never handed out
   (:meth:`SampleQueue.drop_stale`); the batch is filled with the next waiting samples;
+* a waiting sample is also dropped when explicit feedback on its turn supersedes it (``superseded``: the
+  turn is judged again) or the user withdraws its turn (``withdrawn``); a sample this object handed out
+  to a batch is never dropped (a trainer in another process takes samples through its own object: a
+  sample superseded while in its batch is still trained on, and counted consumed);
 * "handed out" is tracked per :class:`~openclaw_trl.store.Store` object: the trainer process must take
   samples through one object (a second object in the same process would hand the same samples out
   again); :meth:`SampleQueue.release` puts handed-out samples back at the head of the queue;
@@ -50,10 +54,23 @@ class ResumePosition:
     waiting: int  # judged samples not yet consumed
 
 
+# ``dropped_reason`` of a scorer sample replaced by later explicit feedback on its turn (kept, never trained).
+SUPERSEDED = "superseded"
+
+
 def has_scorer_sample(tx: sqlite3.Connection, turn_id: int) -> bool:
-    """Whether the scorer already turned this turn into a sample (a turn yields at most one)."""
-    sql = "SELECT 1 FROM samples WHERE turn_id = ? AND origin = 'scorer'"
-    return tx.execute(sql, (turn_id,)).fetchone() is not None
+    """Whether the scorer already turned this turn into a live sample (a turn has at most one; a
+    superseded one does not count)."""
+    return live_scorer_sample(tx, turn_id) is not None
+
+
+def live_scorer_sample(tx: sqlite3.Connection, turn_id: int) -> sqlite3.Row | None:
+    """The turn's scorer sample that was not superseded (``id``, ``consumed_step``, ``dropped_reason``)."""
+    sql = (
+        "SELECT id, consumed_step, dropped_reason FROM samples WHERE turn_id = ? AND origin = 'scorer'"
+        " AND COALESCE(dropped_reason, '') != ?"
+    )
+    return tx.execute(sql, (turn_id, SUPERSEDED)).fetchone()
 
 
 def insert_sample(tx: sqlite3.Connection, s: TrainingSample, origin: str, now: float) -> int:

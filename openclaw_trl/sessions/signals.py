@@ -1,0 +1,109 @@
+"""Per-turn signals from the person in the loop: 👍/👎, a correction, a rejection (retry), a withdrawal (undo).
+
+Each operation addresses one turn by id (any turn of a conversation, not only the last) and is one store
+transaction; the UI's chatbot events and ``POST /v1/feedback`` both call them:
+
+* :meth:`TurnSignals.feedback` (👍 = +1 / 👎 = -1, optional text): stored, and the turn's next state;
+* :meth:`TurnSignals.correct` (a typed correction or an edited answer): the text with the turn's latest
+  rating (👎 when it has none): what the answer should have been becomes the next state and the judge's hint;
+* :meth:`TurnSignals.reject` (retry): a 👎 without text, read by the judge as "asked for another answer";
+  the new answer is a new turn of the same conversation, trainable as usual;
+* :meth:`TurnSignals.withdraw` (undo): the turn is closed as ``withdrawn``, never judged or trained, and a
+  waiting sample of it is dropped (kept in the store with that reason). The user message of the undone
+  exchange stays the next state of the turn before it: the person did write it in reply to that answer.
+
+Feedback on a turn that was already judged replaces the earlier next state when the turn's sample was not
+trained on yet (the sample is superseded: kept, never handed out, and the turn is judged again); on a turn
+already trained on, on a withdrawn turn or on a side turn it is recorded only (``FeedbackResult.attached``
+False, ``reason`` says why). Nothing is deleted.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from openclaw_trl.sessions.requests import FeedbackError, FeedbackResult, UnknownTurnError, feedback_text
+from openclaw_trl.store import FEEDBACK_KINDS, Store, Withdrawal
+
+
+def _check_turn_id(turn_id) -> int:
+    if isinstance(turn_id, bool) or not isinstance(turn_id, int):
+        raise FeedbackError(f"turn_id must be an integer, got {turn_id!r}")
+    return turn_id
+
+
+class TurnSignals:
+    """The per-turn operations of :class:`~openclaw_trl.sessions.TurnCollector` (module docstring)."""
+
+    store: Store
+    clock: Callable[[], float]
+    _lock: threading.RLock
+
+    def feedback(
+        self, turn_id: int, rating: int | None, text: str | None = None, kind: str | None = None
+    ) -> FeedbackResult:
+        """Explicit feedback on a turn: ``rating`` +1 / -1, or None with a non-empty ``text``.
+
+        ``kind`` (one of ``FEEDBACK_KINDS``) defaults to ``correction`` with a text, else ``rating``. It is
+        stored, and becomes the turn's next state unless the module docstring's rules say otherwise.
+        """
+        _check_turn_id(turn_id)
+        if rating is not None:
+            if isinstance(rating, bool) or not isinstance(rating, (int, float)) or rating not in (1, -1):
+                raise FeedbackError(f"rating must be +1 or -1, got {rating!r}")
+            rating = int(rating)
+        if text is not None and not isinstance(text, str):
+            raise FeedbackError(f"text must be a string, got {type(text).__name__}")
+        text = text.strip() if text else None
+        if rating is None and not text:
+            raise FeedbackError("feedback needs a rating (+1 or -1) or a text")
+        kind = kind or ("correction" if text else "rating")
+        if kind not in FEEDBACK_KINDS:
+            raise FeedbackError(f"feedback kind must be one of {', '.join(FEEDBACK_KINDS)}, got {kind!r}")
+        with self._lock:
+            turn = self.store.get_turn(turn_id)
+            if turn is None:
+                raise UnknownTurnError(f"unknown turn id {turn_id}")
+            feedback_id = self.store.add_feedback(turn_id, rating, text, attached=False, kind=kind)
+            state = {
+                "role": "user",
+                "content": feedback_text(rating, text, kind),
+                "rating": rating,
+                "text": text,
+                "kind": kind,
+                "feedback_id": feedback_id,
+            }
+            refusal = self.store.attach_feedback(turn_id, state, self.clock())
+            if refusal is not None:
+                return FeedbackResult(feedback_id, turn_id, False, refusal)
+            self.store.set_feedback_attached(feedback_id, True)
+            self.store.touch_session(turn.session_id, self.clock())
+            return FeedbackResult(feedback_id, turn_id, True, "")
+
+    def correct(self, turn_id: int, text: str, kind: str = "correction") -> FeedbackResult:
+        """What the answer of ``turn_id`` should have been (typed, or the answer edited: ``kind="edit"``),
+        with the turn's latest rating, 👎 when it has none."""
+        _check_turn_id(turn_id)
+        if not isinstance(text, str) or not text.strip():
+            raise FeedbackError("a correction needs a non-empty text")
+        if kind not in ("correction", "edit"):
+            raise FeedbackError(f"a correction's kind is 'correction' or 'edit', got {kind!r}")
+        with self._lock:
+            rating = self.store.latest_rating(turn_id)
+            return self.feedback(turn_id, -1 if rating is None else rating, text, kind)
+
+    def reject(self, turn_id: int) -> FeedbackResult:
+        """Retry: the user rejected this answer and asked for another (a 👎 without text)."""
+        return self.feedback(turn_id, -1, None, "reject")
+
+    def withdraw(self, turn_id: int) -> Withdrawal:
+        """Undo: withdraw the turn without a training signal (module docstring); idempotent.
+
+        ``Withdrawal.trained_step`` is the training step that already used its sample (that update stays).
+        """
+        _check_turn_id(turn_id)
+        with self._lock:
+            if self.store.get_turn(turn_id) is None:
+                raise UnknownTurnError(f"unknown turn id {turn_id}")
+            return self.store.withdraw_turn(turn_id)
