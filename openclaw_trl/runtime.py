@@ -145,13 +145,14 @@ class Runtime:
     scorer: object
     trainer: object | None = None
     app: object | None = None
+    learning: object | None = None  # the LearningControl (pause, rollback, history) of the main process
     server: object | None = None
     threads: list[threading.Thread] = field(default_factory=list)
     stop_event: threading.Event = field(default_factory=threading.Event)
 
     def status(self) -> dict:
         """The live view of learning for ``/v1/status`` and the UI's learning panel."""
-        return learning_status(self.config, self.engine, self.store, self.trainer)
+        return learning_status(self.config, self.engine, self.store, self.trainer, self.learning)
 
     def close(self) -> None:
         self.stop_event.set()
@@ -214,6 +215,7 @@ def _build_serving_side(runtime: Runtime, start, peft_config, dtype: str | None)
     from openclaw_trl.engines import create_engine
     from openclaw_trl.judging import Scorer
     from openclaw_trl.sessions import TurnCollector
+    from openclaw_trl.trainer.control import LearningControl
 
     config, store, tokenizer = runtime.config, runtime.store, runtime.tokenizer
     kwargs = config.engine_kwargs(lora_config=peft_config, dtype=dtype)
@@ -222,6 +224,7 @@ def _build_serving_side(runtime: Runtime, start, peft_config, dtype: str | None)
         runtime.engine.publish_adapter(start.checkpoint, version=start.step)
     runtime.collector = TurnCollector(store, config.session_config(), tokenizer=tokenizer)
     runtime.scorer = Scorer(store, config.judge_config(), engine=runtime.engine, tokenizer=tokenizer)
+    runtime.learning = LearningControl(store, config.output_dir, config.adapter_history, runtime.engine)
 
 
 def _build_trainer(runtime: Runtime, model_args, peft_config, recipe_yaml: str | None):
@@ -246,6 +249,7 @@ def _build_trainer(runtime: Runtime, model_args, peft_config, recipe_yaml: str |
         processing_class=runtime.tokenizer,
         peft_config=peft_config,
         recipe_yaml=recipe_yaml,
+        learning=runtime.learning,
     )
 
 
@@ -269,7 +273,12 @@ def start_server(runtime: Runtime, port: int | None = None, ui: bool = True):
 
     settings = runtime.config.server_settings(port=port, ui=ui)
     runtime.app = create_app(
-        runtime.engine, runtime.collector, runtime.store, settings, status=runtime.status
+        runtime.engine,
+        runtime.collector,
+        runtime.store,
+        settings,
+        status=runtime.status,
+        learning=runtime.learning,
     )
     runtime.server = ServerThread(runtime.app, host=settings.host, port=settings.port).start()
     logger.info("serving on %s", runtime.server.url)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 
-def learning_status(config, engine, store, trainer=None) -> dict:
+def learning_status(config, engine, store, trainer=None, learning=None) -> dict:
     """Policy version, queue, failures and the per-update history of a run.
 
     ``history`` has one entry per logged update (its step, mean reward, hint accept rate, mean OPD
     advantage and loss); ``last_metrics`` is the whole log entry of the last update. Without a trainer
-    (serving only) both are empty.
+    (serving only) both are empty. ``learning_paused`` is the persisted pause (``POST /v1/learning``),
+    ``samples_rolled_back`` counts the samples of updates a rollback undid; ``trainer_state`` (with a
+    ``LearningControl``) is ``waiting for samples``, ``paused``, ``updating``, ``rolling back`` or ``stopped``.
     """
     log = trainer.state.log_history if trainer is not None else []
     updates = [entry for entry in log if "reward" in entry]
@@ -23,6 +25,10 @@ def learning_status(config, engine, store, trainer=None) -> dict:
         "turns_failed": store.counts()["turns_failed"],
         "teacher_failed": store.count_teacher_failed(),
         "samples_dropped_stale": store.count_dropped_stale(),
+        "learning_paused": store.learning_paused(),
+        "adapter_history": config.adapter_history,
+        "samples_rolled_back": store.count_rolled_back(),
+        "trainer_state": learning.trainer_state if learning is not None else None,
     }
 
 

@@ -323,7 +323,7 @@ def _wire(demo, c: _Components, on: UiHandlers) -> None:
     demo.load(on.refresh, outputs=c.panel)
 
 
-def build_ui(service: ChatService, title: str = "openclaw-trl"):
+def build_ui(service: ChatService, title: str = "openclaw-trl", learning=None):
     """The ``gr.Blocks`` app (mounted at ``/`` by ``openclaw_trl.serving.app.create_app``)."""
     handlers = UiHandlers(service)
     with gr.Blocks(title=title) as demo:

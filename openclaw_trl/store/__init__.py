@@ -13,7 +13,10 @@ Its parts, one API each:
   votes, judge failures), used by :mod:`openclaw_trl.judging`;
 * :class:`~openclaw_trl.store.queue.SampleQueue` (samples handed to the trainer oldest first, consumed,
   released, re-queued; the queue rules), used by the trainer;
-* :class:`~openclaw_trl.store.queries.Queries` (everything for the export, counts, recent hints).
+* :class:`~openclaw_trl.store.queries.Queries` (everything for the export, counts, recent hints);
+* :class:`~openclaw_trl.store.versions.AdapterVersions` (the published adapter versions a rollback
+  chooses from, the samples a rollback undid, the persisted learning pause), used by the trainer and the
+  learning control.
 
 Reopening a store resumes: ``ready`` turns are judged again and unconsumed samples are served first.
 """
@@ -27,9 +30,12 @@ from openclaw_trl.store.db import SCHEMA_VERSION, Database, StoreError
 from openclaw_trl.store.judging import TEACHER_ERROR_PREFIX, Judging
 from openclaw_trl.store.queries import TURN_STATUSES, Queries
 from openclaw_trl.store.queue import ResumePosition, SampleQueue, SampleSourceError
+from openclaw_trl.store.versions import ROLLED_BACK_PREFIX, AdapterVersion, AdapterVersions
 
 __all__ = [
+    "ROLLED_BACK_PREFIX",
     "SCHEMA_VERSION",
+    "AdapterVersion",
     "TEACHER_ERROR_PREFIX",
     "TURN_STATUSES",
     "ResumePosition",
@@ -39,7 +45,7 @@ __all__ = [
 ]
 
 
-class Store(Conversations, Judging, SampleQueue, Queries):
+class Store(Conversations, Judging, SampleQueue, Queries, AdapterVersions):
     """SQLite store shared by the server threads, the scorer and the trainer (see the module docstring).
 
     ``Store(path)`` creates the file (and its parent directory) or resumes an existing one; it refuses a
