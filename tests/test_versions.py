@@ -1,14 +1,21 @@
-"""Adapter versions: the history, the rollback acceptance test, and bad input on the version routes.
+"""Adapter versions: the history, the rollback acceptance test, pause / resume, bad input on the version routes.
 
-The rollback test runs the live stack in-process (``recipes/tiny_offline.yaml``: HF engine, tiny model, real
+The pause test runs ``app.py`` on the simulated recipe in a subprocess (stopped with SIGTERM while paused,
+then restarted). The rollback test runs the live stack in-process (``recipes/tiny_offline.yaml``: HF engine, tiny model, real
 SQLite, real HTTP on 127.0.0.1, the real ``openai`` client) with the trainer in a thread, and feeds it samples
 sampled by the engine itself.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import openai
@@ -244,8 +251,6 @@ def test_version_routes_refuse_bad_input_with_json_errors(tmp_path):
         response = httpx.post(f"{run.url}/v1/learning", json=body)
         assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_value", body
     # A version whose checkpoint is gone is listed as not restorable and refused.
-    import shutil
-
     shutil.rmtree(tmp_path / "run" / "checkpoint-0")
     assert [v["restorable"] for v in run.call("get", "/adapters")["data"]] == [True, False]
     with pytest.raises(openai.BadRequestError, match="cannot be restored"):
@@ -271,3 +276,75 @@ def test_serve_only_app_answers_409_on_the_version_routes(tmp_path, tiny_model_d
                 assert response.json()["error"]["code"] == "learning_unavailable"
     finally:
         engine.close()
+
+
+class AppProcess:
+    """``app.py`` on the simulated recipe in a subprocess (a simulated user keeps chatting), stopped by SIGTERM."""
+
+    def __init__(self, output_dir, *extra: str):
+        root = Path(__file__).parent.parent
+        cmd = [
+            sys.executable,
+            "app.py",
+            "--config",
+            "recipes/tiny_simulated.yaml",
+            "--output_dir",
+            str(output_dir),
+        ]
+        env = {"HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONPATH": str(root)}
+        self.proc = subprocess.Popen(
+            [*cmd, "--max_steps", "1000", *extra],
+            cwd=root,
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True).start()
+        _wait(lambda: self._url() or self.proc.poll() is not None, "the server")
+        assert self.proc.poll() is None, "".join(self.lines)[-3000:]
+        self.client = openai.OpenAI(base_url=f"{self._url()}/v1", api_key="unused", max_retries=0)
+
+    def _url(self) -> str | None:
+        found = [line.split("serving on ")[1].strip() for line in list(self.lines) if "serving on " in line]
+        return found[0] if found else None
+
+    def status(self) -> dict:
+        return self.client.get("/status", cast_to=object)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.wait(timeout=300) == 0, "".join(self.lines)[-3000:]
+
+
+@pytest.mark.slow
+def test_pause_stops_updates_serving_goes_on_and_a_restart_stays_paused(tmp_path):
+    app = AppProcess(tmp_path / "run")
+    assert app.client.post("/learning", body={"paused": True}, cast_to=object) == {"ok": True, "paused": True}
+    batch = app.status()["batch_size"]
+
+    def paused_with_samples(n):
+        status = app.status()
+        return status["trainer_state"] == "paused" and status["samples_waiting"] >= n
+
+    _wait(lambda: paused_with_samples(batch), "the trainer to wait, paused, with a batch of samples queued")
+    version = app.status()["policy_version"]
+    # The simulated user keeps talking (serving and judging go on); the trainer stays paused, one batch or two.
+    _wait(lambda: paused_with_samples(2 * batch), "more samples")
+    status = app.status()
+    assert status["learning_paused"] and status["policy_version"] == version
+    reply = app.client.chat.completions.create(
+        model="openclaw", messages=[{"role": "user", "content": "still there?"}], max_tokens=4
+    )
+    assert reply.system_fingerprint == f"openclaw-v{version}"
+    app.stop()  # SIGTERM while paused: a clean stop
+
+    again = AppProcess(tmp_path / "run")
+    assert again.client.get("/learning", cast_to=object) == {"paused": True}  # persisted in the store
+    _wait(lambda: again.status()["trainer_state"] == "paused", "the restarted trainer to wait, paused")
+    assert again.status()["policy_version"] == version
+    assert again.client.post("/learning", body={"paused": False}, cast_to=object)["paused"] is False
+    _wait(lambda: again.status()["policy_version"] > version, "an update after resuming")
+    assert not again.status()["learning_paused"]
+    again.stop()
