@@ -8,6 +8,7 @@ sampled by the engine itself.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -348,3 +349,40 @@ def test_pause_stops_updates_serving_goes_on_and_a_restart_stays_paused(tmp_path
     _wait(lambda: again.status()["policy_version"] > version, "an update after resuming")
     assert not again.status()["learning_paused"]
     again.stop()
+
+
+@pytest.mark.slow
+def test_compare_command_answers_recent_prompts_with_two_versions(tmp_path, capsys):
+    from openclaw_trl.cli import main
+
+    run = LiveRun(tmp_path / "run", "--max_steps", "2")
+    for text, private in (("tell me about apples", False), ("a secret question", True), ("and pears", False)):
+        run.client.chat.completions.create(
+            model="openclaw",
+            messages=[{"role": "user", "content": text}],
+            max_tokens=4,
+            extra_headers={"X-Session-Id": text.replace(" ", "-"), "X-Session-Private": str(private).lower()},
+        )
+    run.train_until(2, seed=1, last=True)
+    capsys.readouterr()  # the run's own log lines
+    store = str(tmp_path / "run" / "openclaw.sqlite")
+    common = ["compare", "--store", store, "--max-new-tokens", "6", "--prompts", "3"]
+
+    assert main([*common, "--versions", "0", "2", "--json"]) == 0
+    pairs = json.loads(capsys.readouterr().out)
+    assert [p["prompt"] for p in pairs] == [
+        "and pears",
+        "tell me about apples",
+    ]  # newest first, no private one
+    assert all(set(p) == {"turn_id", "prompt", "v0 (base model)", "v2"} for p in pairs)
+    # Same seed, same weights: the same replies (so a difference between two versions is the weights').
+    assert main([*common, "--versions", "1", "1", "--json"]) == 0
+    assert all(p["v1"] for p in json.loads(capsys.readouterr().out))
+    assert main([*common, "--versions", "2", "0"]) == 0
+    table = capsys.readouterr().out
+    assert "v2" in table and "v0 (base model)" in table and "turn " in table and "and pears" in table
+
+    assert main([*common, "--versions", "0", "9"]) == 2
+    assert "no adapter for version 9" in capsys.readouterr().err
+    assert main(["compare", "--store", store, "--versions", "0", "1", "--prompts", "0"]) == 2
+    assert "--prompts must be between 1 and 50" in capsys.readouterr().err
