@@ -87,15 +87,19 @@ def compare_versions(
 
 
 def markdown_table(pairs: list[ReplyPair], left: str, right: str) -> str:
-    """A Markdown table (prompt | left | right), HTML-escaped, newlines kept as line breaks."""
+    """Markdown: per prompt, the prompt as a line, then a two-column table (left | right); HTML-escaped,
+    newlines kept as line breaks, long texts cut."""
 
     def cell(text: str, limit: int = 600) -> str:
         text = text if len(text) <= limit else text[:limit] + "…"
         return html.escape(text or "(empty)").replace("|", "&#124;").replace("\n", "<br>")
 
-    rows = [f"| Your prompt | {left} | {right} |", "|---|---|---|"]
-    rows += [f"| {cell(p.prompt, 200)} | {cell(p.left)} | {cell(p.right)} |" for p in pairs]
-    return "\n".join(rows)
+    blocks = []
+    for p in pairs:
+        blocks.append(
+            f"**You asked:** {cell(p.prompt, 300)}\n\n| {left} | {right} |\n|---|---|\n| {cell(p.left)} | {cell(p.right)} |"
+        )
+    return "\n\n".join(blocks)
 
 
 def text_table(pairs: list[ReplyPair], left: str, right: str, width: int = 100) -> str:

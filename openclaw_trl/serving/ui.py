@@ -21,6 +21,7 @@ import gradio as gr
 
 from openclaw_trl.serving.chat_service import ChatService
 from openclaw_trl.serving.openai_schema import ApiError
+from openclaw_trl.serving.ui_versions import VersionControls
 
 REASONING_TITLE = "💭 Reasoning"
 STATUS_EVERY_S = 2.0
@@ -294,8 +295,8 @@ def _learning_panel() -> list:
     return [summary, hints, reward_plot, hint_plot]
 
 
-def _layout(title: str) -> _Components:
-    """The page: a title, the chat column on the left, the learning panel on the right."""
+def _layout(title: str, versions: VersionControls | None = None) -> _Components:
+    """The page: a title, the chat column on the left, the learning panel (and ``versions``) on the right."""
     conv = gr.State(new_conversation())
     gr.Markdown(
         f"## {html.escape(title)}\nTalk to the model: every reply, rating and correction teaches it. A correction applies to the answer you rated last, else to the latest answer."
@@ -305,6 +306,8 @@ def _layout(title: str) -> _Components:
             chat = _chat_column()
         with gr.Column(scale=2):
             panel = _learning_panel()
+            if versions is not None:
+                versions.build()
     return _Components(conv=conv, panel=panel, **chat)
 
 
@@ -324,9 +327,12 @@ def _wire(demo, c: _Components, on: UiHandlers) -> None:
 
 
 def build_ui(service: ChatService, title: str = "openclaw-trl", learning=None):
-    """The ``gr.Blocks`` app (mounted at ``/`` by ``openclaw_trl.serving.app.create_app``)."""
+    """The ``gr.Blocks`` app (mounted at ``/`` by ``openclaw_trl.serving.app.create_app``); ``learning`` (a
+    ``LearningControl``) backs the panel's version controls (``serving.ui_versions``)."""
     handlers = UiHandlers(service)
+    versions = VersionControls(service, learning)
     with gr.Blocks(title=title) as demo:
-        _wire(demo, _layout(title), handlers)
+        _wire(demo, _layout(title, versions), handlers)
+        versions.wire(demo)
     demo.queue(default_concurrency_limit=16)
     return demo
