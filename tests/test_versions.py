@@ -386,3 +386,68 @@ def test_compare_command_answers_recent_prompts_with_two_versions(tmp_path, caps
     assert "no adapter for version 9" in capsys.readouterr().err
     assert main(["compare", "--store", store, "--versions", "0", "1", "--prompts", "0"]) == 2
     assert "--prompts must be between 1 and 50" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"save_steps": 5}, "each update is checkpointed"),
+        ({"save_strategy": "no"}, "save_strategy is 'no'"),
+        ({"save_strategy": "epoch"}, "save_strategy is 'epoch'"),
+        ({"save_total_limit": 3}, "save_total_limit is 3"),
+        ({"save_only_model": True}, "save_only_model"),
+        ({"adapter_history": -1}, "adapter_history must be an integer >= 0"),
+    ],
+)
+def test_adapter_history_refuses_contradictory_checkpoint_settings(tmp_path, fields, message):
+    from openclaw_trl.config import OpenClawConfig
+
+    with pytest.raises(ValueError, match=message):
+        OpenClawConfig(output_dir=str(tmp_path), report_to="none", **fields)
+
+
+def test_adapter_history_sets_the_checkpoint_schedule_and_zero_leaves_it_alone(tmp_path):
+    from openclaw_trl.config import OpenClawConfig
+
+    config = OpenClawConfig(output_dir=str(tmp_path), report_to="none", adapter_history=4)
+    assert (config.save_steps, config.save_total_limit) == (1, 4)
+    assert OpenClawConfig(output_dir=str(tmp_path), report_to="none", save_total_limit=4, adapter_history=4)
+    off = OpenClawConfig(output_dir=str(tmp_path), report_to="none", adapter_history=0, save_steps=25)
+    assert (off.save_steps, off.save_total_limit) == (25, None)
+
+
+def test_store_keeps_versions_pause_and_rolled_back_samples_across_reopening(tmp_path):
+    from openclaw_trl.store import AdapterVersion, Store
+
+    with Store(tmp_path / "s.sqlite") as store:
+        ids = []
+        for step in (1, 2, 3):
+            sample = TrainingSample(
+                turn_id=step,
+                prompt_ids=[1],
+                completion_ids=[2],
+                sampling_logprobs=[-1.0],
+                temperature=1.0,
+                policy_version=0,
+                reward=1.0,
+            )
+            ids.append(store.add_sample(sample))
+            store.mark_consumed([ids[-1]], step)
+            store.record_adapter_version(AdapterVersion(step, 1.0 + step, 1, {"reward": 0.5}))
+        store.record_adapter_version(AdapterVersion(4, 5.0, 0, restored_from=1))
+        assert store.mark_rolled_back(1, 3, "version 1 restored as version 4") == 2
+        store.set_learning_paused(True)
+    with Store(tmp_path / "s.sqlite") as store:
+        assert store.learning_paused()
+        assert [(v.version, v.restored_from) for v in store.adapter_versions()] == [
+            (4, 1),
+            (3, None),
+            (2, None),
+            (1, None),
+        ]
+        assert [v.version for v in store.adapter_versions(up_to=2, limit=1)] == [2]
+        assert store.adapter_versions()[1].metrics == {"reward": 0.5}
+        assert store.count_rolled_back() == 2 and store.count_consumed_at(2) == 1
+        assert store.requeue_after(1) == 2 and store.count_waiting() == 0  # a resume never re-trains them
+        store.set_learning_paused(False)
+        assert not store.learning_paused()
