@@ -19,7 +19,8 @@ A rollback to version ``v`` while version ``s`` serves (``roll_back``), between 
    those sampled by an undone version, stay queued: they are feedback on real replies, and the trainer corrects
    for the policy that sampled them with its truncated importance weight, as for any stale sample.
 
-The next update then starts from ``v``'s optimizer state (its step count and moments) and scheduler.
+The next update then starts from ``v``'s optimizer state (its step count and moments) and scheduler. The
+rollback takes a step number of its own, so under ``max_steps`` it counts as one of them.
 """
 
 from __future__ import annotations
@@ -109,6 +110,7 @@ def roll_back(trainer, version: int) -> RollbackResult:
         restore_checkpoint(trainer, checkpoint_dir(trainer, before))
         raise
     trainer.state.global_step = before + 1
+    trainer._globalstep_last_logged = before + 1  # the Trainer averages the next logged loss over 1 update
     trainer.publish()
     trainer._restored_from = version
     try:
