@@ -295,6 +295,7 @@ def _common_args(geometry: dict, steps: int, out_dir: str) -> dict:
         temperature=1.0,
         max_completion_length=1024,
         save_strategy="no",
+        adapter_history=0,
         report_to="none",
         logging_steps=1,
         disable_tqdm=True,

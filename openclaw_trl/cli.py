@@ -1,4 +1,4 @@
-"""The ``openclaw-trl`` command: ``serve / train / merge / push / export / eval``.
+"""The ``openclaw-trl`` command: ``serve / train / merge / push / export / eval / compare``.
 
 Each subcommand lives in its own module, which exposes ``add_arguments(parser)`` and ``run(args)``
 (or ``run_argv(argv)`` when it parses a recipe itself with TRL's ``TrlParser``);
@@ -26,6 +26,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "push": ("openclaw_trl.commands.push", "push an adapter or merged model to the Hugging Face Hub"),
     "export": ("openclaw_trl.commands.export", "export collected conversations and samples as a dataset"),
     "eval": ("openclaw_trl.commands.eval", "simulated-user evaluation against a running server"),
+    "compare": (
+        "openclaw_trl.commands.compare",
+        "did it learn for me? recent prompts answered by two adapter versions, side by side",
+    ),
 }
 
 

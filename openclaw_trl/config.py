@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from openclaw_trl.config_trl import (
+    check_adapter_history,
     check_importance_sampling_clip,
     check_trackers,
     derive_batch_geometry,
@@ -227,6 +228,20 @@ class OpenClawConfig(GRPOConfig):
         `<output_dir>/previous-<UTC time>/`, so nothing of the old run is deleted. Whatever `save_strategy`
         says, the end of training (`max_steps`, Ctrl-C, SIGTERM) saves a checkpoint of the last update.
 
+    > Parameters that control adapter versions (history, rollback, pause)
+
+    adapter_history (`int`, defaults to `10`):
+        Keep the last N published adapter versions restorable: every update is checkpointed (adapter,
+        optimizer, scheduler, RNG state and step; `save_strategy: steps`, `save_steps: 1`, the defaults) and
+        the last N checkpoints are kept (`save_total_limit` is set to N; the initial adapter is checkpointed
+        as version 0 before the first update). Each version's step, time, samples and metrics are recorded
+        in the store; `GET /v1/adapters` lists them and `POST /v1/adapters/rollback` restores one (published
+        as the next policy version, so versions stay monotonic). A checkpoint holds the adapter and about
+        twice its size in optimizer state. `0` keeps no history (no rollback) and checkpoints as
+        `save_strategy` / `save_steps` / `save_total_limit` say; with N > 0 another `save_strategy` or
+        `save_steps`, a `save_total_limit` other than N, or `save_only_model` (no optimizer state) is refused.
+        Pausing learning (`POST /v1/learning`) works either way.
+
     > TRL fields that do not apply
 
     A live turn is sampled by the serving engine, has one completion and one judged reward, so the TRL fields
@@ -393,6 +408,10 @@ class OpenClawConfig(GRPOConfig):
         default=False,
         metadata={"help": "Move the old run to output_dir/previous-<time>/ and start at step 0."},
     )
+    # Adapter versions
+    adapter_history: int = field(
+        default=10, metadata={"help": "Published adapter versions kept restorable (0 = no history)."}
+    )
 
     # Bounds on requests and work
     max_request_bytes: int = field(default=RequestLimits.max_request_bytes, metadata={"help": "Body bytes."})
@@ -449,7 +468,9 @@ class OpenClawConfig(GRPOConfig):
     )
     max_completion_length: int | None = field(default=1024, metadata={"help": "Max new tokens when serving."})
     per_device_train_batch_size: int = field(default=4, metadata={"help": "Micro-batch size of an update."})
-    save_steps: float = field(default=25, metadata={"help": "Checkpoint every N updates."})
+    save_steps: float = field(
+        default=1, metadata={"help": "Checkpoint every N updates (1 with adapter_history > 0)."}
+    )
     project: str = field(default="openclaw-trl", metadata={"help": "Tracker project (trackio)."})
 
     def __post_init__(self):
@@ -466,6 +487,7 @@ class OpenClawConfig(GRPOConfig):
         derive_batch_geometry(self)
         check_importance_sampling_clip(self)
         check_trackers(self)
+        check_adapter_history(self)
         if self.store_path is None:
             self.store_path = f"{self.output_dir}/openclaw.sqlite"
 

@@ -204,3 +204,33 @@ def check_trackers(config) -> None:
         )
     if config.run_name is None and config.output_dir:
         config.run_name = Path(config.output_dir).name or None
+
+
+def check_adapter_history(config) -> None:
+    """``adapter_history: N > 0`` needs a full checkpoint of every update, the last N kept: ``save_strategy:
+    steps``, ``save_steps: 1`` and ``save_total_limit`` N (set when unset); anything else is refused."""
+    n = config.adapter_history
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"adapter_history must be an integer >= 0 (0 keeps no history), got {n!r}")
+    if n == 0:
+        return
+    fix = "set adapter_history: 0 to checkpoint on your own schedule (then without rollback)"
+    strategy = getattr(config.save_strategy, "value", config.save_strategy)
+    if strategy != "steps" or config.save_steps != 1:
+        raise ValueError(
+            f"adapter_history: {n} keeps every update restorable, so each update is checkpointed "
+            f"(save_strategy: steps, save_steps: 1), but save_strategy is {strategy!r} and save_steps "
+            f"{config.save_steps!r}: remove save_strategy and save_steps, or {fix}"
+        )
+    if config.save_total_limit is None:
+        config.save_total_limit = n
+    elif config.save_total_limit != n:
+        raise ValueError(
+            f"adapter_history: {n} keeps the last {n} checkpoints, but save_total_limit is "
+            f"{config.save_total_limit}: remove save_total_limit, or {fix}"
+        )
+    if config.save_only_model:
+        raise ValueError(
+            f"adapter_history: {n} restores the optimizer and scheduler with a version, but save_only_model "
+            f"leaves them out of the checkpoints: remove save_only_model, or {fix}"
+        )

@@ -71,6 +71,18 @@ def is_complete(checkpoint: str | Path) -> bool:
     return (Path(checkpoint) / TRAINER_STATE).is_file()
 
 
+RESTORE_FILES = (TRAINER_STATE, "optimizer.pt", "scheduler.pt")
+"""What a checkpoint needs besides its weights for training to continue from it exactly (a rollback)."""
+
+
+def is_restorable(checkpoint: str | Path) -> bool:
+    """Complete, with optimizer and scheduler states and the weights (a PEFT adapter or a full model)."""
+    path = Path(checkpoint)
+    weights = ("adapter_model.safetensors", "adapter_model.bin", "model.safetensors", "pytorch_model.bin")
+    has_weights = any((path / name).is_file() for name in weights) or any(path.glob("model*.safetensors"))
+    return all((path / name).is_file() for name in RESTORE_FILES) and has_weights
+
+
 def checkpoint_step(checkpoint: str | Path) -> int:
     """The global step a (complete) checkpoint was saved at."""
     return int(json.loads((Path(checkpoint) / TRAINER_STATE).read_text())["global_step"])

@@ -160,13 +160,14 @@ class Runtime:
     best_of_n: object | None = None  # judging.BestOfN when best_of_n > 1
     trainer: object | None = None
     app: object | None = None
+    learning: object | None = None  # the LearningControl (pause, rollback, history) of the main process
     server: object | None = None
     threads: list[threading.Thread] = field(default_factory=list)
     stop_event: threading.Event = field(default_factory=threading.Event)
 
     def status(self) -> dict:
         """The live view of learning for ``/v1/status`` and the UI's learning panel."""
-        return learning_status(self.config, self.engine, self.store, self.trainer)
+        return learning_status(self.config, self.engine, self.store, self.trainer, self.learning)
 
     def close(self) -> None:
         self.stop_event.set()
@@ -231,6 +232,7 @@ def _build_serving_side(runtime: Runtime, start, peft_config, dtype: str | None)
     from openclaw_trl.engines import create_engine
     from openclaw_trl.judging import Scorer
     from openclaw_trl.sessions import TurnCollector
+    from openclaw_trl.trainer.control import LearningControl
 
     config, store, tokenizer = runtime.config, runtime.store, runtime.tokenizer
     kwargs = config.engine_kwargs(lora_config=peft_config, dtype=dtype)
@@ -242,6 +244,7 @@ def _build_serving_side(runtime: Runtime, start, peft_config, dtype: str | None)
     runtime.best_of_n = make_best_of_n(
         config.best_of_n, config.quick_judge_config(), runtime.engine, tokenizer, store
     )
+    runtime.learning = LearningControl(store, config.output_dir, config.adapter_history, runtime.engine)
 
 
 def _build_trainer(runtime: Runtime, model_args, peft_config, recipe_yaml: str | None):
@@ -266,6 +269,7 @@ def _build_trainer(runtime: Runtime, model_args, peft_config, recipe_yaml: str |
         processing_class=runtime.tokenizer,
         peft_config=peft_config,
         recipe_yaml=recipe_yaml,
+        learning=runtime.learning,
     )
 
 
@@ -295,6 +299,7 @@ def start_server(runtime: Runtime, port: int | None = None, ui: bool = True):
         settings,
         status=runtime.status,
         best_of_n=runtime.best_of_n,
+        learning=runtime.learning,
     )
     runtime.server = ServerThread(runtime.app, host=settings.host, port=settings.port).start()
     logger.info("serving on %s", runtime.server.url)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 
-def learning_status(config, engine, store, trainer=None) -> dict:
+def learning_status(config, engine, store, trainer=None, learning=None) -> dict:
     """Policy version, queue, failures and the per-update history of a run.
 
     ``history`` has one entry per logged update (its step, mean reward, hint accept rate, mean OPD
     advantage and loss); ``last_metrics`` is the whole log entry of the last update. Without a trainer
-    (serving only) both are empty. ``best_of_n_groups`` counts the Best-of-N groups stored.
+    (serving only) both are empty. ``best_of_n_groups`` counts the Best-of-N groups stored. ``learning_paused`` is the persisted pause (``POST /v1/learning``),
+    ``samples_rolled_back`` counts the samples of updates a rollback undid; ``trainer_state`` (with a
+    ``LearningControl``) is ``waiting for samples``, ``paused``, ``updating``, ``rolling back`` or ``stopped``.
     """
     log = trainer.state.log_history if trainer is not None else []
     updates = [entry for entry in log if "reward" in entry]
@@ -25,6 +27,10 @@ def learning_status(config, engine, store, trainer=None) -> dict:
         "samples_dropped_stale": store.count_dropped_stale(),
         "best_of_n": config.best_of_n,
         "best_of_n_groups": store.count_groups(),
+        "learning_paused": store.learning_paused(),
+        "adapter_history": config.adapter_history,
+        "samples_rolled_back": store.count_rolled_back(),
+        "trainer_state": learning.trainer_state if learning is not None else None,
     }
 
 

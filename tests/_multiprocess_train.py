@@ -57,6 +57,7 @@ def train_once(model_dir: str, out: Path, loss_type: str) -> None:
         max_steps=1,
         max_grad_norm=1e9,
         save_strategy="no",
+        adapter_history=0,
         report_to="none",
         seed=0,
         store_path=str(out / f"{loss_type}.sqlite"),

@@ -60,7 +60,7 @@ def _query(store: Path, sql: str) -> list[tuple]:
 @pytest.mark.slow
 def test_sigkill_then_rerun_continues_from_the_latest_checkpoint(tmp_path):
     run = tmp_path / "run"
-    args = ("--max_steps", "8", "--save_steps", "2")
+    args = ("--max_steps", "8")  # every update is checkpointed (adapter_history)
     first = _app(run, *args)
     _wait_for(first, lambda: (run / "checkpoint-4" / "trainer_state.json").exists())
     first.send_signal(signal.SIGKILL)
@@ -100,7 +100,7 @@ def test_sigkill_then_rerun_continues_from_the_latest_checkpoint(tmp_path):
 @pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_with_optimizer_state(tmp_path):
     run = tmp_path / "run"
-    proc = _app(run, "--max_steps", "1000", "--save_steps", "1000")
+    proc = _app(run, "--max_steps", "1000", "--adapter_history", "0", "--save_steps", "1000")
     store = run / "openclaw.sqlite"
 
     def trained_twice():

@@ -67,6 +67,8 @@ def test_replay_source_trains_on_recorded_conversations(tmp_path):
         "4",
         "--save_strategy",
         "no",
+        "--adapter_history",
+        "0",
     ]
     config, model_args, recipe = load_recipe(argv)
     runtime = build_runtime(config, model_args, recipe)
@@ -106,7 +108,16 @@ def test_a_crashed_source_ends_the_run_with_its_error(tmp_path, capsys):
     from openclaw_trl.commands.train import run_argv
 
     argv = ["--config", "recipes/tiny_simulated.yaml", "--simulated_user", f"{__name__}:CrashingUser"]
-    argv += ["--output_dir", str(tmp_path / "run"), "--max_steps", "1", "--save_strategy", "no"]
+    argv += [
+        "--output_dir",
+        str(tmp_path / "run"),
+        "--max_steps",
+        "1",
+        "--save_strategy",
+        "no",
+        "--adapter_history",
+        "0",
+    ]
     assert run_argv(argv) == 1  # instead of the trainer waiting forever for samples
     err = capsys.readouterr().err
     assert "the simulation source crashed: RuntimeError: the simulated user broke" in err
@@ -118,6 +129,15 @@ def test_a_failing_replay_ends_the_run_with_its_error(tmp_path, capsys):
     replay = tmp_path / "replay.jsonl"
     replay.write_text(json.dumps(_conversation(0, satisfied=True)) + "\n{not json\n")
     argv = ["--config", "recipes/tiny_simulated.yaml", "--source", "replay", "--replay_path", str(replay)]
-    argv += ["--output_dir", str(tmp_path / "run"), "--max_steps", "1", "--save_strategy", "no"]
+    argv += [
+        "--output_dir",
+        str(tmp_path / "run"),
+        "--max_steps",
+        "1",
+        "--save_strategy",
+        "no",
+        "--adapter_history",
+        "0",
+    ]
     assert run_argv(argv) == 1
     assert "the replay source crashed: JSONDecodeError" in capsys.readouterr().err

@@ -58,6 +58,7 @@ def _trainer(model_dir, tmp_path, store, **overrides):
         learning_rate=1e-3,
         max_steps=1,
         save_strategy="no",
+        adapter_history=0,
         report_to="none",
         max_grad_norm=1e9,
         seed=0,

@@ -189,7 +189,7 @@ def test_toy_demo_learns_the_bulleted_style_from_clicks(toy_demo_model, tmp_path
 
     bullets = next(s for s in world.STYLES if s.name == "bullets")
     argv = ["--config", "recipes/toy_offline.yaml", "--output_dir", str(tmp_path / "run")]
-    argv += ["--save_strategy", "no", "--max_steps", str(TOY_UPDATES)]
+    argv += ["--save_strategy", "no", "--adapter_history", "0", "--max_steps", str(TOY_UPDATES)]
     runtime = build_runtime(*load_recipe(argv))
     trainer = threading.Thread(target=runtime.trainer.train, daemon=True)
     try:

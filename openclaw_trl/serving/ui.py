@@ -44,6 +44,7 @@ from openclaw_trl.serving.ui_chat import (
     with_content,
     without_after,
 )
+from openclaw_trl.serving.ui_versions import VersionControls
 
 INTRO = (
     "Talk to the model: every reply teaches it. On any answer: 👍/👎 rates it, ✎ edits it into what it "
@@ -390,8 +391,8 @@ def _learning_panel() -> list:
     return [summary, hints, reward_plot, hint_plot]
 
 
-def _layout(title: str) -> _Components:
-    """The page: a title, the chat column on the left, the learning panel on the right."""
+def _layout(title: str, versions: VersionControls | None = None) -> _Components:
+    """The page: a title, the chat column on the left, the learning panel (and ``versions``) on the right."""
     conv = gr.State(new_conversation())
     gr.Markdown(f"## {html.escape(title)}\n{INTRO}")
     with gr.Row():
@@ -399,6 +400,8 @@ def _layout(title: str) -> _Components:
             chat = _chat_column()
         with gr.Column(scale=2):
             panel = _learning_panel()
+            if versions is not None:
+                versions.build()
     return _Components(conv=conv, panel=panel, **chat)
 
 
@@ -422,10 +425,13 @@ def _wire(demo, c: _Components, on: UiHandlers) -> None:
     demo.load(on.refresh, outputs=c.panel)
 
 
-def build_ui(service: ChatService, title: str = "openclaw-trl"):
-    """The ``gr.Blocks`` app (mounted at ``/`` by ``openclaw_trl.serving.app.create_app``)."""
+def build_ui(service: ChatService, title: str = "openclaw-trl", learning=None):
+    """The ``gr.Blocks`` app (mounted at ``/`` by ``openclaw_trl.serving.app.create_app``); ``learning`` (a
+    ``LearningControl``) backs the panel's version controls (``serving.ui_versions``)."""
     handlers = UiHandlers(service)
+    versions = VersionControls(service, learning)
     with gr.Blocks(title=title) as demo:
-        _wire(demo, _layout(title), handlers)
+        _wire(demo, _layout(title, versions), handlers)
+        versions.wire(demo)
     demo.queue(default_concurrency_limit=16)
     return demo

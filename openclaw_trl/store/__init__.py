@@ -16,7 +16,10 @@ Its parts, one API each:
 * :class:`~openclaw_trl.store.groups.Groups` (Best-of-N groups: a served turn's candidates, their quick
   scores and their group samples), used by the Best-of-N serving path;
 * :class:`~openclaw_trl.store.queries.Queries` (everything for the export, counts, recent hints);
-* :class:`~openclaw_trl.store.responses.ResponseIds` (Responses API ids -> turns), used by the server.
+* :class:`~openclaw_trl.store.responses.ResponseIds` (Responses API ids -> turns), used by the server;
+* :class:`~openclaw_trl.store.versions.AdapterVersions` (the published adapter versions a rollback
+  chooses from, the samples a rollback undid, the persisted learning pause), used by the trainer and the
+  learning control.
 
 Reopening a store resumes: ``ready`` turns are judged again and unconsumed samples are served first.
 """
@@ -32,10 +35,13 @@ from openclaw_trl.store.judging import TEACHER_ERROR_PREFIX, Judging
 from openclaw_trl.store.queries import TURN_STATUSES, Queries
 from openclaw_trl.store.queue import ResumePosition, SampleQueue, SampleSourceError
 from openclaw_trl.store.responses import ResponseIds, StoredResponse
+from openclaw_trl.store.versions import ROLLED_BACK_PREFIX, AdapterVersion, AdapterVersions
 
 __all__ = [
     "FEEDBACK_KINDS",
+    "ROLLED_BACK_PREFIX",
     "SCHEMA_VERSION",
+    "AdapterVersion",
     "TEACHER_ERROR_PREFIX",
     "TURN_STATUSES",
     "WITHDRAWN",
@@ -48,7 +54,7 @@ __all__ = [
 ]
 
 
-class Store(Conversations, Judging, SampleQueue, Groups, Queries, ResponseIds):
+class Store(Conversations, Judging, SampleQueue, Groups, Queries, ResponseIds, AdapterVersions):
     """SQLite store shared by the server threads, the scorer and the trainer (see the module docstring).
 
     ``Store(path)`` creates the file (and its parent directory) or resumes an existing one; it refuses a

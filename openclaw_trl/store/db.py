@@ -142,6 +142,20 @@ CREATE TABLE IF NOT EXISTS candidate_groups (
     score_std REAL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS candidate_groups_turn ON candidate_groups(turn_id);
+
+CREATE TABLE IF NOT EXISTS adapter_versions (
+    version INTEGER PRIMARY KEY,       -- the policy version (= the trainer's global step) that published it
+    created REAL NOT NULL,
+    samples INTEGER NOT NULL,          -- samples its update consumed (0 for the initial and restored ones)
+    metrics TEXT NOT NULL,             -- JSON: the metrics logged at that update
+    restored_from INTEGER,             -- a rollback: the version whose checkpoint it published again
+    checkpoint TEXT                    -- its checkpoint folder (adapter, optimizer, scheduler, RNG, step)
+);
+
+CREATE TABLE IF NOT EXISTS learning_state (
+    key TEXT PRIMARY KEY,              -- paused
+    value TEXT NOT NULL
+);
 """
 
 

@@ -19,7 +19,10 @@ What it overrides, and nothing else:
   hidden states of the PPO loss forward;
 * what happens after an optimizer step: the adapter is published to the serving engine (policy
   version + 1) and, once a batch's last step is done, its samples are marked consumed with the step
-  (``trainer.callbacks``).
+  (``trainer.callbacks``);
+* what happens between updates (``learning``, a ``trainer.control.LearningControl``): while learning is
+  paused no batch is taken; a rollback request restores an earlier version's checkpoint and publishes it
+  as the next policy version (``trainer.versions``); each checkpoint is recorded as an adapter version.
 
 ``lp_old`` in the OPD term is the sampling log-prob returned by the engine: the teacher was scored by
 the same engine, so engine numerics cancel in ``lp_T - lp_old``. When a batch is stale (sampled by an
@@ -68,6 +71,7 @@ from openclaw_trl.trainer.distill import (
     teacher_weights,
     topk_distillation,
 )
+from openclaw_trl.trainer.versions import InitialCheckpoint, record_version, roll_back
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +91,7 @@ class OpenClawTrainer(GRPOTrainer):
         callbacks=None,
         sample_timeout: float | None = None,
         recipe_yaml: str | None = None,
+        learning=None,
     ):
         # The data come from the store; the dataset only drives TRL's loop (one row per sample slot).
         placeholder = Dataset.from_dict({"prompt": [""] * args.generation_batch_size})
@@ -103,6 +108,8 @@ class OpenClawTrainer(GRPOTrainer):
         self.engine = engine
         self.sample_timeout = sample_timeout
         self.recipe_yaml = recipe_yaml
+        self.learning = learning  # a LearningControl (main process), or None: never paused, no rollback
+        self._restored_from: int | None = None  # set while a rollback writes its checkpoint
         self._batch_sample_ids: list[int] = []
         self._batch_turn_ids: list[int] = []
         self._batch_off_policy = False
@@ -115,6 +122,7 @@ class OpenClawTrainer(GRPOTrainer):
         self.samples_used = 0
         self.turns_used: set[int] = set()
         self.add_callback(PublishAndConsume(self))
+        self.add_callback(InitialCheckpoint(self))
         check_kd_teacher(self.args, self.accelerator.unwrap_model(self.model))
 
     # ------------------------------------------------------------------ batches
@@ -136,30 +144,69 @@ class OpenClawTrainer(GRPOTrainer):
         return process_share(samples, self.accelerator.process_index, self.accelerator.num_processes)
 
     def _shared_batch(self) -> list[TrainingSample]:
-        """The next ``generation_batch_size`` samples: the main process takes them from the store (or
-        raises ``TimeoutError`` after ``sample_timeout``) and shares them with the other processes."""
+        """The next ``generation_batch_size`` samples, the same on every process.
+
+        The main process decides what happens next (``_next_event``): a batch, or a rollback that every
+        process then carries out (``trainer.versions.roll_back``) before it waits for the next event.
+        """
         from accelerate.utils import broadcast_object_list
 
-        holder = [None]
-        if self.accelerator.is_main_process:
-            wanted = self.args.generation_batch_size
-            dropped = self.store.count_dropped_stale()
-            samples = self.store.wait_for_samples(
-                wanted,
-                timeout=self.sample_timeout,
-                policy_version=self.state.global_step,
-                max_staleness=self.args.max_staleness,
-            )
-            self._log("samples/dropped_stale", self.store.count_dropped_stale() - dropped)
-            if len(samples) < wanted:
-                raise TimeoutError(
-                    f"only {len(samples)} of {wanted} judged samples arrived within "
-                    f"{self.sample_timeout}s; they stay queued for the next run"
+        while True:
+            holder = [self._next_event() if self.accelerator.is_main_process else None]
+            if self.accelerator.num_processes > 1:
+                broadcast_object_list(holder)
+            kind, value = holder[0]
+            if kind == "batch":
+                return value
+            self._roll_back(value)
+
+    def _next_event(self) -> tuple[str, object]:
+        """Main process, between updates: ``("rollback", version)`` for a rollback request, else ``("batch",
+        samples)`` once ``generation_batch_size`` samples wait and learning is not paused. ``TimeoutError``
+        after ``sample_timeout`` seconds of waiting for samples (paused time not counted)."""
+        wanted, waited = self.args.generation_batch_size, 0.0
+        poll = self.learning.poll_s if self.learning is not None else None
+        dropped = self.store.count_dropped_stale()
+        while True:
+            if self.learning is not None and (version := self.learning.wait_while_paused()) is not None:
+                return "rollback", version
+            if self.learning is not None:
+                self.learning.trainer_state = "waiting for samples"
+            left = None if self.sample_timeout is None else self.sample_timeout - waited
+            wait = left if poll is None else (poll if left is None else min(poll, left))
+            try:
+                samples = self.store.wait_for_samples(
+                    wanted,
+                    timeout=wait,
+                    policy_version=self.state.global_step,
+                    max_staleness=self.args.max_staleness,
                 )
-            holder = [samples]
-        if self.accelerator.num_processes > 1:
-            broadcast_object_list(holder)
-        return holder[0]
+            except TimeoutError:
+                waited += wait
+                if left is not None and waited >= self.sample_timeout:
+                    raise TimeoutError(
+                        f"fewer than {wanted} judged samples arrived within {self.sample_timeout}s; "
+                        "they stay queued for the next run"
+                    ) from None
+                continue
+            self._log("samples/dropped_stale", self.store.count_dropped_stale() - dropped)
+            if self.learning is not None:
+                self.learning.trainer_state = "updating"
+            return "batch", samples
+
+    def _roll_back(self, version: int) -> None:
+        """Carry out a rollback on this process; the main process reports the outcome to the requester."""
+        try:
+            result = roll_back(self, version)
+        except Exception as err:
+            logger.exception(
+                "rollback to version %s failed; training goes on from the current version", version
+            )
+            if self.learning is not None and self.accelerator.is_main_process:
+                self.learning.finish(error=err)
+            return
+        if self.learning is not None and self.accelerator.is_main_process:
+            self.learning.finish(result=result)
 
     def _generate_and_score_completions(self, inputs):
         samples = self._take_batch()
@@ -432,7 +479,10 @@ class OpenClawTrainer(GRPOTrainer):
                 logger.info(
                     "training from step %s: %s samples consumed after it are queued again", step, requeued
                 )
-        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+        if self.learning is None:
+            return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+        with self.learning.trainer_running():
+            return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
 
     def save_checkpoint(self) -> str | None:
         """Save ``checkpoint-<global step>`` with the Trainer's own save (adapter, optimizer, scheduler, RNG and
@@ -458,6 +508,7 @@ class OpenClawTrainer(GRPOTrainer):
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
+        record_version(self, restored_from=self._restored_from)
         if self.accelerator.is_main_process:
             self.write_run_info()
 

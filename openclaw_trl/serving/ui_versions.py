@@ -1,0 +1,165 @@
+"""The learning panel's version controls: the adapter versions, a rollback, the pause switch, and "Did it
+learn for me?" (your recent prompts answered by the base model and by the current adapter, same seed).
+
+``VersionControls.build`` lays the components out inside the panel column; ``wire`` connects their events.
+They call the same ``LearningControl`` as ``/v1/adapters``, ``/v1/adapters/rollback`` and ``/v1/learning``
+(``None`` on a server that does not train: the version part then says so; the comparison still works).
+"""
+
+import asyncio
+import html
+import time
+
+import gradio as gr
+
+from openclaw_trl.compare import compare_base_and_policy, markdown_table
+from openclaw_trl.engines.base import SamplingParams
+from openclaw_trl.serving.chat_service import ChatService
+from openclaw_trl.trainer.control import (
+    LearningUnavailable,
+    NotRestorable,
+    RollbackTimeout,
+    UnknownVersion,
+)
+
+COMPARE_PROMPTS = 3
+"""Recent prompts the "Did it learn for me?" button replays."""
+COMPARE_MAX_TOKENS = 96
+"""Tokens per replayed reply (at most the server's default ``max_tokens``)."""
+REFRESH_S = 2.0
+
+
+def versions_markdown(versions: list, paused: bool, trainer_state: str | None, waiting: int) -> str:
+    """The version list as a Markdown table, newest first, with the learning state above it."""
+    state = "paused: no updates until you resume" if paused else (trainer_state or "learning")
+    lines = [f"**Learning:** {html.escape(state)} ({waiting} judged samples queued)"]
+    if not versions:
+        lines.append("_No adapter versions yet: the first one is saved when training starts._")
+        return "  \n".join(lines)
+    lines += ["", "| version | saved | samples | reward | |", "|---|---|---|---|---|"]
+    for v in versions:
+        name = f"v{v.version}" + (f" = v{v.restored_from}" if v.restored_from is not None else "")
+        if v.version == 0:
+            name += " (initial)"
+        samples = v.samples if v.version > 0 and v.restored_from is None else "–"
+        reward = v.metrics.get("reward")
+        reward = f"{reward:+.2f}" if isinstance(reward, int | float) else "–"
+        mark = "**serving**" if v.serving else ("" if v.restorable else "checkpoint gone")
+        saved = time.strftime("%H:%M:%S", time.localtime(v.created))
+        lines.append(
+            f"| {'**' + name + '**' if v.serving else name} | {saved} | {samples} | {reward} | {mark} |"
+        )
+    restored = [v for v in versions if v.restored_from is not None]
+    if restored:
+        v = restored[0]
+        lines += [
+            "",
+            f"_v{v.version} = v{v.restored_from}: a rollback served v{v.restored_from}'s weights again as v{v.version}._",
+        ]
+    return "\n".join(lines)
+
+
+class VersionControls:
+    """The components and their handlers (one method per event)."""
+
+    def __init__(self, service: ChatService, learning=None):
+        self.service, self.learning = service, learning
+
+    # -- layout ------------------------------------------------------------------------------------
+
+    def build(self) -> None:
+        gr.Markdown("### Adapter versions")
+        self.table = gr.Markdown("", elem_id="versions")
+        with gr.Row(equal_height=True):
+            self.choice = gr.Dropdown(
+                label="Roll back to",
+                choices=[],
+                value=None,
+                scale=3,
+                elem_id="rollback-version",
+                interactive=True,
+            )
+            self.rollback = gr.Button("Roll back", scale=1, elem_id="rollback")
+        self.pause = gr.Checkbox(
+            label="Pause learning (chatting and feedback go on; no updates)",
+            value=False,
+            elem_id="pause-learning",
+        )
+        self.note = gr.Markdown("", elem_id="versions-notice")
+        gr.Markdown("### Did it learn for me?")
+        gr.Markdown(
+            f"Your last {COMPARE_PROMPTS} prompts (not the private ones) answered by the base model and by the "
+            "current adapter, with the same seed."
+        )
+        self.compare = gr.Button("Did it learn for me?", elem_id="did-it-learn")
+        self.comparison = gr.Markdown("", elem_id="comparison")
+
+    def wire(self, demo) -> None:
+        listing = [self.table, self.choice, self.pause]
+        gr.Timer(REFRESH_S).tick(self.refresh, outputs=listing, show_progress="hidden", queue=False)
+        demo.load(self.refresh, outputs=listing)
+        self.rollback.click(self.on_rollback, inputs=[self.choice], outputs=[self.note, *listing])
+        self.pause.input(self.on_pause, inputs=[self.pause], outputs=[self.note])
+        self.compare.click(self.on_compare, outputs=[self.comparison])
+
+    # -- events ------------------------------------------------------------------------------------
+
+    def refresh(self, reset_choice: bool = False):
+        """The version list, the rollback choices (restorable versions but the serving one), the switch."""
+        if self.learning is None:
+            note = "_This server does not train: no versions to list, roll back or pause._"
+            return note, gr.update(choices=[], interactive=False), gr.update(interactive=False)
+        try:
+            versions, paused = self.learning.versions(), self.learning.paused
+        except Exception as exc:  # a hiccup must not spam error toasts every tick
+            return f"_Versions unavailable: {html.escape(str(exc))}_", gr.skip(), gr.skip()
+        choices = [
+            (f"v{v.version}" + (" (initial)" if v.version == 0 else f" (update {v.version})"), v.version)
+            for v in versions
+            if v.restorable and not v.serving
+        ]
+        waiting = self.service.store.count_waiting()
+        table = versions_markdown(versions, paused, self.learning.trainer_state, waiting)
+        choice = gr.update(choices=choices, value=None) if reset_choice else gr.update(choices=choices)
+        return table, choice, gr.update(value=paused)
+
+    async def on_rollback(self, version):
+        if self.learning is None:
+            return "This server does not train.", *self.refresh()
+        if version is None:
+            return "Choose a version to roll back to first.", *self.refresh()
+        try:
+            result = await asyncio.to_thread(self.learning.rollback, int(version))
+        except (UnknownVersion, NotRestorable, LearningUnavailable, RollbackTimeout) as err:
+            return f"Not rolled back: {html.escape(str(err))}", *self.refresh()
+        note = (
+            f"Rolled back to v{result.restored_from}: its weights now serve as v{result.policy_version}, and "
+            f"training continues from them. {result.samples_rolled_back} samples of the undone updates will not "
+            "be trained on again."
+        )
+        return note, *self.refresh(reset_choice=True)
+
+    def on_pause(self, paused: bool):
+        if self.learning is None:
+            return "This server does not train."
+        self.learning.set_paused(bool(paused))
+        if paused:
+            return "Learning paused: keep chatting and rating; the trainer waits (an update already running ends)."
+        return "Learning resumed: the next batch of judged samples updates the adapter."
+
+    async def on_compare(self):
+        turns = await asyncio.to_thread(self.service.store.recent_prompt_turns, COMPARE_PROMPTS)
+        if not turns:
+            return '_No prompts yet: chat first (conversations marked "don\'t learn" are left out)._'
+        settings = self.service.settings
+        sampling = SamplingParams(
+            temperature=settings.train_temperature,
+            max_new_tokens=min(settings.default_max_tokens, COMPARE_MAX_TOKENS),
+            seed=0,
+        )
+        version = getattr(self.service.engine, "policy_version", 0)
+        try:
+            pairs = await asyncio.to_thread(compare_base_and_policy, self.service.engine, turns, sampling)
+        except Exception as exc:
+            return f"_The comparison failed: {html.escape(str(exc))}_"
+        return markdown_table(pairs, "Base model", f"Current adapter (v{version})")
