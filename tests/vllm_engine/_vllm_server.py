@@ -55,7 +55,7 @@ class VLLMServer:
     log_path: Path
 
     @classmethod
-    def start(cls, model_dir, log_dir: Path, max_lora_rank: int = 8, extra: list[str] | None = None) -> VLLMServer:
+    def start(cls, model_dir, log_dir: Path, max_lora_rank: int = 16, extra: list[str] | None = None) -> VLLMServer:
         port = free_port()
         log_path = Path(log_dir) / f"vllm-server-{port}.log"
         argv = serve_command(
