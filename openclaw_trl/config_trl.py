@@ -130,7 +130,11 @@ def refuse_fields_of_the_other_engine(config) -> None:
             raise ValueError(
                 f"{name}={getattr(config, name)!r} configures engine: {engine}, but the engine is "
                 f"{config.engine}: set engine: {engine} or remove {name}"
-                + (" (vLLM servers take these as vllm serve options)" if config.engine == "vllm_server" else "")
+                + (
+                    " (vLLM servers take these as vllm serve options)"
+                    if config.engine == "vllm_server"
+                    else ""
+                )
             )
 
 
@@ -154,7 +158,9 @@ def check_vllm_server_fields(config) -> None:
     for name in ("vllm_server_request_timeout", "vllm_server_timeout"):
         if not getattr(config, name) > 0:
             raise ValueError(f"{name} must be > 0 seconds, got {getattr(config, name)!r}")
-    if not (isinstance(config.vllm_server_max_learn_requests, int) and config.vllm_server_max_learn_requests >= 1):
+    if not (
+        isinstance(config.vllm_server_max_learn_requests, int) and config.vllm_server_max_learn_requests >= 1
+    ):
         raise ValueError(
             f"vllm_server_max_learn_requests must be an integer >= 1, got {config.vllm_server_max_learn_requests!r}"
         )

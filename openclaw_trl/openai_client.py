@@ -49,9 +49,7 @@ class OpenAIClient:
             all_headers["Authorization"] = f"Bearer {self.api_key}"
         return all_headers
 
-    def post(
-        self, path: str, body: dict, headers: dict | None = None, check: bool = True
-    ) -> httpx.Response:
+    def post(self, path: str, body: dict, headers: dict | None = None, check: bool = True) -> httpx.Response:
         """``POST base_url + path`` with the bearer key; raises on an HTTP error status unless ``check=False``."""
         response = self.http.post(
             self.base_url + path, json=body, headers=self._headers(headers), timeout=self.timeout

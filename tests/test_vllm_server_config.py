@@ -44,7 +44,10 @@ def test_engine_kwargs_are_the_recipe_fields(tmp_path):
         "startup_timeout": 600.0,
         "max_learn_requests": 2,
     }
-    assert _config(tmp_path, vllm_server_adapter_dir="/mnt/shared/a").engine_kwargs()["adapter_dir"] == "/mnt/shared/a"
+    assert (
+        _config(tmp_path, vllm_server_adapter_dir="/mnt/shared/a").engine_kwargs()["adapter_dir"]
+        == "/mnt/shared/a"
+    )
 
 
 def test_engine_kwargs_are_named_parameters_of_the_engine(tmp_path):
@@ -85,7 +88,9 @@ def test_bad_fields_are_refused(tmp_path, fields, message):
 )
 def test_server_fields_are_refused_with_other_engines(tmp_path, engine, field, value):
     with pytest.raises(ValueError, match=f"configures engine: vllm_server, but the engine is {engine}"):
-        OpenClawConfig(output_dir=str(tmp_path), report_to="none", engine=engine, temperature=1.0, **{field: value})
+        OpenClawConfig(
+            output_dir=str(tmp_path), report_to="none", engine=engine, temperature=1.0, **{field: value}
+        )
 
 
 def test_trl_server_client_fields_point_to_vllm_server(tmp_path):
@@ -113,4 +118,6 @@ def test_a_missing_api_key_variable_is_a_user_error(tiny_model_dir, monkeypatch)
 
     monkeypatch.delenv("OPENCLAW_TEST_VLLM_KEY", raising=False)
     with pytest.raises(UserError, match="OPENCLAW_TEST_VLLM_KEY"):
-        create_engine("vllm_server", tiny_model_dir, urls=["http://127.0.0.1:1"], api_key_env="OPENCLAW_TEST_VLLM_KEY")
+        create_engine(
+            "vllm_server", tiny_model_dir, urls=["http://127.0.0.1:1"], api_key_env="OPENCLAW_TEST_VLLM_KEY"
+        )

@@ -60,7 +60,9 @@ def score_params(top_k: int, temperature: float):
 def completion_scores(prompt_logprobs, prompt_len: int, tokens: list[int], temperature: float, top_k: int):
     """``(logprobs, topk_ids, topk_logprobs)`` of the completion ``tokens`` that follow ``prompt_len`` prompt
     tokens, from a finished prompt-log-prob request (top-K sorted by vLLM's rank, most likely first)."""
-    return scores_from_positions(_positions(prompt_logprobs, prompt_len, len(tokens)), tokens, temperature, top_k)
+    return scores_from_positions(
+        _positions(prompt_logprobs, prompt_len, len(tokens)), tokens, temperature, top_k
+    )
 
 
 def scores_from_positions(positions, tokens: list[int], temperature: float, top_k: int):

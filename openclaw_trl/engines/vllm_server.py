@@ -256,13 +256,17 @@ class VLLMServerEngine:
             shutil.copytree(adapter, path)  # a copy: the trainer may overwrite its directory later
             return path
         if self.lora_config is None:
-            raise ValueError("VLLMServerEngine has no LoraConfig: pass lora_config= or publish an adapter directory")
+            raise ValueError(
+                "VLLMServerEngine has no LoraConfig: pass lora_config= or publish an adapter directory"
+            )
         return adapter_state_dict_to_dir(adapter, self.lora_config, path)
 
     def _load_everywhere(self, name: str, path: Path) -> None:
         servers = self._pool.healthy_servers()
         if not servers:
-            raise RuntimeError(f"cannot publish: no vLLM server is reachable ({self._pool.describe_errors()})")
+            raise RuntimeError(
+                f"cannot publish: no vLLM server is reachable ({self._pool.describe_errors()})"
+            )
         results = list(self._executors["serve"].map(lambda s: self._try_load(s, name, path), servers))
         refused = [(s, r) for s, r in zip(servers, results) if isinstance(r, ValueError)]
         if refused or not any(r is None for r in results):
@@ -324,10 +328,14 @@ class VLLMServerEngine:
             finally:
                 self._pool.release(server, priority)
 
-    def _generate_row(self, index: int, request: GenerationRequest, on_token, priority: Priority) -> Completion:
+    def _generate_row(
+        self, index: int, request: GenerationRequest, on_token, priority: Priority
+    ) -> Completion:
         with self._pin(request.weights) as version:
             sampled = _Sampled()
-            self._on_any_server(priority, lambda s: self._sample(s, version, request, sampled, index, on_token))
+            self._on_any_server(
+                priority, lambda s: self._sample(s, version, request, sampled, index, on_token)
+            )
             sp = request.sampling
             if sp.temperature > 0 and (sp.top_p < 1.0 or sp.top_k > 0) and sampled.tokens:
                 sampled.logprobs = self._score_row(
@@ -412,5 +420,7 @@ class VLLMServerEngine:
         positions = []
         for entry in plp[start : start + len(completion)]:
             keys = [int(k) for k in entry]
-            positions.append((keys, [v["logprob"] for v in entry.values()], [v["rank"] for v in entry.values()]))
+            positions.append(
+                (keys, [v["logprob"] for v in entry.values()], [v["rank"] for v in entry.values()])
+            )
         return scores_from_positions(positions, list(completion), temperature, top_k)

