@@ -192,3 +192,77 @@ def test_a_server_killed_mid_run_moves_its_requests_to_the_other(
         version = contract.next_version()
         eng.publish_adapter(adapters[1], version)  # only the survivor needs to load it
         assert eng.generate(req[:1])[0].policy_version == version
+
+
+class _Proxy:
+    """A TCP relay from a local port to ``target`` (host, port): a second route to the same server, which can
+    be opened later (a server that comes back)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.sent = 0  # bytes relayed from clients to the server
+
+    def open(self) -> None:
+        self.listener.listen(64)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            for a, b, count in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(target=self._pump, args=(a, b, count), daemon=True).start()
+
+    def _pump(self, src, dst, count: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                self.sent += len(data) if count else 0
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_server_that_comes_back_rejoins_the_rotation(
+    vllm_server, tiny_model_dir, tiny_tokenizer, adapters, tmp_path
+):
+    """A server that does not answer at start is out of rotation; once it answers, the reviver checks it holds
+    the adapter in use and puts it back, and requests reach it again."""
+    host, port = vllm_server.url.removeprefix("http://").split(":")
+    proxy = _Proxy((host, int(port)))  # bound, not listening: connections are refused
+    try:
+        with _server_engine(
+            tiny_model_dir, [f"http://127.0.0.1:{proxy.port}", vllm_server.url], tmp_path, retry_s=0.5
+        ) as eng:
+            assert not eng._pool.servers[0].healthy
+            eng.publish_adapter(adapters[0], contract.next_version())
+            proxy.open()
+            deadline = time.monotonic() + 60
+            while not eng._pool.servers[0].healthy and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert eng._pool.servers[0].healthy, eng._pool.describe_errors()
+            assert eng._active.model in eng._pool.servers[0].loaded
+            before = proxy.sent
+            ps = contract.prompts(tiny_tokenizer, 3)
+            outs = eng.generate(
+                [GenerationRequest(p, SamplingParams(max_new_tokens=4, seed=1)) for p in ps] * 2
+            )
+            assert all(o.policy_version == eng.policy_version for o in outs)
+            assert proxy.sent > before  # the revived route serves requests again
+    finally:
+        proxy.close()
