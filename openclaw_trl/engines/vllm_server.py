@@ -210,13 +210,16 @@ class VLLMServerEngine:
         self._collect()
 
     def close(self) -> None:
+        """Unload this engine's adapters from the servers and remove their directories."""
         for executor in self._executors.values():
             executor.shutdown(wait=False, cancel_futures=True)
         with self._lock:
-            names = [v.model for v in self._published]
+            published, self._published = self._published, []
         for server in self._pool.healthy_servers():
-            for name in names:
-                self._unload(server, name)
+            for version in published:
+                self._unload(server, version.model)
+        for version in published:
+            shutil.rmtree(version.adapter, ignore_errors=True)
         self._pool.close()
         if self._owns_adapter_dir:
             shutil.rmtree(self.adapter_dir, ignore_errors=True)

@@ -1,6 +1,7 @@
 """The acceptance run of ``engine: vllm_server``: ``python app.py --config recipes/tiny_vllm_server.yaml
 --max_steps 2`` against a real vLLM server of the tiny model finishes, and its served turns carry policy
-versions 0, 1 and 2 (the base weights, then each published adapter).
+versions 0, 1 and 2 (the base weights, then each published adapter); the same with two training processes
+(``torchrun --nproc_per_node 2``).
 
 The app runs in its own interpreter: openclaw-trl's training dependencies (TRL, Gradio) live in the main venv,
 vLLM in ``.venv-vllm``. ``make test-vllm`` names the main venv's python in ``OPENCLAW_TRL_APP_PYTHON``; without
@@ -36,10 +37,10 @@ def _app_python() -> str:
     return sys.executable
 
 
-def test_app_trains_two_steps_against_the_server(vllm_server, tiny_model_dir, tmp_path):
-    out = tmp_path / "run"
+def _run_app(vllm_server, tiny_model_dir, out: Path, launcher: list[str], *extra: str) -> set[int]:
+    """Run the recipe for two updates; the policy versions of its served turns."""
     argv = [
-        _app_python(),
+        *launcher,
         str(ROOT / "app.py"),
         "--config",
         str(ROOT / "recipes" / "tiny_vllm_server.yaml"),
@@ -51,11 +52,24 @@ def test_app_trains_two_steps_against_the_server(vllm_server, tiny_model_dir, tm
         vllm_server.url,
         "--output_dir",
         str(out),
+        *extra,
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     result = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stderr[-4000:]
     assert (out / "checkpoint-2").is_dir()
     with sqlite3.connect(out / "openclaw.sqlite") as db:
-        versions = {v for (v,) in db.execute("SELECT DISTINCT policy_version FROM turns")}
+        return {v for (v,) in db.execute("SELECT DISTINCT policy_version FROM turns")}
+
+
+def test_app_trains_two_steps_against_the_server(vllm_server, tiny_model_dir, tmp_path):
+    versions = _run_app(vllm_server, tiny_model_dir, tmp_path / "run", [_app_python()])
+    assert {0, 1, 2} <= versions, versions
+
+
+def test_two_training_processes_against_the_server(vllm_server, tiny_model_dir, tmp_path):
+    """``torchrun --nproc_per_node 2`` (gloo on CPU): the main process owns the store and talks to the server,
+    both processes train; the run finishes and serves versions 0, 1, 2 as with one process."""
+    launcher = [_app_python(), "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    versions = _run_app(vllm_server, tiny_model_dir, tmp_path / "run", launcher, "--use_cpu", "true")
     assert {0, 1, 2} <= versions, versions
