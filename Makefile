@@ -75,8 +75,10 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	fi
 	touch $@
 
-test-vllm: $(VLLM_VENV)/.installed
-	PYTHONPATH=$(CURDIR) $(VLLM_PY) -m pytest -m vllm -p no:cacheprovider $(PYTEST_ARGS) tests/vllm_engine
+# The engine: vllm_server tests start real vLLM servers from .venv-vllm; the acceptance run of app.py against
+# one needs TRL, so it runs with the main venv's python (OPENCLAW_TRL_APP_PYTHON).
+test-vllm: $(VLLM_VENV)/.installed $(VENV)/.installed
+	OPENCLAW_TRL_APP_PYTHON=$(CURDIR)/$(PY) PYTHONPATH=$(CURDIR) $(VLLM_PY) -m pytest -m vllm -p no:cacheprovider $(PYTEST_ARGS) tests/vllm_engine
 
 # --- The GPU check (benchmarks/gpu_check.sh) on the lent GPU machine. Its image has Python 3.12 with torch,
 # transformers, accelerate, peft, safetensors, tokenizers, pyarrow, httpx, numpy and pytest, but none of the

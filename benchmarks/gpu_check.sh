@@ -3,8 +3,9 @@
 # OpenClawTrainer vs GRPOTrainer update ratio and peak memory (Qwen3-0.6B shapes), one Combine update of a
 # Qwen3-4B-shaped model with LoRA r = 16 beside the colocated HF engine (seconds, peak GiB: does it fit a
 # 24 GB card?), serving p95 idle vs during updates, `benchmarks/learning/run.py --quick`, judge cost. All
-# models are random-weight models built here (no downloads). The vLLM and QLoRA stages run where vllm /
-# bitsandbytes import and are skipped with one line each otherwise.
+# models are random-weight models built here (no downloads). The vLLM stages (in-process engine, and
+# engine: vllm_server against a vLLM server the stage starts: publish vs merge, score, p95 during publishes) and
+# the QLoRA stage run where vllm / bitsandbytes import and are skipped with one line each otherwise.
 #
 #   bash benchmarks/gpu_check.sh                       # on the GPU machine (uses python3, or $PYTHON)
 #   bash benchmarks/gpu_check.sh --device cpu --tiny   # the CPU rehearsal: tiny model, float32

@@ -205,6 +205,7 @@ def plan(args, tmp: Path) -> list[tuple[str, list[str] | None, Path | str, int]]
             420,
             python=vpy,
         )
+        stage("vllm_server", "server_bench.py", ["--repeats", "3" if args.quick else "5"], 900, python=vpy)
     trainer_args = ["--quick"] if args.quick else (["--full"] if args.full else [])
     stage("trainer", "trainer_bench.py", trainer_args, 900 if args.full else 480)
     stage("serving", "serving_bench.py", ["--repeats", "2" if args.quick else "3"], 300)
@@ -298,6 +299,10 @@ def gpu_plan(args, tmp: Path, stage, stages: list) -> None:
             ],
             150 * slow,
         )
+    if _missing("vllm"):
+        stages.append(("vllm_server", None, "vllm is not installed here: pip install -e '.[vllm]'", 0))
+    else:  # engine: vllm_server against a vLLM server of the same model started by the stage
+        stage("vllm_server", "server_bench.py", ["--model-dir", big, "--repeats", "3"], 150 * slow)
     if _missing("bitsandbytes") or args.device == "cpu":
         why = (
             "needs a CUDA GPU"
@@ -423,6 +428,37 @@ def summarize(reports: dict) -> list[dict]:
                     "publish_over_merge",
                     "merge-and-push measured on the HF side of trainer_bench (same model)",
                 )
+    server = reports.get("vllm_server") or {}
+    if server:
+        p, sc, sv = server["publish"], server["score"], server["serving"]
+        model = Path(server["model"]).name
+        row(
+            f"adapter publish to a vLLM server (r={server['lora_r']}) vs merge + write full weights",
+            model,
+            f"{p['publish_s'] * 1e3:.1f} ms",
+            f"{p['merge_and_write_s'] * 1e3:.1f} ms",
+            p["publish_over_merge"],
+            "publish_over_merge",
+            "ours: write + /v1/load_lora_adapter + switch; theirs excludes the full-weight load on the server",
+        )
+        row(
+            "score vs prefill-only tokens/s (vllm_server)",
+            model,
+            f"{sc['score_tok_per_s']:.0f} tok/s",
+            f"{sc['forward_tok_per_s']:.0f} tok/s",
+            sc["score_over_forward"],
+            None,
+            "prompt log-probs over HTTP (JSON)",
+        )
+        row(
+            "serving p95 during adapter publishes vs idle (vllm_server)",
+            model,
+            f"{sv['updating_p95_s'] * 1e3:.0f} ms",
+            f"{sv['idle_p95_s'] * 1e3:.0f} ms",
+            sv["p95_ratio"],
+            None,
+            f"{sv['publishes_during']} publishes during {sv['requests']} requests",
+        )
     serving = reports.get("serving") or {}
     phases = {r["phase"]: r for r in serving.get("rows", [])}
     if "idle" in phases and "training" in phases:

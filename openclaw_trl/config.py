@@ -20,6 +20,7 @@ from openclaw_trl.config_trl import (
     check_adapter_history,
     check_importance_sampling_clip,
     check_trackers,
+    check_vllm_server_fields,
     derive_batch_geometry,
     refuse_fields_of_the_other_engine,
     refuse_inapplicable_trl_fields,
@@ -32,7 +33,7 @@ from openclaw_trl.serving.settings import ServerSettings
 from openclaw_trl.sessions import SessionConfig
 
 SOURCES = ("live", "replay", "simulated")
-ENGINES = ("hf", "vllm")
+ENGINES = ("hf", "vllm", "vllm_server")
 KD_TOPK_SOURCES = ("teacher", "student")
 ADVANTAGE_BASELINES = ("none", "session_mean")
 OPD_KD_SCHEDULES = ("constant", "switch", "ramp")
@@ -186,7 +187,9 @@ class OpenClawConfig(GRPOConfig):
     > Parameters that control the engine
 
     engine (`str`, defaults to `"hf"`):
-        `"hf"` (Transformers + PEFT, CPU or GPU) or `"vllm"` (colocated vLLM with LoRA adapters). The
+        `"hf"` (Transformers + PEFT, CPU or GPU), `"vllm"` (colocated vLLM with LoRA adapters) or
+        `"vllm_server"` (running stock vLLM servers, `vllm_server_urls`, over HTTP; they serve, judge and
+        score the teacher, and load each published adapter through vLLM's runtime LoRA API). The
         `vllm_gpu_memory_utilization`, `vllm_enable_sleep_mode` and `vllm_max_model_length` fields of
         `GRPOConfig` configure the vLLM engine (`vllm_max_model_length: null`: 4096 tokens) and are refused
         with `engine: hf`. Both engines load the weights in the `dtype` of the recipe (`auto`: float32 on
@@ -194,6 +197,23 @@ class OpenClawConfig(GRPOConfig):
     engine_max_batch_size (`int`, defaults to `16`):
         Concurrent requests batched into one generation pass of `engine: hf`; refused with `engine: vllm`,
         which batches requests itself (continuous batching).
+    vllm_server_urls (`list[str]`, defaults to `[]`):
+        Roots (`http(s)://host:port`) of the vLLM servers of `engine: vllm_server` (required there), each
+        started as `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve MODEL --enable-lora --max-lora-rank R
+        --logprobs-mode processed_logprobs` on the recipe's `model_name_or_path` (checked at start). Requests
+        go to the server with the fewest in flight; a failing one is out of rotation and retried every 5 s.
+    vllm_server_api_key_env (`str` or `None`, defaults to `None`):
+        Name of the environment variable holding the servers' bearer key (`vllm serve --api-key`).
+    vllm_server_adapter_dir (`str` or `None`, defaults to `None`):
+        Where published adapter versions are written for the servers to load: a path every server reads at
+        the same place (a shared mount across machines); defaults to `<output_dir>/served_adapters`.
+    vllm_server_request_timeout (`float`, defaults to `120`):
+        Seconds a server may take to answer (a stream: between two tokens) before it is taken out of rotation
+        and the request moves to another server.
+    vllm_server_max_learn_requests (`int`, defaults to `4`):
+        Judge votes and teacher pairs in flight per server; chat requests are never held back by them.
+    vllm_server_timeout (`float`, defaults to `240`):
+        TRL's field, with its meaning: seconds to wait at start for a vLLM server to answer.
 
     > Parameters that control serving and the sample source
 
@@ -378,8 +398,23 @@ class OpenClawConfig(GRPOConfig):
         metadata={"help": "Failed judging attempts before a turn is set aside as failed."},
     )
     # Engine
-    engine: str = field(default="hf", metadata={"help": "hf or vllm.", "choices": ENGINES})
+    engine: str = field(default="hf", metadata={"help": "hf, vllm or vllm_server.", "choices": ENGINES})
     engine_max_batch_size: int = field(default=16, metadata={"help": "Requests per generation pass (hf)."})
+    vllm_server_urls: list[str] = field(
+        default_factory=list, metadata={"help": "vllm_server: roots of the vLLM servers (http://host:port)."}
+    )
+    vllm_server_api_key_env: str | None = field(
+        default=None, metadata={"help": "vllm_server: env var holding the servers' bearer key."}
+    )
+    vllm_server_adapter_dir: str | None = field(
+        default=None, metadata={"help": "vllm_server: adapter versions dir every server reads."}
+    )
+    vllm_server_request_timeout: float = field(
+        default=120.0, metadata={"help": "vllm_server: seconds before a silent server is out of rotation."}
+    )
+    vllm_server_max_learn_requests: int = field(
+        default=4, metadata={"help": "vllm_server: judge/teacher requests in flight per server."}
+    )
     # Serving and sources
     source: str = field(default="live", metadata={"help": "live, replay or simulated."})
     replay_path: str | None = field(default=None, metadata={"help": "JSONL / datasets file for replay."})
@@ -541,9 +576,10 @@ class OpenClawConfig(GRPOConfig):
                 "top-K distillation needs hints: use method opd or combine",
             ),
             (
-                self.engine != "vllm" or self.method == "rl" or self.temperature == 1.0,
-                "engine vllm scores the OPD teacher with prompt log-probs, which vLLM computes at temperature 1: "
-                "set temperature: 1.0 so teacher and student use the same temperature (or use engine: hf)",
+                self.engine not in ("vllm", "vllm_server") or self.method == "rl" or self.temperature == 1.0,
+                f"engine {self.engine} scores the OPD teacher with prompt log-probs, which vLLM computes at "
+                "temperature 1: set temperature: 1.0 so teacher and student use the same temperature (or use "
+                "engine: hf)",
             ),
         ]
         for ok, message in checks:
@@ -555,6 +591,7 @@ class OpenClawConfig(GRPOConfig):
         self.session_config()  # raises on a session_idle_timeout that is not > 0
         refuse_inapplicable_trl_fields(self)
         refuse_fields_of_the_other_engine(self)
+        check_vllm_server_fields(self)
 
     def _validate_baseline_and_schedule(self) -> None:
         if self.advantage_baseline not in ADVANTAGE_BASELINES:
@@ -720,6 +757,16 @@ class OpenClawConfig(GRPOConfig):
         leaves vLLM's context at the engine's default.
         """
         dtype = None if dtype == "auto" else dtype
+        if self.engine == "vllm_server":  # the servers load the weights in their own dtype
+            return {
+                "urls": list(self.vllm_server_urls),
+                "api_key_env": self.vllm_server_api_key_env,
+                "lora_config": lora_config,
+                "adapter_dir": self.vllm_server_adapter_dir or f"{self.output_dir}/served_adapters",
+                "request_timeout": self.vllm_server_request_timeout,
+                "startup_timeout": self.vllm_server_timeout,
+                "max_learn_requests": self.vllm_server_max_learn_requests,
+            }
         if self.engine == "hf":
             return {"lora_config": lora_config, "dtype": dtype, "max_batch_size": self.engine_max_batch_size}
         kwargs = {

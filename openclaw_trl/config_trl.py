@@ -13,13 +13,26 @@ import dataclasses
 import os
 
 VLLM_ONLY_FIELDS = ("vllm_gpu_memory_utilization", "vllm_enable_sleep_mode", "vllm_max_model_length")
-"""``GRPOConfig`` fields that configure ``engine: vllm``; with ``engine: hf`` they must keep TRL's defaults."""
+"""``GRPOConfig`` fields that configure ``engine: vllm``; with another engine they must keep TRL's defaults."""
+
+VLLM_SERVER_FIELDS = (
+    "vllm_server_urls",
+    "vllm_server_api_key_env",
+    "vllm_server_adapter_dir",
+    "vllm_server_request_timeout",
+    "vllm_server_max_learn_requests",
+    "vllm_server_timeout",
+)
+"""Fields that configure ``engine: vllm_server``; with another engine they must keep their defaults."""
 
 
 def refuse_inapplicable_trl_fields(config) -> None:
     """TRL fields whose code paths this trainer replaces: accepted only at the value that matches what runs."""
     generated = "the serving engine samples every turn (TRL does not generate here)"
-    server = "engine: vllm runs vLLM inside this process; there is no separate vLLM server"
+    server = (
+        "TRL's own vLLM server client is not used, so there is no separate vLLM server of TRL's: for stock "
+        "vLLM servers use engine: vllm_server with vllm_server_urls"
+    )
     per_request = "sampling values other than temperature come from each chat request (its top_p, top_k, ...)"
     derived = "the batch geometry is derived from batch_size and per_device_train_batch_size: set batch_size"
     logged = "every turn and sample is kept in the store: read them with openclaw-trl export"
@@ -31,7 +44,6 @@ def refuse_inapplicable_trl_fields(config) -> None:
         ("vllm_server_host", ("0.0.0.0",), server),
         ("vllm_server_port", (8000,), server),
         ("vllm_group_port", (51216,), server),
-        ("vllm_server_timeout", (240.0,), server),
         ("vllm_tensor_parallel_size", (1,), "engine: vllm runs on one device"),
         ("vllm_model_impl", ("vllm",), "engine: vllm uses vLLM's own model implementation"),
         ("vllm_structured_outputs_regex", (None,), f"{generated} as each chat request asks"),
@@ -103,25 +115,56 @@ def refuse_inapplicable_trl_fields(config) -> None:
 
 
 def refuse_fields_of_the_other_engine(config) -> None:
-    """Engine fields that the chosen engine cannot take: vLLM's with ``engine: hf``, the HF batch size with vLLM."""
-    if config.engine == "hf":
-        for name in VLLM_ONLY_FIELDS:
-            if getattr(config, name) != _default(config, name):
-                raise ValueError(
-                    f"{name}={getattr(config, name)!r} configures engine: vllm, but the engine is hf: "
-                    f"set engine: vllm or remove {name}"
+    """Engine fields that the chosen engine cannot take: the in-process vLLM engine's, the vLLM servers' and
+    the HF batch size, each with any other engine."""
+    owners = [("vllm", name) for name in VLLM_ONLY_FIELDS]
+    owners += [("vllm_server", name) for name in VLLM_SERVER_FIELDS]
+    owners += [("hf", "engine_max_batch_size")]
+    for engine, name in owners:
+        if config.engine != engine and getattr(config, name) != _default(config, name):
+            raise ValueError(
+                f"{name}={getattr(config, name)!r} configures engine: {engine}, but the engine is "
+                f"{config.engine}: set engine: {engine} or remove {name}"
+                + (
+                    " (vLLM servers take these as vllm serve options)"
+                    if config.engine == "vllm_server"
+                    else ""
                 )
-    if config.engine == "vllm" and config.engine_max_batch_size != _default(config, "engine_max_batch_size"):
+            )
+
+
+def check_vllm_server_fields(config) -> None:
+    """``engine: vllm_server`` needs its servers' URLs (``http(s)://host:port``), positive timeouts and at
+    least one learning request per server."""
+    if config.engine != "vllm_server":
+        return
+    from openclaw_trl.engines.server_pool import normalise_url
+
+    if not config.vllm_server_urls:
         raise ValueError(
-            f"engine_max_batch_size={config.engine_max_batch_size} configures engine: hf; engine: vllm "
-            "batches the requests itself (continuous batching): remove engine_max_batch_size"
+            "engine: vllm_server needs vllm_server_urls: the roots of running vLLM servers, e.g. "
+            "[http://127.0.0.1:8000] (started with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve MODEL "
+            "--enable-lora --logprobs-mode processed_logprobs)"
+        )
+    for url in config.vllm_server_urls:
+        normalise_url(url)  # ValueError naming the URL
+    if len({normalise_url(u) for u in config.vllm_server_urls}) != len(config.vllm_server_urls):
+        raise ValueError(f"vllm_server_urls lists a server twice: {config.vllm_server_urls}")
+    for name in ("vllm_server_request_timeout", "vllm_server_timeout"):
+        if not getattr(config, name) > 0:
+            raise ValueError(f"{name} must be > 0 seconds, got {getattr(config, name)!r}")
+    if not (
+        isinstance(config.vllm_server_max_learn_requests, int) and config.vllm_server_max_learn_requests >= 1
+    ):
+        raise ValueError(
+            f"vllm_server_max_learn_requests must be an integer >= 1, got {config.vllm_server_max_learn_requests!r}"
         )
 
 
 def _default(config, name: str):
     """The default of the field ``name`` of ``config``'s dataclass."""
-    (default,) = [f.default for f in dataclasses.fields(config) if f.name == name]
-    return default
+    (spec,) = [f for f in dataclasses.fields(config) if f.name == name]
+    return spec.default_factory() if spec.default is dataclasses.MISSING else spec.default
 
 
 def set_live_training_defaults(config) -> None:

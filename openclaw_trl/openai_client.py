@@ -2,13 +2,17 @@
 
 Everything that talks to an OpenAI-compatible server goes through :class:`OpenAIClient`: the ``openai``
 judge backend (any ``/v1/chat/completions`` endpoint), the simulated users and the GSM8K evaluation
-(which talk to our own server over HTTP as a person's client would). It is a thin layer over
+(which talk to our own server over HTTP as a person's client would) and ``engine: vllm_server`` (stock vLLM
+servers: completions, streams, the runtime LoRA API). It is a thin layer over
 ``httpx`` (the ``openai`` package is not a runtime dependency): a base URL that ends with ``/v1``, a
 bearer key, per-request headers, and JSON in and out. Errors are ``httpx`` errors (``raise_for_status``).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import httpx
@@ -39,14 +43,35 @@ class OpenAIClient:
         if self.http is None:
             self.http = httpx.Client(timeout=self.timeout)
 
-    def post(self, path: str, body: dict, headers: dict | None = None) -> httpx.Response:
-        """``POST base_url + path`` with the bearer key; raises on an HTTP error status."""
+    def _headers(self, headers: dict | None) -> dict:
         all_headers = dict(headers or {})
         if self.api_key:
             all_headers["Authorization"] = f"Bearer {self.api_key}"
-        response = self.http.post(self.base_url + path, json=body, headers=all_headers, timeout=self.timeout)
+        return all_headers
+
+    def post(self, path: str, body: dict, headers: dict | None = None, check: bool = True) -> httpx.Response:
+        """``POST base_url + path`` with the bearer key; raises on an HTTP error status unless ``check=False``."""
+        response = self.http.post(
+            self.base_url + path, json=body, headers=self._headers(headers), timeout=self.timeout
+        )
+        if check:
+            response.raise_for_status()
+        return response
+
+    def get(self, path: str) -> httpx.Response:
+        """``GET base_url + path`` with the bearer key; raises on an HTTP error status."""
+        response = self.http.get(self.base_url + path, headers=self._headers(None), timeout=self.timeout)
         response.raise_for_status()
         return response
+
+    @contextmanager
+    def stream(self, path: str, body: dict) -> Iterator[httpx.Response]:
+        """``POST base_url + path`` as a stream (the status is not checked: read it, then ``sse_events``);
+        ``timeout`` bounds each wait for the next chunk."""
+        with self.http.stream(
+            "POST", self.base_url + path, json=body, headers=self._headers(None), timeout=self.timeout
+        ) as response:
+            yield response
 
     def chat(
         self, messages: list[dict], headers: dict | None = None, **params
@@ -69,3 +94,14 @@ class OpenAIClient:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def sse_events(response: httpx.Response) -> Iterator[dict]:
+    """The JSON objects of a server-sent event stream (``data: {...}`` lines), up to ``data: [DONE]``."""
+    for line in response.iter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line[len("data:") :].strip()
+        if data == "[DONE]":
+            return
+        yield json.loads(data)

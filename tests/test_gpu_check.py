@@ -44,6 +44,16 @@ def test_gpu_plan_skips_vllm_with_a_reason_where_it_is_missing(tmp_path):
         assert cmd is None and "vllm" in why
 
 
+def test_gpu_plan_has_a_vllm_server_stage(tmp_path):
+    """engine: vllm_server is measured where vllm imports (the stage starts its own server), else skipped."""
+    stages = gpu_stages(tmp_path, device="cpu", tiny=True)
+    cmd, why, _ = stages["vllm_server"]
+    if importlib.util.find_spec("vllm") is None:
+        assert cmd is None and "vllm" in why
+    else:
+        assert cmd[1].endswith("server_bench.py") and cmd[cmd.index("--model-dir") + 1].endswith("tiny")
+
+
 def test_tiny_and_device_need_the_gpu_suite():
     with pytest.raises(SystemExit) as exc:
         run_all.main(["--tiny"])

@@ -1,4 +1,5 @@
-"""Generation engines behind one contract (``base.Engine``): Transformers (``hf``) and colocated vLLM (``vllm``).
+"""Generation engines behind one contract (``base.Engine``): Transformers (``hf``), colocated vLLM (``vllm``) and
+running vLLM servers over HTTP (``vllm_server``).
 
 The implementations are imported lazily so that ``import openclaw_trl.engines`` needs neither torch nor vllm.
 """
@@ -11,7 +12,8 @@ __all__ = ["Completion", "Engine", "GenerationRequest", "SamplingParams", "Score
 
 
 def create_engine(kind: str, model_path, **kwargs) -> Engine:
-    """Build an engine: ``kind="hf"`` → ``HFEngine``, ``kind="vllm"`` → ``VLLMEngine``; kwargs go to its constructor."""
+    """Build an engine: ``kind="hf"`` → ``HFEngine``, ``kind="vllm"`` → ``VLLMEngine``, ``kind="vllm_server"`` →
+    ``VLLMServerEngine``; kwargs go to its constructor."""
     if kind == "hf":
         from openclaw_trl.engines.hf import HFEngine
 
@@ -20,4 +22,8 @@ def create_engine(kind: str, model_path, **kwargs) -> Engine:
         from openclaw_trl.engines.vllm import VLLMEngine
 
         return VLLMEngine(model_path, **kwargs)
-    raise ValueError(f"unknown engine kind {kind!r}: expected 'hf' or 'vllm'")
+    if kind == "vllm_server":
+        from openclaw_trl.engines.vllm_server import VLLMServerEngine
+
+        return VLLMServerEngine(model_path, **kwargs)
+    raise ValueError(f"unknown engine kind {kind!r}: expected 'hf', 'vllm' or 'vllm_server'")

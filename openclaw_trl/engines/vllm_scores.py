@@ -62,7 +62,16 @@ def score_params(top_k: int, temperature: float):
 def completion_scores(prompt_logprobs, prompt_len: int, tokens: list[int], temperature: float, top_k: int):
     """``(logprobs, topk_ids, topk_logprobs)`` of the completion ``tokens`` that follow ``prompt_len`` prompt
     tokens, from a finished prompt-log-prob request (top-K sorted by vLLM's rank, most likely first)."""
-    positions = _positions(prompt_logprobs, prompt_len, len(tokens))
+    return scores_from_positions(
+        _positions(prompt_logprobs, prompt_len, len(tokens)), tokens, temperature, top_k
+    )
+
+
+def scores_from_positions(positions, tokens: list[int], temperature: float, top_k: int):
+    """``(logprobs, topk_ids, topk_logprobs)`` of ``tokens`` from raw (T = 1) prompt log-probs, one
+    ``(token ids, log-probs, ranks)`` triple per completion position (each id at most once): read as they are
+    at T = 1, renormalised as ``log_softmax(logprob / T)`` otherwise (then the triples must cover the
+    vocabulary)."""
     if temperature != 1.0:
         return _renormalise(positions, tokens, temperature, top_k)
     lps, ids, vals = [], [], []

