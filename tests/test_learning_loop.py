@@ -79,7 +79,7 @@ def test_closed_loop_produces_updates(toy_model, tmp_path, row, noise):
     cache.put(result)
     assert cache.get(row, noise, 0) == dataclasses.asdict(result)
     assert run.RunCache(tmp_path / "cache", run.BenchSettings(), toy_model).get(row, noise, 0) is None
-    report = run.build_report(cache.runs(), settings, ["combine+bo4: not in this checkout"])
+    report = run.build_report(cache.runs(list(run.ROWS)), settings, ["combine+bo4: not in this checkout"])
     report |= {
         "quick": True,
         "pretrain": {"parameters": 1, "metrics": {k: {"rate": 0.0} for k in ("bare", "hinted", "follow_up")}},

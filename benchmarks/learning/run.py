@@ -67,6 +67,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from cache import RunCache
+from evaluation import evaluate, evaluate_served
 from lockstep import BudgetedQueue, BudgetExhausted, LockstepUser, probe_callback
 from summary import aggregate, group_name, plot, summary_markdown
 
@@ -166,60 +168,6 @@ class RunResult:
     samples_used: int = 0
     stopped_early: bool = False  # the conversation budget ran out before the last update
     seconds: float = 0.0
-
-
-# ---------------------------------------------------------------------------------------------- evaluation
-def eval_prompts(settings: BenchSettings) -> list[list[dict]]:
-    return [
-        [{"role": "user", "content": toy_world.opening(topic)}]
-        for topic in toy_world.TOPICS
-        for _ in range(settings.eval_per_topic)
-    ]
-
-
-def evaluate(engine, settings: BenchSettings) -> float:
-    """Fraction of first answers in the preferred style (policy adapter, serving temperature, fixed seeds)."""
-    return _sample(engine, settings, 0)[0]
-
-
-def _sample(engine, settings: BenchSettings, k: int) -> tuple[float, list[str]]:
-    """The k-th sample of every evaluation opening (seeds ``eval_seed + i + k * 100003``): rate, texts."""
-    prompts = eval_prompts(settings)
-    out = pretrain.style_rates(
-        engine,
-        prompts,
-        [settings.preferred] * len(prompts),
-        settings.temperature,
-        seed=settings.eval_seed + k * 100_003,
-        max_tokens=settings.max_tokens,
-    )
-    completions = out["_samples"][1]
-    texts = [engine.tokenizer.decode(c.token_ids, skip_special_tokens=True).strip() for c in completions]
-    return out["rate"], texts
-
-
-@dataclass
-class Candidate:
-    """What a quick judge reads of one candidate reply (the fields of Best-of-N's quick-judge input)."""
-
-    messages: list[dict]
-    response: str
-    session_id: str
-
-
-def evaluate_served(engine, settings: BenchSettings, n: int, quick_judge, seed: int) -> float:
-    """Fraction of preferred answers among the ones Best-of-``n`` would serve: ``n`` samples per opening,
-    each scored by ``quick_judge``, the first highest-scored one picked (the run's ``seed`` names the
-    evaluation sessions, so the proxy's noise differs between seeds as it does online)."""
-    prompts = eval_prompts(settings)
-    samples = [_sample(engine, settings, k)[1] for k in range(n)]
-    preferred = toy_world.style(settings.preferred)
-    hits = 0
-    for i, prompt in enumerate(prompts):
-        texts = [s[i] for s in samples]
-        scores = [quick_judge(Candidate(prompt, t, f"eval-{seed}-{i}")) for t in texts]
-        hits += preferred.matches(texts[scores.index(max(scores))])
-    return hits / len(prompts)
 
 
 # ---------------------------------------------------------------------------------------------- one run
@@ -376,40 +324,6 @@ def run_one(
     return result
 
 
-# ---------------------------------------------------------------------------------------------- run cache
-class RunCache:
-    """Finished runs as one JSON file each, reused while the settings and the model are the same."""
-
-    def __init__(self, directory: Path, settings: BenchSettings, model_dir):
-        self.directory = Path(directory)
-        recipe = {k: v for k, v in asdict(settings).items() if k != "sample_timeout_s"}
-        self.key = {"settings": recipe, "model": Path(model_dir).name}
-
-    def path(self, row: str, noise: float, seed: int) -> Path:
-        return self.directory / f"{row}_p{noise:g}_s{seed}.json"
-
-    def get(self, row: str, noise: float, seed: int) -> dict | None:
-        path = self.path(row, noise, seed)
-        if not path.exists():
-            return None
-        saved = json.loads(path.read_text())
-        return saved["run"] if saved.get("key") == self.key else None
-
-    def put(self, result: RunResult) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.path(result.row, result.noise, result.seed)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"key": self.key, "run": asdict(result)}, indent=1))
-        tmp.replace(path)
-
-    def runs(self) -> list[dict]:
-        """Every cached run made with these settings and this model, in :data:`ROWS` order."""
-        found = [json.loads(p.read_text()) for p in sorted(self.directory.glob("*.json"))]
-        runs = [f["run"] for f in found if f.get("key") == self.key and f["run"]["row"] in ROWS]
-        order = list(ROWS)
-        return sorted(runs, key=lambda r: (r["noise"], order.index(r["row"]), r["seed"]))
-
-
 # ---------------------------------------------------------------------------------------------- main
 def plan(
     rows: list[str], noises: list[float], seeds: list[int]
@@ -471,7 +385,7 @@ def run_benchmark(
         result = run_one(model_dir, row, seed, settings, work_dir / f"{row}-p{noise:g}-{seed}", noise)
         log.info("  done in %.0fs: rates %s", result.seconds, [round(r, 2) for r in result.rates])
         cache.put(result)
-    return build_report(cache.runs(), settings, skipped)
+    return build_report(cache.runs(list(ROWS)), settings, skipped)
 
 
 def write_report(report: dict, out: Path, stem: str) -> str:
@@ -537,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     cache = RunCache(Path(args.cache_dir or out / f"learning_runs{suffix}"), settings, model_dir)
     if args.report_only:
         _, skipped = plan(args.methods, args.judge_noise, seeds)
-        report = build_report(cache.runs(), settings, skipped)
+        report = build_report(cache.runs(list(ROWS)), settings, skipped)
     else:
         report = run_benchmark(model_dir, settings, seeds, args.methods, args.judge_noise, cache, args.rerun)
     if not report["runs"]:
