@@ -451,12 +451,12 @@ def main(argv: list[str] | None = None) -> int:
     cache = RunCache(Path(args.cache_dir or out / f"learning_runs{suffix}"), settings, model_dir)
     if args.report_only:
         _, skipped = plan(args.methods, args.judge_noise, seeds)
+        if not cache.runs(list(ROWS)):
+            print(f"no cached runs in {cache.directory} for these settings and this model")
+            return 1
         report = build_report(cache.runs(list(ROWS)), settings, skipped)
     else:
         report = run_benchmark(model_dir, settings, seeds, args.methods, args.judge_noise, cache, args.rerun)
-    if not report["runs"]:
-        print(f"no runs in {cache.directory} for these settings")
-        return 1
     report["quick"] = args.quick
     report["command"] = " ".join(
         ["python benchmarks/learning/run.py", *(argv if argv is not None else sys.argv[1:])]

@@ -228,34 +228,34 @@ def plot(report: dict, path, labels: dict[str, str] | None = None) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    noises = sorted({a["noise"] for a in report["aggregate"].values()})
+    fig, axes = plt.subplots(len(noises), 2, figsize=(11, 3.9 * len(noises)), squeeze=False)
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     colors: dict[str, str] = {}
-    for a in report["aggregate"].values():
-        row, noise = a["row"], a["noise"]
-        label = f"{(labels or {}).get(row, row)}, p={noise:g}"
-        style = "-" if noise == 0 else "--"
-        x = list(range(len(a["mean"])))
-        (line,) = left.plot(x, a["mean"], style, marker="o", ms=2.5, color=colors.get(row), label=label)
-        colors.setdefault(row, line.get_color())
-        left.fill_between(x, a["min"], a["max"], color=line.get_color(), alpha=0.08)
-        right.plot(a["conversations"], a["mean"], style, marker="o", ms=2.5, color=line.get_color())
-    for ax in (left, right):
-        ax.axhline(report["base_rate"], color="grey", lw=0.8, ls=":")
-        ax.axhline(TARGET, color="black", lw=0.6, ls=":")
-        ax.set_ylim(0, 1.02)
-        ax.set_ylabel("first answers in the preferred style")
-        ax.grid(alpha=0.3)
-    right.axvline(60, color="black", lw=0.6, ls=":")
-    finals = sorted(a["conversations"][-1] for a in report["aggregate"].values())
-    if finals and finals[-1] > 2.5 * finals[0] > 0:  # OPD's long tail would squash the others
-        right.set_xlim(0, 2.5 * finals[0])
-    left.set_xlabel("updates (band: min-max over seeds)")
-    right.set_xlabel("conversations with the simulated user (mean over seeds)")
-    left.legend(fontsize=7, loc="lower right")
-    fig.suptitle(
-        "Toy world: learning a hidden style preference from conversation (CPU); dashed: judge noise",
-        fontsize=10,
-    )
+    for (left, right), noise in zip(axes, noises):
+        groups = {n: a for n, a in report["aggregate"].items() if a["noise"] == noise}
+        for a in groups.values():
+            color = colors.setdefault(a["row"], cycle[len(colors) % len(cycle)])
+            x = list(range(len(a["mean"])))
+            label = (labels or {}).get(a["row"], a["row"])
+            left.plot(x, a["mean"], marker="o", ms=2.5, color=color, label=label)
+            left.fill_between(x, a["min"], a["max"], color=color, alpha=0.08)
+            right.plot(a["conversations"], a["mean"], marker="o", ms=2.5, color=color)
+        for ax in (left, right):
+            ax.axhline(report["base_rate"], color="grey", lw=0.8, ls=":")
+            ax.axhline(TARGET, color="black", lw=0.6, ls=":")
+            ax.set_ylim(0, 1.02)
+            ax.set_ylabel("first answers in the preferred style")
+            ax.grid(alpha=0.3)
+            ax.set_title(f"judge noise p = {noise:g}", fontsize=9)
+        right.axvline(60, color="black", lw=0.6, ls=":")
+        finals = sorted(a["conversations"][-1] for a in groups.values())
+        if finals and finals[-1] > 2.5 * finals[0] > 0:  # OPD's long tail would squash the others
+            right.set_xlim(0, 2.5 * finals[0])
+        left.set_xlabel("updates (band: min-max over seeds)")
+        right.set_xlabel("conversations with the simulated user (mean over seeds)")
+        left.legend(fontsize=7, loc="lower right")
+    fig.suptitle("Toy world: learning a hidden style preference from conversation (CPU)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
