@@ -104,5 +104,5 @@ def test_the_plan_runs_p0_first_and_skips_what_cannot_run():
     ]
     expected.sort(key=lambda r: (r[1], r[2]))
     assert runs == expected
-    assert "combine+feedback: no judge noise for the feedback backend" in skipped
+    assert "combine+feedback at p > 0: the feedback backend has no rule judge to add noise to" in skipped
     assert (bo4 in skipped) if bo4 else all("bo4" not in s for s in skipped)

@@ -178,7 +178,11 @@ def row_unavailable(row: Row) -> str | None:
     known = {f.name for f in dataclasses.fields(OpenClawConfig)}
     missing = [name for name, _ in row.fields if name not in known]
     if missing:
-        return f"{row.name}: OpenClawConfig has no {', '.join(missing)} field(s) in this checkout"
+        return (
+            f"{row.name}: OpenClawConfig has no {', '.join(missing)} field(s) in this checkout; once it has, "
+            f"`python benchmarks/learning/run.py --methods {row.name} --judge-noise 0 0.2` adds the row "
+            "(the cached runs of the others are reused)"
+        )
     return None
 
 
@@ -334,7 +338,9 @@ def plan(
     skipped = [reason for reason in unavailable.values() if reason]
     if any(noises):
         skipped += [
-            f"{n}: no judge noise for the feedback backend" for n in rows if ROWS[n].backend != "callable"
+            f"{n} at p > 0: the feedback backend has no rule judge to add noise to"
+            for n in rows
+            if ROWS[n].backend != "callable"
         ]
     runs = [
         (name, noise, seed)
