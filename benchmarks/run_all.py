@@ -267,6 +267,7 @@ def gpu_plan(args, tmp: Path, stage, stages: list) -> None:
                 sys.executable,
                 str(HERE / "learning" / "run.py"),
                 "--quick",
+                *("--methods", "rl", "opd", "combine", "combine+feedback"),  # the three methods + feedback
                 "--model-dir",
                 str(MODEL_CACHE / "learning_model"),
                 "--out",

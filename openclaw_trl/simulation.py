@@ -5,7 +5,8 @@ A simulated user is any object with ``opening(rng) -> str`` (the first message o
 reference implementation, :class:`PreferenceUser`, has a hidden preferred answer style: it says
 "thanks" and moves on when a reply has that style, otherwise it asks for a change in words, as a
 person would. :func:`rule_judge` is the matching rule-based judge for the ``callable`` backend: a
-"thanks" is a +1, a change request is a -1 whose words are the hint.
+"thanks" is a +1, a change request is a -1 whose words are the hint; :class:`NoisyRuleJudge` is the same
+judge wrong with a given probability (flipped verdict, garbled hint), to measure learning under judge noise.
 
 :func:`run_conversations` drives ``n`` conversations against a running server with session headers,
 so the turns, next states, judging and training are exactly those of live use.
@@ -99,6 +100,58 @@ def rule_judge(turn):
 
     reward, hint = judge_reaction(turn.next_state_text, turn.next_state_role)
     return Verdict(reward=reward, hint=hint, raw=f"rule judge: reward {reward}, hint {hint!r}")
+
+
+@dataclass(frozen=True)
+class NoisyRuleJudge:
+    """:func:`rule_judge` with judge uncertainty: with probability ``noise`` a turn's verdict is corrupted.
+
+    A corrupted verdict has its reward negated (a "thanks" becomes -1, a change request +1, no signal
+    stays 0) and its hint, when there is one, garbled: replaced by one of ``decoys`` other than the real
+    hint (a wrong instruction, as a judge that misread the user would extract), or, without decoys, the
+    hint's words in a shuffled order. A "thanks" flipped to -1 carries no hint (there was none to garble).
+
+    Whether a turn is corrupted, and how, is drawn from ``random.Random(f"{seed}:{turn_id}")``: the same
+    ``seed`` and turn ids give the same verdicts whatever order the scorer's threads call the judge in,
+    and each turn is corrupted independently with probability ``noise``. Pass an instance as the
+    scorer's ``judge_fn`` (it is called as ``fn(turn: JudgeInput) -> Verdict``).
+    """
+
+    noise: float = 0.0
+    seed: int = 0
+    decoys: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if not 0.0 <= self.noise <= 1.0:
+            raise ValueError(f"noise is a probability in [0, 1], got {self.noise}")
+
+    def verdict(self, turn_id: int, next_state_text: str, next_state_role: str = "user"):
+        """``(reward, hint, corrupted)`` for one turn's next state."""
+        reward, hint = judge_reaction(next_state_text, next_state_role)
+        rng = random.Random(f"{self.seed}:{turn_id}")
+        if rng.random() >= self.noise:
+            return reward, hint, False
+        return -reward, (self.garble(hint, rng) if hint else None), True
+
+    def garble(self, hint: str, rng: random.Random) -> str:
+        """A wrong version of ``hint``: another decoy, else its words shuffled (differently when possible)."""
+        others = [d for d in self.decoys if d != hint]
+        if others:
+            return rng.choice(others)
+        words = hint.split()
+        if len(set(words)) < 2:
+            return hint
+        shuffled = list(words)
+        while shuffled == words:
+            rng.shuffle(shuffled)
+        return " ".join(shuffled)
+
+    def __call__(self, turn):
+        from openclaw_trl.judging import Verdict
+
+        reward, hint, corrupted = self.verdict(turn.turn_id, turn.next_state_text, turn.next_state_role)
+        tag = "noisy rule judge (corrupted)" if corrupted else "noisy rule judge"
+        return Verdict(reward=reward, hint=hint, raw=f"{tag}: reward {reward}, hint {hint!r}")
 
 
 @dataclass

@@ -58,28 +58,51 @@ def test_toy_world_chats_render_and_match_the_user():
     assert hinted and all(c[-1]["role"] == "assistant" for c in chats)
 
 
-@pytest.mark.parametrize("backend", ["callable", "feedback"])
-def test_closed_loop_produces_updates(toy_model, tmp_path, backend):
+@pytest.mark.parametrize(
+    ("row", "noise"), [("combine", 0.0), ("combine+feedback", 0.0), ("combine+baseline", 0.5)]
+)
+def test_closed_loop_produces_updates(toy_model, tmp_path, row, noise):
     run = _load("run")
     settings = run.BenchSettings(
         updates=2, batch_size=2, eval_per_topic=1, max_tokens=12, sample_timeout_s=120
     )
-    result = run.run_one(toy_model, "combine", 0, settings, tmp_path / "run", backend=backend)
+    result = run.run_one(toy_model, row, 0, settings, tmp_path / "run", noise=noise)
     assert result.policy_version == 2
     assert result.samples_used == 4
     assert len(result.rates) == 3 and all(0.0 <= r <= 1.0 for r in result.rates)
+    assert result.served_rates == result.rates  # one candidate per turn: served = evaluated
     assert result.conversations[-1] >= 1 and result.turns[-1] >= 2
     assert len(result.trainer_metrics) == 2 and all("reward" in m for m in result.trainer_metrics)
-    report = {
-        "settings": vars(settings),
-        "seeds": [0],
+    if row == "combine+baseline":
+        assert all("rl/baseline_mean" in m for m in result.trainer_metrics)
+    cache = run.RunCache(tmp_path / "cache", settings, toy_model)
+    cache.put(result)
+    assert cache.get(row, noise, 0) == dataclasses.asdict(result)
+    assert run.RunCache(tmp_path / "cache", run.BenchSettings(), toy_model).get(row, noise, 0) is None
+    report = run.build_report(cache.runs(list(run.ROWS)), settings, ["combine+bo4: not in this checkout"])
+    report |= {
         "quick": True,
-        "seconds": result.seconds,
-        "aggregate": {"combine": run.aggregate([result])},
-        "runs": [dataclasses.asdict(result)],
-        "base_rate": result.rates[0],
         "pretrain": {"parameters": 1, "metrics": {k: {"rate": 0.0} for k in ("bare", "hinted", "follow_up")}},
     }
-    assert "| combine |" in run.summary_markdown(report)
-    run.plot(report, tmp_path / "curve.png")
+    summary = run.summary_markdown(report, run.LABELS)
+    assert f"| {run.LABELS[row]} | 1 |" in summary and f"## Judge noise p = {noise:g}" in summary
+    assert "Not run: combine+bo4" in summary
+    run.plot(report, tmp_path / "curve.png", run.LABELS)
     assert (tmp_path / "curve.png").stat().st_size > 0
+
+
+def test_the_plan_runs_p0_first_and_skips_what_cannot_run():
+    run = _load("run")
+    runs, skipped = run.plan(["combine+feedback", "combine+bo4", "rl"], [0.0, 0.2], [3, 4])
+    bo4 = run.row_unavailable(run.ROWS["combine+bo4"])
+    expected = [("combine+feedback", 0.0, 3)] + [
+        (row, noise, seed)
+        for noise in (0.0, 0.2)
+        for seed in (3, 4)
+        for row in ("combine+bo4", "rl")
+        if row == "rl" or bo4 is None
+    ]
+    expected.sort(key=lambda r: (r[1], r[2]))
+    assert runs == expected
+    assert "combine+feedback at p > 0: the feedback backend has no rule judge to add noise to" in skipped
+    assert (bo4 in skipped) if bo4 else all("bo4" not in s for s in skipped)

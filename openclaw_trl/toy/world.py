@@ -88,8 +88,13 @@ def make_user(preferred: str = PREFERRED, max_turns: int = 3) -> PreferenceUser:
     return PreferenceUser(preferred=preferred, styles=STYLES, topics=TOPICS, max_turns=max_turns)
 
 
+def style(name: str) -> Style:
+    """The style called ``name`` among :data:`STYLES`."""
+    return next(s for s in STYLES if s.name == name)
+
+
 def style_request(name: str) -> str:
-    return next(s.request for s in STYLES if s.name == name)
+    return style(name).request
 
 
 def render_answer(style: str, topic: str, rng: random.Random) -> str:

@@ -1,0 +1,156 @@
+"""The closed loop's pacing: the simulated user talks only while the trainer waits for its next batch.
+
+:class:`LockstepUser` drives conversations over HTTP and pauses once a batch of judged samples is waiting;
+:class:`BudgetedQueue` is the trainer's view of the store that ends a wait when the user's conversation
+budget is spent; :func:`probe_callback` evaluates each published policy and releases the user again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from openclaw_trl.toy import world as toy_world
+
+log = logging.getLogger("learning-bench")
+
+
+class LockstepUser:
+    """Drives conversations over HTTP while the trainer waits for its next batch, then pauses.
+
+    After each conversation it wakes the scorer and waits until every ready turn is judged, so the count
+    of waiting samples is exact when it decides whether the batch is full.
+    """
+
+    def __init__(self, runtime, url: str, settings, seed: int, feedback: bool):
+        self.runtime, self.url, self.settings, self.seed, self.feedback = (
+            runtime,
+            url,
+            settings,
+            seed,
+            feedback,
+        )
+        self.gate = threading.Event()  # set = the trainer is waiting: talk
+        self.stop = threading.Event()
+        self.exhausted = threading.Event()  # the conversation budget is spent: the trainer must stop
+        self.conversations = 0
+        self.turns = 0
+        self.first_ok: list[bool] = []
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._loop, name="lockstep-user", daemon=True)
+
+    def _converse(self) -> list:
+        from openclaw_trl.simulation import FeedbackUser, run_conversations, run_feedback_conversations
+
+        kwargs = dict(
+            seed=self.seed * 1_000_003 + self.conversations,
+            max_tokens=self.settings.max_tokens,
+            model=self.runtime.config.served_model_name,
+            should_stop=self.stop.is_set,
+        )
+        if self.feedback:
+            user = FeedbackUser(
+                preferred=self.settings.preferred, styles=toy_world.STYLES, topics=toy_world.TOPICS
+            )
+            return run_feedback_conversations(self.url, user, 1, session_prefix="fb", **kwargs)
+        user = toy_world.make_user(self.settings.preferred)
+        return run_conversations(self.url, user, 1, session_prefix="sim", **kwargs)
+
+    def _settle(self) -> None:
+        store, scorer = self.runtime.store, self.runtime.scorer
+        deadline = time.monotonic() + 60
+        while store.count_ready() > 0 and time.monotonic() < deadline and not self.stop.is_set():
+            scorer.wake()
+            time.sleep(0.01)
+
+    def _loop(self) -> None:
+        try:
+            while not self.stop.is_set():
+                if not self.gate.wait(0.1):
+                    continue
+                if self.conversations >= self.settings.max_conversations:
+                    self.exhausted.set()
+                    self.gate.clear()
+                    continue
+                for conversation in self._converse():
+                    self.conversations += 1
+                    self.turns += conversation.turns
+                    self.first_ok.append(conversation.first_reply_satisfied)
+                self._settle()
+                if self.runtime.store.count_waiting() >= self.settings.batch_size:
+                    self.gate.clear()
+        except BaseException as exc:  # noqa: BLE001 - reported by run_one
+            self.error = exc
+            log.exception("simulated user failed")
+
+    def start(self) -> LockstepUser:
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        self.stop.set()
+        self.gate.set()
+        self.thread.join(timeout=60)
+
+
+class BudgetExhausted(RuntimeError):
+    """The simulated user's conversation budget ran out while the trainer waited for a batch."""
+
+
+class BudgetedQueue:
+    """The trainer's view of the store: the same samples, but a wait for a batch ends (with
+    :class:`BudgetExhausted`) once the user has stopped talking, instead of blocking forever."""
+
+    def __init__(self, store, exhausted: threading.Event):
+        self._store, self._exhausted = store, exhausted
+
+    def wait_for_samples(self, n: int, timeout: float | None = None, poll: float = 0.2, **staleness):
+        while True:
+            try:
+                return self._store.wait_for_samples(n, timeout=1.0, poll=poll, **staleness)
+            except TimeoutError:
+                if self._exhausted.is_set() and self._store.count_waiting() < n:
+                    raise BudgetExhausted(
+                        f"conversation budget spent with {n} samples still needed"
+                    ) from None
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+def probe_callback(user: LockstepUser, result, measure: Callable[[], None]):
+    """A trainer callback: ``measure()`` the just-published policy (it appends to ``result``'s curves),
+    record the user's counters in ``result`` (a ``run.RunResult``), release the user."""
+    from transformers import TrainerCallback
+
+    class Probe(TrainerCallback):
+        seen_online = 0
+
+        def _point(self) -> None:
+            measure()
+            result.conversations.append(user.conversations)
+            result.turns.append(user.turns)
+            new = user.first_ok[self.seen_online :]
+            self.seen_online = len(user.first_ok)
+            result.online_first_ok.append(sum(new) / len(new) if new else None)
+            log.info(
+                "%s p=%g seed %d: update %d rate %.3f (conversations %d)",
+                result.row,
+                result.noise,
+                result.seed,
+                len(result.rates) - 1,
+                result.rates[-1],
+                user.conversations,
+            )
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self._point()  # runs after the trainer's own callback published version 0
+            user.gate.set()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self._point()
+            user.gate.set()
+
+    return Probe()
