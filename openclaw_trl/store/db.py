@@ -221,15 +221,27 @@ class Database:
 
     @contextmanager
     def tx(self):
-        """A write transaction: committed on exit, rolled back on error (nothing half-written)."""
+        """A write transaction: committed on exit, rolled back on error (nothing half-written).
+
+        A transaction of this thread's connection that is open outside any ``tx`` was left by an exception
+        raised between ``BEGIN`` and the commit's end (a signal handler's, e.g. SIGTERM): it never committed,
+        so it is rolled back before the new one begins. A ``tx`` inside a ``tx`` of the same thread is refused."""
         conn = self.conn()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
+        if getattr(self._local, "in_tx", False):
+            raise StoreError("a store transaction was opened inside another one on the same thread")
+        if conn.in_transaction:
             conn.execute("ROLLBACK")
+        self._local.in_tx = True
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
+        finally:
+            self._local.in_tx = False
 
     def _init_schema(self) -> None:
         version = self.conn().execute("PRAGMA user_version").fetchone()[0]
