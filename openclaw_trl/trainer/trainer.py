@@ -189,6 +189,10 @@ class OpenClawTrainer(GRPOTrainer):
                         "they stay queued for the next run"
                     ) from None
                 continue
+            if self.learning is not None and self.learning.paused:
+                # paused while this wait was under way: the batch goes back to the queue, untouched
+                self.store.release([s.sample_id for s in samples])
+                continue
             self._log("samples/dropped_stale", self.store.count_dropped_stale() - dropped)
             if self.learning is not None:
                 self.learning.trainer_state = "updating"
