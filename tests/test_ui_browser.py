@@ -155,7 +155,8 @@ def _well_bulleted(answer: str) -> bool:
 
 
 def _ask_and_rate(driver, wait, store, bullets) -> tuple[int, bool, bool]:
-    """Ask "Tell me about apples." in the UI, 👍 a well-formed bulleted answer, 👎 anything else; returns
+    """Ask "Tell me about apples." in the UI, 👍 a well-formed bulleted answer, 👎 an answer in another style,
+    no rating for broken bullets (the right style, badly written: a 👎 there would teach against the style); returns
     the policy version that answered, whether the answer is in the ``bullets`` style and whether it was
     liked."""
     from selenium.webdriver.common.by import By
@@ -169,10 +170,13 @@ def _ask_and_rate(driver, wait, store, bullets) -> tuple[int, bool, bool]:
     chat = driver.find_element(By.ID, "chat")
     shown = re.sub(r"^\s*(-|\d+\.)\s*", "", answer.splitlines()[0])  # Markdown renders the list marker
     wait.until(lambda d: shown in chat.text)  # the answer the user sees
-    liked = _well_bulleted(answer)
+    bulleted, liked = bullets.matches(answer), _well_bulleted(answer)
+    if bulleted and not liked:
+        # broken bullets: the right style, badly written; a person skips it rather than 👎 the style
+        return turn.policy_version, bulleted, liked
     chat.find_element(By.CSS_SELECTOR, f"button[aria-label='{'Like' if liked else 'Dislike'}']").click()
     wait.until(lambda d: f"recorded for turn {turn.id}" in notice())
-    return turn.policy_version, bullets.matches(answer), liked
+    return turn.policy_version, bulleted, liked
 
 
 def test_toy_demo_learns_the_bulleted_style_from_clicks(toy_demo_model, tmp_path, driver):
