@@ -8,7 +8,6 @@
 
 from openclaw_trl.trainer.batches import collate_samples, truncated_is_weight
 from openclaw_trl.trainer.callbacks import AdapterSnapshot, last_step_metrics
-from openclaw_trl.trainer.trainer import OpenClawTrainer
 
 __all__ = [
     "AdapterSnapshot",
@@ -17,3 +16,13 @@ __all__ = [
     "last_step_metrics",
     "truncated_is_weight",
 ]
+
+
+def __getattr__(name: str):
+    """``OpenClawTrainer`` is imported on first use, so the light parts (``control``, ``batches``) load without
+    TRL and ``datasets`` (the vLLM environment serves and tests without them)."""
+    if name == "OpenClawTrainer":
+        from openclaw_trl.trainer.trainer import OpenClawTrainer
+
+        return OpenClawTrainer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -52,6 +52,10 @@ def _run_app(vllm_server, tiny_model_dir, out: Path, launcher: list[str], *extra
         vllm_server.url,
         "--output_dir",
         str(out),
+        "--adapter_history",  # the server engine under test, not the history: checkpoints at step 2 only
+        "0",
+        "--save_steps",
+        "2",
         *extra,
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
