@@ -12,7 +12,7 @@ export HF_HUB_DISABLE_TELEMETRY ?= 1
 export GRADIO_ANALYTICS_ENABLED ?= False
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install run test lint format test-vllm bench bench-learning clean gpu-wheels test-gpu-rehearsal
+.PHONY: install run test lint format test-vllm test-openclaw bench bench-learning clean gpu-wheels test-gpu-rehearsal
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,7 +36,28 @@ format: install
 	$(PY) -m ruff check --fix openclaw_trl tests benchmarks app.py
 
 test: install lint browser
-	$(PY) -m pytest -m "not vllm" $(PYTEST_ARGS) tests
+	$(PY) -m pytest -m "not vllm and not openclaw" $(PYTEST_ARGS) tests
+
+# The real OpenClaw agent in front of app.py (recipes/tiny_openclaw.yaml): Node 24 and openclaw from the npm
+# registry, pinned, installed once into $(OPENCLAW_CACHE) (ignored by git). Needs npm on PATH (any Node);
+# fails with npm's own error when the registry cannot be reached.
+OPENCLAW_CACHE ?= .cache/openclaw-client
+OPENCLAW_NODE_VERSION ?= 24.21.0
+OPENCLAW_VERSION ?= 2026.9.6
+OPENCLAW_NODE_DIR = $(CURDIR)/$(OPENCLAW_CACHE)/node/node_modules/node/bin
+
+$(OPENCLAW_CACHE)/.installed-$(OPENCLAW_VERSION):
+	@command -v npm >/dev/null 2>&1 || { echo "test-openclaw needs npm (apt-get install npm)" >&2; exit 1; }
+	mkdir -p $(OPENCLAW_CACHE)/node $(OPENCLAW_CACHE)/cli
+	npm install --prefix $(OPENCLAW_CACHE)/node --no-audit --no-fund --loglevel=error node@$(OPENCLAW_NODE_VERSION)
+	PATH=$(OPENCLAW_NODE_DIR):$$PATH npm install --prefix $(OPENCLAW_CACHE)/cli --no-audit --no-fund --loglevel=error \
+		openclaw@$(OPENCLAW_VERSION)
+	test -x $(OPENCLAW_CACHE)/cli/node_modules/.bin/openclaw
+	touch $@
+
+test-openclaw: install $(OPENCLAW_CACHE)/.installed-$(OPENCLAW_VERSION)
+	OPENCLAW_BIN=$(CURDIR)/$(OPENCLAW_CACHE)/cli/node_modules/.bin/openclaw OPENCLAW_NODE_DIR=$(OPENCLAW_NODE_DIR) \
+		$(PY) -m pytest -m openclaw -p no:cacheprovider $(PYTEST_ARGS) tests/test_openclaw_agent.py
 
 # Headless chromium + chromedriver for the UI browser tests (tests/test_ui_browser.py) and an emoji font
 # (without it the screenshots show boxes for the UI's emoji), installed with apt only when missing

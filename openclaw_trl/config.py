@@ -191,7 +191,7 @@ class OpenClawConfig(GRPOConfig):
         `"vllm_server"` (running stock vLLM servers, `vllm_server_urls`, over HTTP; they serve, judge and
         score the teacher, and load each published adapter through vLLM's runtime LoRA API). The
         `vllm_gpu_memory_utilization`, `vllm_enable_sleep_mode` and `vllm_max_model_length` fields of
-        `GRPOConfig` configure the vLLM engine (`vllm_max_model_length: null`: 4096 tokens) and are refused
+        `GRPOConfig` configure the vLLM engine (`vllm_max_model_length: null`: `max_context_len`, and with that null too the model's own context) and are refused
         with `engine: hf`. Both engines load the weights in the `dtype` of the recipe (`auto`: float32 on
         CPU; on GPU bfloat16 with hf, the checkpoint's dtype with vllm) with the LoRA adapter of its `lora_*` fields.
     engine_max_batch_size (`int`, defaults to `16`):
@@ -233,8 +233,18 @@ class OpenClawConfig(GRPOConfig):
         hour: a person reading a long answer or an agent running a long tool comes back within it, and a
         longer wait costs nothing (open sessions live in the store, and a turn without a reply is never
         trained on either way).
-    train_anonymous (`bool`, defaults to `False`):
-        Train on requests that carry no session id.
+    train_anonymous (`bool`, defaults to `True`):
+        Train on conversations whose requests carry no session id (an agent such as OpenClaw sends none): a
+        request whose history continues a served turn joins that turn's conversation (the reply as the client
+        saw it and the messages since the reply before it are compared, normalised the way agents rebuild
+        history) and gives that turn its next state. On by default because a server has one owner (one API
+        key, or none). `false` learns only from conversations with a session id; a single conversation is
+        kept out with `X-Session-Private: true`.
+    learn_unstored_responses (`bool`, defaults to `True`):
+        Learn from `POST /v1/responses` requests sent with `store: false` (OpenClaw sends it with every
+        request). Such a response is served and its turn stored as any other, but it is not kept for
+        retrieval (`GET /v1/responses/{id}` and `previous_response_id` answer 404). `false`: their
+        conversation is flagged private (stored, never learned from).
     store_path (`str`):
         SQLite store of sessions, turns and samples; defaults to `<output_dir>/openclaw.sqlite`.
 
@@ -308,8 +318,21 @@ class OpenClawConfig(GRPOConfig):
         `x-openclaw-session-id` response header).
     max_feedback_chars (`int`, defaults to `8000`):
         Correction text of one feedback (API or UI); it becomes a judge's next state and a hint.
-    max_prompt_tokens (`int`, defaults to `8192`):
-        Prompt tokens after rendering the chat template; the model's context bounds it further.
+    max_context_len (`int` or `None`, defaults to `None`):
+        Prompt + reply tokens of one request. `None`: the model's own context (`max_position_embeddings`
+        of its config, e.g. 40,960 for Qwen3; with `engine: vllm_server` the servers' `max_model_len`); a
+        set value is lowered to the model's when that is smaller. Agents send long prompts (OpenClaw's
+        first turn is ~10k tokens: a ~40,000-character system prompt and a dozen tools), so keep it well
+        above that. With `engine: vllm` it is also vLLM's `max_model_len` unless `vllm_max_model_length`
+        is set.
+    min_reply_tokens (`int`, defaults to `256`):
+        The least room a prompt must leave for the reply: a prompt leaving less than
+        `min(min_reply_tokens, max_tokens, half the context)` is refused with `code: context_length_exceeded` (agents then
+        compact their history) instead of being answered with a reply cut after a few tokens; otherwise the
+        request's `max_tokens` is clamped to the room left.
+    max_prompt_tokens (`int` or `None`, defaults to `None`):
+        Prompt tokens after rendering the chat template; `None`: what the context leaves
+        (`max_context_len − min_reply_tokens` at most).
     max_judge_prompt_tokens (`int`, defaults to `4096`):
         Tokens of one engine judge prompt. A longer one is fitted by cutting the next-state text (then the
         response) in the middle, keeping its head and tail around a `[… N characters cut …]` marker; a
@@ -435,7 +458,11 @@ class OpenClawConfig(GRPOConfig):
         default=SessionConfig.session_idle_timeout, metadata={"help": "Seconds before an idle session ends."}
     )
     train_anonymous: bool = field(
-        default=SessionConfig.train_anonymous, metadata={"help": "Train on requests without a session id."}
+        default=SessionConfig.train_anonymous,
+        metadata={"help": "Train on conversations without a session id (recognised by their history)."},
+    )
+    learn_unstored_responses: bool = field(
+        default=True, metadata={"help": "Learn from Responses requests with store: false."}
     )
     store_path: str | None = field(default=None, metadata={"help": "SQLite store path."})
     # Where a run starts
@@ -469,8 +496,15 @@ class OpenClawConfig(GRPOConfig):
     max_feedback_chars: int = field(
         default=RequestLimits.max_feedback_chars, metadata={"help": "Feedback text length."}
     )
-    max_prompt_tokens: int = field(
-        default=RequestLimits.max_prompt_tokens, metadata={"help": "Rendered prompt tokens."}
+    max_context_len: int | None = field(
+        default=None, metadata={"help": "Prompt + reply tokens (null: the model's own context)."}
+    )
+    min_reply_tokens: int = field(
+        default=256, metadata={"help": "Least room a prompt must leave for the reply."}
+    )
+    max_prompt_tokens: int | None = field(
+        default=RequestLimits.max_prompt_tokens,
+        metadata={"help": "Rendered prompt tokens (null: what the context leaves)."},
     )
     max_judge_prompt_tokens: int = field(
         default=JudgeConfig.max_prompt_tokens, metadata={"help": "Tokens of one engine judge prompt."}
@@ -528,7 +562,14 @@ class OpenClawConfig(GRPOConfig):
 
     def _validate_openclaw_fields(self) -> None:
         self.request_limits()  # raises when a request limit is not a positive integer
-        for name in ("max_judge_prompt_tokens", "max_hint_chars"):
+        if self.max_context_len is not None and (
+            not isinstance(self.max_context_len, int) or self.max_context_len <= self.min_reply_tokens
+        ):
+            raise ValueError(
+                f"max_context_len must be an integer above min_reply_tokens={self.min_reply_tokens} (or null: "
+                f"the model's own context), got {self.max_context_len!r}"
+            )
+        for name in ("max_judge_prompt_tokens", "max_hint_chars", "min_reply_tokens"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         checks = [
@@ -743,6 +784,9 @@ class OpenClawConfig(GRPOConfig):
             api_key_env=self.api_key_env,
             default_temperature=self.temperature,
             train_temperature=self.temperature,
+            max_context_len=self.max_context_len,
+            min_reply_tokens=self.min_reply_tokens,
+            learn_unstored_responses=self.learn_unstored_responses,
             default_max_tokens=min(512, self.max_completion_length or 512),
             max_tokens_cap=max(self.max_completion_length or 512, 1),
             limits=self.request_limits(),
@@ -753,8 +797,8 @@ class OpenClawConfig(GRPOConfig):
         """Keyword arguments of the ``engine``'s constructor (``create_engine(self.engine, path, **kwargs)``).
 
         ``lora_config`` is the PEFT ``LoraConfig`` of the adapter and ``dtype`` the recipe's weight dtype
-        (``None`` or ``"auto"``: the engine's default, float32 on CPU). ``vllm_max_model_length: None``
-        leaves vLLM's context at the engine's default.
+        (``None`` or ``"auto"``: the engine's default, float32 on CPU). vLLM's ``max_model_len`` is
+        ``vllm_max_model_length``, else ``max_context_len``; with both None vLLM uses the model's own context.
         """
         dtype = None if dtype == "auto" else dtype
         if self.engine == "vllm_server":  # the servers load the weights in their own dtype
@@ -776,6 +820,6 @@ class OpenClawConfig(GRPOConfig):
             "enable_sleep_mode": self.vllm_enable_sleep_mode,
             "max_logprobs": max(20, self.kd_topk),
         }
-        if self.vllm_max_model_length is not None:
-            kwargs["max_model_len"] = self.vllm_max_model_length
+        if (self.vllm_max_model_length or self.max_context_len) is not None:
+            kwargs["max_model_len"] = self.vllm_max_model_length or self.max_context_len
         return kwargs

@@ -124,6 +124,7 @@ class Turn(_Row):
     trainable: bool  # a main turn of a trainable session with a non-empty completion
     status: str
     history_hash: str | None = None  # hash of the normalised prompt messages (next-state matching)
+    exchange_key: str | None = None  # the last prompt segment + reply, normalised (sessions.chaining)
     response_message: dict | None = None  # the assistant message as the client received it
     finish_reason: str | None = None
     close_reason: str | None = None

@@ -38,6 +38,10 @@ logger = logging.getLogger(__name__)
 
 TINY_MODEL_ID = "openclaw-trl/tiny"
 """``model_name_or_path`` value that builds the tiny offline test model (random weights) on first use."""
+TINY_AGENT_MODEL_ID = "openclaw-trl/tiny-agent"
+"""The tiny model with Qwen's real vocabulary and a 65,536-token context, for agent-sized prompts
+(``recipes/tiny_openclaw.yaml``)."""
+_TINY_MODELS = {TINY_MODEL_ID: "tiny-model", TINY_AGENT_MODEL_ID: "tiny-agent-model"}
 
 
 def load_recipe(argv: list[str] | None = None):
@@ -56,17 +60,21 @@ def load_recipe(argv: list[str] | None = None):
 
 
 def resolve_model_path(model_args, config: OpenClawConfig) -> str:
-    """The local model directory (building the tiny model when the recipe names ``TINY_MODEL_ID``, the
+    """The local model directory (building the tiny model when the recipe names ``TINY_MODEL_ID`` or
+    ``TINY_AGENT_MODEL_ID``, the
     pre-trained toy model, cached in the user cache directory, when it names ``TOY_MODEL_ID``)."""
     name = model_args.model_name_or_path
     if not name:
         raise UserError("the recipe must set model_name_or_path (a Hub model id or a local directory)")
-    if name == TINY_MODEL_ID:
-        path = Path(config.output_dir) / "tiny-model"
+    if name in _TINY_MODELS:
+        path = Path(config.output_dir) / _TINY_MODELS[name]
         if not (path / "config.json").exists():
-            from openclaw_trl.testing import build_tiny_model
+            from openclaw_trl import testing
 
-            build_tiny_model(path)
+            try:
+                (testing.build_tiny_model if name == TINY_MODEL_ID else testing.build_tiny_agent_model)(path)
+            except ImportError as exc:
+                raise UserError(str(exc)) from exc
         return str(path)
     if name == TOY_MODEL_ID:
         from openclaw_trl.toy.pretrain import toy_model

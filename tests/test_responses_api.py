@@ -257,8 +257,9 @@ def test_anonymous_conversations_continue_by_previous_response_id(stack, client,
         model="openclaw", input="more", previous_response_id=first.id, max_output_tokens=10
     )
     assert _turn_of(stack, second).session_id == _turn_of(stack, first).session_id
-    assert second.model_extra["openclaw"]["session_id"] is None
-    with pytest.raises(openai.BadRequestError, match="anonymous conversation"):
+    key = second.model_extra["openclaw"]["session_id"]
+    assert key.startswith("chain-") and stack.store.get_session(_turn_of(stack, first).session_id).anonymous
+    with pytest.raises(openai.BadRequestError, match=f"session '{key}'"):
         client.responses.create(model="openclaw", input="x", previous_response_id=first.id, user="someone")
 
 
@@ -278,11 +279,39 @@ def test_responses_are_never_deleted(stack, client, says):
     assert client.responses.retrieve(r.id).id == r.id
 
 
+def test_store_false_is_served_and_learned_from_but_not_kept(stack, client):
+    """OpenClaw sends ``store: false`` with every request: served, its turn stored and trainable, the response not
+    retrievable by id; a later request that re-sends the conversation continues it (no session id needed)."""
+    r = client.responses.create(model="openclaw", input="unstored", max_output_tokens=4, store=False)
+    assert r.store is False
+    turn = _turn_of(stack, r)
+    assert turn.trainable and stack.store.get_response(r.id) is None
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(r.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model="openclaw", input="x", previous_response_id=r.id, store=False)
+    again = [
+        {"role": "user", "content": "unstored"},
+        {"role": "assistant", "content": r.output_text},
+        {"role": "user", "content": "next"},
+    ]
+    r2 = client.responses.create(model="openclaw", input=again, max_output_tokens=4, store=False)
+    assert _turn_of(stack, r2).session_id == turn.session_id
+    assert stack.store.get_turn(turn.id).next_state["content"] == "next"
+
+
+def test_store_false_can_be_kept_out_of_learning(engine, tmp_path):
+    with running_stack(engine, tmp_path / "unstored.db", learn_unstored_responses=False) as s:
+        client = openai.OpenAI(base_url=f"{s.url}/v1", api_key="x")
+        r = client.responses.create(model="openclaw", input="private", max_output_tokens=4, store=False)
+        turn = s.store.get_turn(r.model_extra["openclaw"]["turn_id"])
+        assert s.store.get_session(turn.session_id).private
+
+
 @pytest.mark.parametrize(
     ("body", "match"),
     [
         ({"foo": 1}, "Unknown parameter: 'foo'"),
-        ({"store": False}, "X-Session-Private"),
         ({"background": True}, "background"),
         ({"tools": [{"type": "web_search"}]}, "only function tools"),
         ({"tool_choice": "required"}, "use 'auto' or 'none'"),

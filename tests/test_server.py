@@ -71,7 +71,8 @@ def test_chat_sync_stores_the_turn_before_replying(stack, client):
     assert turn is not None and turn.turn_type == "main"
     assert len(turn.completion_ids) == reply.usage.completion_tokens == len(turn.sampling_logprobs)
     assert len(turn.prompt_ids) == reply.usage.prompt_tokens
-    assert turn.temperature == pytest.approx(0.8)
+    # an anonymous conversation is trainable, so sampled at the training temperature whatever it asks
+    assert turn.temperature == pytest.approx(stack.app.state.service.settings.train_temperature)
     assert reply.model_extra["openclaw"]["turn_id"] == turn_id
 
 
@@ -222,8 +223,8 @@ def test_trainable_turns_are_sampled_at_the_training_temperature(stack, client):
     train_t = stack.app.state.service.settings.train_temperature
     assert ask(0.3, **{"X-Session-Id": "temp-main"}) == (train_t, train_t)
     assert ask(0.0, **{"X-Session-Id": "temp-greedy"}) == (train_t, train_t)  # never greedy when trainable
-    assert ask(0.3) == (0.3, 0.3)  # anonymous: never trained on
-    assert ask(0.0) == (0.0, 0.0)  # recorded as greedy
+    assert ask(0.3) == (train_t, train_t)  # anonymous: trained on as a conversation recognised by its history
+    assert ask(0.0, **{"X-Turn-Type": "side"}) == (0.0, 0.0)  # recorded as greedy
     assert ask(0.3, **{"X-Session-Id": "temp-side", "X-Turn-Type": "side"}) == (0.3, 0.3)
     assert ask(0.3, **{"X-Session-Id": "temp-private", "X-Session-Private": "true"}) == (0.3, 0.3)
 

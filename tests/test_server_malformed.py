@@ -160,7 +160,9 @@ def _send(url: str, path: str, body, headers: dict) -> httpx.Response:
         content = body
     else:
         content = json.dumps(body).encode()
-    return httpx.post(url + target, content=content, headers={"Content-Type": "application/json", **headers})
+    return httpx.post(
+        url + target, content=content, headers={"Content-Type": "application/json", **headers}, timeout=60
+    )
 
 
 def test_at_least_twenty_cases():
@@ -186,7 +188,9 @@ def test_context_error_states_the_limits(stack):
     assert str(CONTEXT) in message and "tokens" in message
 
 
-def test_large_max_tokens_is_clamped_to_the_room_left(stack):
+def test_a_reply_gets_its_room_or_the_prompt_is_refused(stack):
+    """``max_tokens`` is clamped to the room the prompt leaves; a prompt that leaves less than
+    ``min(min_reply_tokens, max_tokens)`` is refused as ``context_length_exceeded`` (never a reply cut short)."""
     from openclaw_trl.chat import render_prompt_ids
 
     words = 1
@@ -196,8 +200,26 @@ def test_large_max_tokens_is_clamped_to_the_room_left(stack):
         if room <= 6:
             break
         words += max(1, room // 2)
-    assert room >= 1
+    assert room >= 2
     r = _send(stack.url, "chat", chat(max_tokens=10**9, messages=messages), {})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    assert f"leaves {room} for the reply" in r.json()["error"]["message"]
+    r = _send(stack.url, "chat", chat(max_tokens=room, messages=messages), {})
+    assert r.status_code == 200 and r.json()["usage"]["total_tokens"] <= CONTEXT
+    half = CONTEXT // 2  # min_reply_tokens (256) is capped at half the context
+    words = 1
+    while (
+        CONTEXT
+        - len(render_prompt_ids(stack.engine.tokenizer, [{"role": "user", "content": "apple " * words}]))
+        > half + 8
+    ):
+        words += 1
+    r = _send(
+        stack.url,
+        "chat",
+        chat(max_tokens=10**9, messages=[{"role": "user", "content": "apple " * words}]),
+        {},
+    )
     assert r.status_code == 200 and r.json()["usage"]["total_tokens"] <= CONTEXT
 
 

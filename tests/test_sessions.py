@@ -161,7 +161,8 @@ def test_anonymous_requests_chain_by_history_and_train_only_when_allowed(tmp_pat
             b = [{"role": "user", "content": "question B"}]
             ca, ta, ra = serve(col, a, reply="ans A")
             cb, tb, rb = serve(col, b, reply="ans B")
-            assert ca.session_id != cb.session_id and ca.session_key is None
+            assert ca.session_id != cb.session_id and ca.session_key.startswith("chain-")
+            assert store.get_session(ca.session_id).anonymous
             cb2, _, _ = serve(col, [*b, rb, {"role": "user", "content": "more B"}])
             assert cb2.session_id == cb.session_id and cb2.next_state_of == tb
             assert store.get_turn(ta).status == "awaiting"

@@ -35,16 +35,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=7860)
     parser.add_argument(
-        "--model-name", default="openclaw", help="model name the API serves (--model-dir mode)"
+        "--model-name",
+        default=None,
+        help="model name the API serves (default openclaw; --config: the recipe's)",
     )
     parser.add_argument("--api-key-env", default=None, help="env var holding the bearer token of the API")
-    parser.add_argument("--max-context-len", type=int, default=4096)
-    parser.add_argument("--max-tokens", type=int, default=512, help="default max_tokens of a request")
+    parser.add_argument(
+        "--max-context-len",
+        type=int,
+        default=None,
+        help="prompt + reply tokens of a request (default: the model's own context; with --config it overrides "
+        "the recipe's max_context_len)",
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, default=None, help="default max_tokens of a request (--model-dir mode; 512)"
+    )
     parser.add_argument(
         "--temperature",
         type=float,
-        default=0.7,
-        help="sampling temperature of trainable turns (> 0) and the default of the others",
+        default=None,
+        help="sampling temperature of trainable turns (> 0) and the default of the others (0.7; --config: the "
+        "recipe's temperature)",
     )
     parser.add_argument("--no-ui", action="store_true", help="API only, no Gradio UI at /")
     parser.add_argument("--share", action="store_true", help="public Gradio link (requires --api-key-env)")
@@ -75,13 +86,13 @@ def run(args: argparse.Namespace) -> int:
     settings = ServerSettings(
         host=args.host,
         port=args.port,
-        model_names=[args.model_name],
+        model_names=[args.model_name or "openclaw"],
         api_key_env=args.api_key_env,
         max_context_len=args.max_context_len,
-        default_max_tokens=args.max_tokens,
-        max_tokens_cap=max(args.max_tokens, 4096),
-        default_temperature=args.temperature,
-        train_temperature=args.temperature,
+        default_max_tokens=args.max_tokens or 512,
+        max_tokens_cap=max(args.max_tokens or 512, 4096),
+        default_temperature=0.7 if args.temperature is None else args.temperature,
+        train_temperature=0.7 if args.temperature is None else args.temperature,
         ui=not args.no_ui,
     )
     from openclaw_trl.runtime import build_serving
@@ -113,6 +124,11 @@ def _run_recipe(args: argparse.Namespace) -> int:
     """Serve + train from a recipe, through the same runtime as ``app.py`` (source forced to ``live``)."""
     from openclaw_trl import runtime as rt
 
+    if args.max_tokens is not None:
+        raise UserError(
+            "--max-tokens applies to --model-dir; with --config set max_completion_length in the recipe "
+            "(or -- --max_completion_length N)"
+        )
     overrides = args.overrides[1:] if args.overrides[:1] == ["--"] else args.overrides
     argv = [
         "--config",
@@ -127,6 +143,12 @@ def _run_recipe(args: argparse.Namespace) -> int:
     ]
     if args.api_key_env:
         argv += ["--api_key_env", args.api_key_env]
+    if args.max_context_len is not None:
+        argv += ["--max_context_len", str(args.max_context_len)]
+    if args.temperature is not None:
+        argv += ["--temperature", str(args.temperature)]
+    if args.model_name is not None:
+        argv += ["--served_model_name", args.model_name]
     config, model_args, recipe_yaml = rt.load_recipe(argv)
     runtime = rt.build_runtime(config, model_args, recipe_yaml)
     rt.run(runtime, share=args.share)

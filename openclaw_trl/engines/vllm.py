@@ -92,7 +92,8 @@ class VLLMEngine:
             the policy).
         max_lora_rank, max_loras: vLLM LoRA capacity (two adapters so that an old and a new version can run
             side by side during a publish).
-        gpu_memory_utilization, enable_sleep_mode, max_model_len, seed: passed to ``vllm.LLM``.
+        gpu_memory_utilization, enable_sleep_mode, max_model_len, seed: passed to ``vllm.LLM`` (``max_model_len``
+            None: the model's own context).
         max_logprobs: the largest top-K that ``score`` can return (vLLM's cap, default 20 there); ``-1``
             lifts the cap and enables ``score`` at temperatures other than 1 (see the module docstring).
         dtype: ``"auto"`` on GPU, ``"float32"`` on CPU by default.
@@ -119,7 +120,7 @@ class VLLMEngine:
         max_loras: int = 2,
         gpu_memory_utilization: float = 0.9,
         enable_sleep_mode: bool = False,
-        max_model_len: int | None = 4096,
+        max_model_len: int | None = None,
         max_logprobs: int = 20,
         dtype: str | None = None,
         seed: int = 0,

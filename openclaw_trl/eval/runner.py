@@ -12,8 +12,8 @@ For each problem ``i`` (``persona-i-<run id>`` is the session, sent as ``X-Sessi
    becomes the next state of the last reply and the session closes.
 
 The mean score over problems with a parsable rating is the result ("the simulator's rating of the first
-answer", as in the reference's figure). Requests to the persona LLM carry no session id: if it is our own
-server (the tests do that), those turns are anonymous and not trained on.
+answer", as in the reference's figure). Requests to the persona LLM are sent as side turns
+(``X-Turn-Type: side``): if it is our own server (the tests do that), it never trains on them.
 """
 
 from __future__ import annotations
@@ -58,6 +58,10 @@ def load_problems(n: int, offset: int = 0, path: str | Path | None = None) -> li
     if len(problems) < n:
         raise ValueError(f"asked for {n} problems from offset {offset}, the data has {len(rows)}")
     return problems
+
+
+PERSONA_HEADERS = {"X-Turn-Type": "side"}
+"""Sent with every request to the persona LLM: a server of ours serves it without learning from it."""
 
 
 def say(endpoint: OpenAIClient, messages: list[dict], **params) -> tuple[str, httpx.Response]:
@@ -130,6 +134,7 @@ def rate_reply(user_llm: OpenAIClient, persona: Persona, opening: str, reply: st
         raw, _ = say(
             user_llm,
             rating_messages(persona, opening, reply),
+            headers=PERSONA_HEADERS,
             temperature=settings.user_temperature,
             max_tokens=settings.user_max_tokens,
         )
@@ -164,6 +169,7 @@ def run_problem(
             submission, _ = say(
                 user_llm,
                 [{"role": "user", "content": SUBMISSION_PROMPT.format(question=problem["question"])}],
+                headers=PERSONA_HEADERS,
                 **user_params,
             )
         opening = persona.opening(problem, submission)
@@ -179,7 +185,7 @@ def run_problem(
                 result.first_reply = reply
                 result.score, result.rating_text = rate_reply(user_llm, persona, opening, reply, settings)
             simulator.append({"role": "user", "content": REPLY_PREFIX + (reply or "(empty reply)")})
-            next_message, _ = say(user_llm, simulator, **user_params)
+            next_message, _ = say(user_llm, simulator, headers=PERSONA_HEADERS, **user_params)
             result.finished = persona.sentinel in next_message
             said = next_message.replace(persona.sentinel, "").strip() or "Thanks."
             simulator.append({"role": "assistant", "content": next_message or "..."})

@@ -104,6 +104,10 @@ def openclaw_meta(prep: PreparedChat, result: TurnResult) -> dict:
     return meta
 
 
+UNKNOWN_CONTEXT_LEN = 4096
+"""The context of a model whose engine and config state none (``max_context_len: None``)."""
+
+
 class ChatService:
     """The in-process chat API: what ``/v1/chat/completions`` and the Gradio UI both call.
 
@@ -199,36 +203,43 @@ class ChatService:
         return messages, tools
 
     def _prompt_ids(self, messages: list[dict], tools: list[dict] | None) -> list[int]:
-        """The rendered prompt, refused when it exceeds ``max_prompt_tokens`` or leaves no completion room."""
+        """The rendered prompt, refused when it exceeds ``max_prompt_tokens`` (when that is set)."""
         prompt_ids = self._render(messages, tools)
         limits = self.settings.limits
-        if len(prompt_ids) > limits.max_prompt_tokens:
+        if limits.max_prompt_tokens is not None and len(prompt_ids) > limits.max_prompt_tokens:
             raise limits.over(
                 "max_prompt_tokens", len(prompt_ids), "messages", "The rendered prompt (tokens)"
-            )
-        limit = self.context_limit
-        if len(prompt_ids) >= limit:
-            raise ApiError(
-                400,
-                f"This model's maximum context length is {limit} tokens; the messages take "
-                f"{len(prompt_ids)} tokens, which leaves no room for a completion. Shorten the conversation.",
-                "context_length_exceeded",
-                "messages",
             )
         return prompt_ids
 
     def _sampling(self, body: ChatRequest, n_prompt: int) -> SamplingParams:
         """The request's sampling values, the settings' defaults where it omits them.
 
-        ``max_new_tokens`` = the asked ``max_tokens``, clamped to ``max_tokens_cap`` and to the context left.
+        ``max_new_tokens`` = the asked ``max_tokens``, clamped to ``max_tokens_cap`` and to the context left;
+        a prompt that leaves less than ``min(min_reply_tokens, asked, half the context)`` is refused
+        (``context_length_exceeded``).
         """
         settings = self.settings
-        asked = body.max_completion_tokens or body.max_tokens or settings.default_max_tokens
+        asked = min(
+            body.max_completion_tokens or body.max_tokens or settings.default_max_tokens,
+            settings.max_tokens_cap,
+        )
+        room = self.context_limit - n_prompt
+        needed = min(settings.min_reply_tokens, asked, self.context_limit // 2)
+        if room < needed:
+            raise ApiError(
+                400,
+                f"This model's maximum context length is {self.context_limit} tokens. However, your messages "
+                f"resulted in {n_prompt} tokens, which leaves {max(room, 0)} for the reply (at least {needed} "
+                "needed). Please reduce the length of the messages.",
+                "context_length_exceeded",
+                "messages",
+            )
         return SamplingParams(
             temperature=settings.default_temperature if body.temperature is None else float(body.temperature),
             top_p=settings.default_top_p if body.top_p is None else float(body.top_p),
             top_k=body.top_k or 0,
-            max_new_tokens=min(asked, settings.max_tokens_cap, self.context_limit - n_prompt),
+            max_new_tokens=min(asked, room),
             stop=list(body.stop or []),
             seed=body.seed,
         )
@@ -465,8 +476,9 @@ def _lp(value) -> float:
     return value if math.isfinite(value) else -9999.0
 
 
-def _context_limit(engine, configured: int) -> int:
-    """``max_context_len``, lowered to what the model supports (its ``max_position_embeddings``)."""
+def _context_limit(engine, configured: int | None) -> int:
+    """``max_context_len`` (None: the model's own), lowered to what the model supports: the engine's
+    ``max_model_len``, else its config's ``max_position_embeddings``; 4,096 when neither is known."""
     model_max = getattr(engine, "max_model_len", None)
     if model_max is None and getattr(engine, "model_path", None):
         try:
@@ -477,7 +489,10 @@ def _context_limit(engine, configured: int) -> int:
             )
         except Exception:  # an engine without a readable config keeps the configured limit
             model_max = None
-    if isinstance(model_max, int) and 0 < model_max < configured:
+    known = isinstance(model_max, int) and model_max > 0
+    if configured is None:
+        return model_max if known else UNKNOWN_CONTEXT_LEN
+    if known and model_max < configured:
         logger.info("max_context_len %d lowered to the model's %d positions", configured, model_max)
         return model_max
     return configured

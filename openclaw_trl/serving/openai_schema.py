@@ -174,8 +174,8 @@ class RequestLimits:
             (letters, digits and ``._:@+=/~-``), since it is echoed in a response header.
         max_feedback_chars: the correction text of ``POST /v1/feedback`` / the UI (8,000 characters): it
             becomes a judge's next state and a teacher hint.
-        max_prompt_tokens: prompt tokens after rendering the chat template (8,192); the model's context
-            (``max_context_len``) bounds it further.
+        max_prompt_tokens: prompt tokens after rendering the chat template; ``None`` (the default): whatever
+            the context leaves (``max_context_len`` minus the reply's minimum room, see ``ServerSettings``).
     """
 
     max_request_bytes: int = 4 * 1024 * 1024
@@ -188,10 +188,12 @@ class RequestLimits:
     max_stop_chars: int = 64
     max_session_id_chars: int = 128
     max_feedback_chars: int = 8000
-    max_prompt_tokens: int = 8192
+    max_prompt_tokens: int | None = None
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
+            if name == "max_prompt_tokens" and value is None:
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
 

@@ -14,6 +14,10 @@ stored (before the reply or the final stream event leaves), so:
   400: they would rewrite the history the turn was sampled from). An unknown id is a 404.
 * ``GET /v1/responses/{id}`` returns the stored response object; responses are never deleted (``DELETE`` is
   refused): they name turns the model learns from.
+* ``store: false`` (OpenClaw sends it with every request): the response is served and its turn stored and
+  learned from as any other, but the response is not kept under its id (``GET`` and ``previous_response_id``
+  answer 404). With ``ServerSettings.learn_unstored_responses`` off, such a request's conversation is flagged
+  private instead (stored, never learned from).
 
 Streaming sends OpenAI's events in order: ``response.created``, ``response.in_progress``, then per output item
 ``response.output_item.added`` / ``response.content_part.added`` / ``response.output_text.delta`` (or
@@ -82,6 +86,8 @@ def prepare(service: ChatService, payload, headers) -> PreparedResponse:
         "user": request.user,
         **{name: payload.get(name) for name in SESSION_FIELDS},
     }
+    if not request.store and not service.settings.learn_unstored_responses:
+        chat_body["session_private"] = True
     chat_body = {k: v for k, v in chat_body.items() if v is not None}
     if session_key is not None:
         chat_body.setdefault("session_id", session_key)
@@ -97,6 +103,7 @@ def prepare(service: ChatService, payload, headers) -> PreparedResponse:
         previous_response_id=request.previous_response_id,
         metadata=request.metadata or {},
         user=request.user,
+        store=request.store,
     )
     return PreparedResponse(chat, f"resp_{uuid.uuid4().hex}", echo, request.stream)
 
@@ -169,7 +176,8 @@ def _record(service: ChatService, job: PreparedResponse, result: TurnResult) -> 
         completed_at=int(time.time()),
         openclaw=openclaw_meta(job.chat, result),
     )
-    service.store.add_response(job.response_id, result.turn_id, body)
+    if job.echo.store:
+        service.store.add_response(job.response_id, result.turn_id, body)
     return body
 
 

@@ -30,6 +30,7 @@ class ResponseEcho:
     previous_response_id: str | None
     metadata: dict[str, str] = field(default_factory=dict)
     user: str | None = None
+    store: bool = True  # False: the response is not kept for retrieval by id
 
 
 def output_items(message: dict, response_id: str, status: str = "completed") -> list[dict]:
@@ -91,7 +92,6 @@ def response_object(
         "output": output,
         "parallel_tool_calls": True,
         "reasoning": {"effort": None, "summary": None},
-        "store": True,
         "text": {"format": {"type": "text"}},
         "truncation": "disabled",
         "usage": usage,

@@ -73,11 +73,6 @@ _REFUSED: dict[str, tuple[tuple, str]] = {
         ({}, {"include_obfuscation": False}),
         "stream events carry no obfuscation padding: omit stream_options",
     ),
-    "store": (
-        (True,),
-        "every turn is stored, since the server learns from it: omit 'store' (send X-Session-Private: true "
-        "for a conversation it must not learn from)",
-    ),
 }
 _HONOURED = (
     "model",
@@ -92,6 +87,7 @@ _HONOURED = (
     "previous_response_id",
     "metadata",
     "user",
+    "store",
     *SESSION_FIELDS,
 )
 MAX_METADATA_PAIRS, MAX_METADATA_KEY_CHARS, MAX_METADATA_VALUE_CHARS = 16, 64, 512
@@ -113,6 +109,7 @@ class ResponsesRequest(BaseModel):
     previous_response_id: str | None = Field(default=None, min_length=1, max_length=128)
     metadata: dict[str, str] | None = None
     user: str | None = None
+    store: Bool = True
 
 
 def parse_request(payload: Any) -> ResponsesRequest:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 
 from openclaw_trl.engines.base import Completion
 from openclaw_trl.records import Session, Turn
+from openclaw_trl.sessions.chaining import request_exchanges, turn_exchange_key
 from openclaw_trl.sessions.requests import (
     RequestContext,
     SessionConfig,
@@ -19,6 +21,7 @@ from openclaw_trl.sessions.requests import (
     request_flag,
     request_session_key,
 )
+from openclaw_trl.sessions.side_calls import side_call_kind
 from openclaw_trl.sessions.signals import TurnSignals
 from openclaw_trl.store import Store
 
@@ -73,9 +76,13 @@ class TurnCollector(TurnSignals):
             if session_key is not None
             else request_session_key(headers, body)
         )
-        turn_type = str(turn_type or h.get("x-turn-type") or b.get("turn_type") or "main").strip().lower()
-        if turn_type not in ("main", "side"):
-            raise SessionRequestError(f"turn type must be 'main' or 'side', got {turn_type!r}")
+        named_type = turn_type or h.get("x-turn-type") or b.get("turn_type")
+        if named_type is not None:
+            turn_type = str(named_type).strip().lower()
+            if turn_type not in ("main", "side"):
+                raise SessionRequestError(f"turn type must be 'main' or 'side', got {turn_type!r}")
+        else:
+            turn_type = "side" if side_call_kind(messages, tools) else "main"
         if session_done is None:
             session_done = request_flag(h.get("x-session-done", b.get("session_done")), "session_done")
         done = bool(session_done)
@@ -83,67 +90,100 @@ class TurnCollector(TurnSignals):
             private = request_flag(h.get("x-session-private", b.get("session_private")), "session_private")
         messages = [dict(m) for m in messages]
         tools = [dict(t) for t in tools] if tools else None
+        exchanges = request_exchanges(messages)
         now = self.clock()
         with self._lock:
             self.reap(now)
-            session, prev = self._resolve_session(key, messages, now)
+            session, prev, reply_index, continues = self._resolve_session(key, messages, exchanges, now)
             if private:  # a request can only switch it on; off is an explicit set_private(key, False)
                 self.store.set_private(session.id, True)
+            prompt_hash = history_hash(messages)
+            if (
+                turn_type == "main"
+                and prev is not None
+                and reply_index is None
+                and not continues
+                and not any(m.get("role") == "assistant" for m in messages)
+                and not self.store.session_has_prompt(session.id, prompt_hash)
+            ):
+                # A request in a conversation that continues none of its turns, holds no reply of its own and
+                # is not an earlier prompt asked again (a regeneration): an unrecognised side call (a summary or
+                # a title request). It leaves the conversation as it is.
+                turn_type = "side"
             ctx = RequestContext(
                 session_id=session.id,
-                session_key=key,
+                session_key=session.key,
                 session_generation=session.generation,
                 turn_type=turn_type,
                 session_done=done,
-                trainable=turn_type == "main" and (key is not None or self.config.train_anonymous),
+                trainable=turn_type == "main" and (not session.anonymous or self.config.train_anonymous),
                 messages=messages,
                 tools=tools,
-                history_hash=history_hash(messages),
+                history_hash=prompt_hash,
             )
             if turn_type == "main":
-                ctx.next_state_of = self._attach_request_next_state(prev, messages, now)
+                ctx.next_state_of = self._attach_request_next_state(prev, reply_index, messages, now)
             self.store.touch_session(session.id, now)
         return ctx
 
     def _resolve_session(
-        self, key: str | None, messages: list[dict], now: float
-    ) -> tuple[Session, Turn | None]:
-        """The open session of the request (a new one when none continues), and its previous main turn."""
+        self, key: str | None, messages: list[dict], exchanges: list[tuple[int, str]], now: float
+    ) -> tuple[Session, Turn | None, int | None, bool]:
+        """The session of a request, its last main turn, where in the request that turn's reply is (None: the
+        request does not continue it) and whether the request continues any turn of the session.
+
+        A named session (``key``) is that key's open session. Without a key, the request joins the open anonymous
+        conversation one of whose turns it continues (:mod:`openclaw_trl.sessions.chaining`), else starts one
+        under a server-made key (``chain-<hex>``, returned to the client as the session id).
+        """
         if key is not None:
             session = self.store.find_open_session(key)
             if session is None:
-                session = self.store.get_session(self.store.open_session(key, now))
-                return session, None
-            return session, self.store.last_main_turn(session.id)
-        # anonymous: continue the open anonymous conversation whose last main turn this request extends
-        hashes = [
-            history_hash(messages[:k])
-            for k in range(1, len(messages))
-            if messages[k].get("role") == "assistant"
-        ]
-        prev = self.store.find_turn_by_history(hashes, anonymous_only=True)
-        if prev is not None:
-            return self.store.get_session(prev.session_id), prev
-        return self.store.get_session(self.store.open_session(None, now)), None
+                return self.store.get_session(self.store.open_session(key, now)), None, None, False
+            matches = self.store.find_chained_turns([k for _, k in exchanges], session.id)
+        else:
+            matches = self.store.find_chained_turns([k for _, k in exchanges])
+            if not matches:
+                new_key = f"chain-{uuid.uuid4().hex[:16]}"
+                session_id = self.store.open_session(new_key, now, anonymous=True)
+                return self.store.get_session(session_id), None, None, False
+            position = {k: i for i, k in exchanges}  # the latest position of each key in the request
+            best = max(matches, key=lambda t: (position[t.exchange_key], t.id))
+            session = self.store.get_session(best.session_id)
+        prev = self.store.last_main_turn(session.id)
+        return session, prev, self._reply_index(prev, messages, exchanges), bool(matches)
 
-    def _attach_request_next_state(self, prev: Turn | None, messages: list[dict], now: float) -> int | None:
-        if prev is None or prev.status != "awaiting":
+    @staticmethod
+    def _reply_index(prev: Turn | None, messages: list[dict], exchanges: list[tuple[int, str]]) -> int | None:
+        """Where ``prev``'s reply is in the request: the latest exchange with its key, else (a client that re-sends
+        the prompt unchanged) right after an unchanged copy of its prompt; None when the request does not continue
+        it."""
+        if prev is None:
             return None
+        found = [i for i, k in exchanges if prev.exchange_key is not None and k == prev.exchange_key]
+        if found:
+            return found[-1]
         k = len(prev.prompt_messages)
-        extends = (
-            len(messages) > k + 1
+        if (
+            len(messages) > k
             and messages[k].get("role") == "assistant"
             and history_hash(messages[:k]) == prev.history_hash
-        )
-        if not extends:
+        ):
+            return k
+        return None
+
+    def _attach_request_next_state(
+        self, prev: Turn | None, reply_index: int | None, messages: list[dict], now: float
+    ) -> int | None:
+        """Give ``prev`` the next state that follows its reply in this main request; a main request that does not
+        continue ``prev`` (an edit, a regeneration) closes it as ``history_diverged``."""
+        if prev is None or prev.status != "awaiting":
+            return None
+        if reply_index is None:
             self.store.close_turn(prev.id, "history_diverged")
             return None
-        state = next_state_after(messages, k)
+        state = next_state_after(messages, reply_index)
         if state is None:
-            # e.g. a trailing system reminder: not a next state. If the conversation already moved past
-            # turn t without one, t never gets one.
-            if any(m.get("role") == "assistant" for m in messages[k + 1 :]):
-                self.store.close_turn(prev.id, "no_next_state")
             return None
         return prev.id if self.store.attach_next_state(prev.id, state, "request", now) else None
 
@@ -188,6 +228,9 @@ class TurnCollector(TurnSignals):
                 history_hash=ctx.history_hash,
                 response_message=response_message,
                 now=now,
+                exchange_key=turn_exchange_key(
+                    ctx.messages, response_message or {"content": completion_text}
+                ),
             )
             if ctx.session_done:
                 self.store.end_session(ctx.session_id, "done", now)

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from openclaw_trl.judge import flatten_content
+from openclaw_trl.sessions.chaining import user_text
+from openclaw_trl.sessions.side_calls import is_side_message
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -24,11 +27,13 @@ class SessionConfig:
     session_idle_timeout: seconds without a request after which a session ends (its last turn then has no
         next state, unless feedback arrives for it later). Half an hour by default: a person reading a long
         answer or an agent running a long tool comes back within it, and waiting longer costs nothing.
-    train_anonymous: also train on requests that carry no session id (they are chained by history).
+    train_anonymous: also train on conversations whose requests carry no session id (recognised by their
+        history, :mod:`openclaw_trl.sessions.chaining`). On by default: a server has one owner (one API key or
+        none), and an agent such as OpenClaw sends no session id.
     """
 
     session_idle_timeout: float = 1800.0
-    train_anonymous: bool = False
+    train_anonymous: bool = True
 
     def __post_init__(self):
         if not self.session_idle_timeout > 0:
@@ -52,7 +57,7 @@ class RequestContext:
     """What :meth:`TurnCollector.begin` decided about one request; pass it to ``record_turn``."""
 
     session_id: int  # the store's session row id
-    session_key: str | None  # the client's id (None: anonymous)
+    session_key: str | None  # the client's id, or the server's ``chain-<hex>`` for an anonymous conversation
     session_generation: int
     turn_type: str  # main / side
     session_done: bool
@@ -77,10 +82,23 @@ def lower_keys(mapping: Mapping | None) -> dict:
     return {str(k).lower(): v for k, v in mapping.items()}
 
 
+_AFFINITY_CYCLE = re.compile(r":\d+$")
+
+
 def request_session_key(headers: Mapping | None, body: Mapping | None) -> str | None:
-    """The session id a request names: ``X-Session-Id``, else body ``session_id``, else ``user`` (stripped)."""
+    """The session id a request names (stripped), the first of: the ``X-Session-Id`` header, the body's
+    ``session_id``, the ``x-session-affinity`` or ``session_id`` header, the body's ``user``.
+
+    ``x-session-affinity`` and the ``session_id`` header are OpenClaw's session-affinity headers
+    (``compat.sendSessionAffinityHeaders``), ``<session id>:<n>`` where ``n`` counts the session's compactions:
+    the ``:<n>`` is dropped, so the conversation stays one session across its compactions.
+    """
     h, b = lower_keys(headers), dict(body or {})
-    key = h.get("x-session-id") or b.get("session_id") or b.get("user")
+    key = h.get("x-session-id") or b.get("session_id")
+    if not key:
+        affinity = h.get("x-session-affinity") or h.get("session_id")
+        key = _AFFINITY_CYCLE.sub("", str(affinity).strip()) if affinity else None
+    key = key or b.get("user")
     return str(key).strip() or None if key is not None else None
 
 
@@ -114,22 +132,40 @@ def history_hash(messages: Sequence[Mapping]) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-def next_state_after(messages: Sequence[Mapping], prompt_len: int) -> dict | None:
-    """The next state of the turn whose prompt was ``messages[:prompt_len]``.
+def next_state_after(messages: Sequence[Mapping], reply_index: int) -> dict | None:
+    """The next state of the turn whose reply is ``messages[reply_index]`` (an assistant message).
 
-    ``messages[prompt_len]`` is that turn's response (an assistant message); the next state is the user
-    or tool messages that follow it, up to the next assistant message. Several tool results (parallel
-    tool calls) are joined; the role is that of the last one. None when there are none.
+    The next state is the user or tool messages that follow the reply, up to the next assistant message.
+    Several tool results (parallel tool calls) are joined; the role is that of the last one. Skipped on the
+    way: messages holding only agent internal context, and side calls the agent kept in its history (a memory
+    flush or heartbeat prompt, the replies and tool results that answer it): they are not the person's
+    reaction. None when there is no next state.
     """
-    segment = []
-    for message in messages[prompt_len + 1 :]:
-        if message.get("role") == "assistant":
-            break
-        if message.get("role") in NEXT_STATE_ROLES:
-            segment.append(dict(message))
+    segment: list[dict] = []
+    in_side_call = False
+    for message in messages[reply_index + 1 :]:
+        role = message.get("role")
+        if role == "assistant":
+            if segment:
+                break
+            continue  # a reply to a skipped side call
+        if role not in NEXT_STATE_ROLES:
+            continue
+        if is_side_message(message):
+            if segment:
+                break
+            in_side_call = True
+            continue
+        if role == "user":
+            in_side_call = False
+        if in_side_call or (role == "user" and not user_text(message)):
+            continue
+        segment.append(dict(message))
     if not segment:
         return None
-    content = "\n\n".join(flatten_content(m.get("content")) for m in segment)
+    content = "\n\n".join(
+        user_text(m) if m.get("role") == "user" else flatten_content(m.get("content")) for m in segment
+    )
     return {"role": segment[-1]["role"], "content": content, "messages": segment}
 
 

@@ -52,8 +52,11 @@ class Conversations:
     _handed_out: set[int]  # sample ids in a training batch of this process (SampleQueue)
 
     # ------------------------------------------------------------------ sessions
-    def open_session(self, key: str | None, now: float | None = None, private: bool = False) -> int:
-        """Create a new session (the next generation of ``key``); returns its row id."""
+    def open_session(
+        self, key: str | None, now: float | None = None, private: bool = False, anonymous: bool | None = None
+    ) -> int:
+        """Create a new session (the next generation of ``key``); returns its row id. ``anonymous`` (default:
+        ``key is None``) marks a conversation the client named no id for (its key, if any, is the server's)."""
         now = time.time() if now is None else now
         with self._db.tx() as tx:
             generation = 0
@@ -63,7 +66,14 @@ class Conversations:
             cur = tx.execute(
                 "INSERT INTO sessions (key, generation, created, last_active, private, anonymous)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
-                (key, generation, now, now, int(private), int(key is None)),
+                (
+                    key,
+                    generation,
+                    now,
+                    now,
+                    int(private),
+                    int(key is None if anonymous is None else anonymous),
+                ),
             )
             return int(cur.lastrowid)
 
@@ -126,6 +136,7 @@ class Conversations:
         history_hash: str | None = None,
         response_message: dict | None = None,
         now: float | None = None,
+        exchange_key: str | None = None,
     ) -> int:
         """Commit one served turn (before the reply goes out); returns the turn id.
 
@@ -147,8 +158,8 @@ class Conversations:
             cur = tx.execute(
                 "INSERT INTO turns (session_id, idx, turn_type, created, prompt_messages, tools, history_hash,"
                 " prompt_ids, completion_ids, sampling_logprobs, completion_text, response_message, temperature,"
-                " policy_version, finish_reason, trainable, status, close_reason)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " policy_version, finish_reason, trainable, status, close_reason, exchange_key)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     session_id,
                     idx,
@@ -168,6 +179,7 @@ class Conversations:
                     int(bool(trainable) and turn_type == "main"),
                     status,
                     reason,
+                    exchange_key,
                 ),
             )
             _touch(tx, session_id, now)
@@ -183,21 +195,25 @@ class Conversations:
         row = self._db.conn().execute(sql, (session_id,)).fetchone()
         return Turn.from_row(row) if row else None
 
-    def find_turn_by_history(self, hashes: Iterable[str], anonymous_only: bool = True) -> Turn | None:
-        """The newest awaiting main turn of an open session whose history hash is one of ``hashes``."""
-        hashes = list(hashes)
-        if not hashes:
-            return None
-        marks = ",".join("?" * len(hashes))
+    def find_chained_turns(self, exchange_keys: Iterable[str], session_id: int | None = None) -> list[Turn]:
+        """Main turns whose exchange key is one of ``exchange_keys``, newest first: those of ``session_id``, or
+        (None) those of open anonymous sessions (conversations recognised by their history)."""
+        keys = list(dict.fromkeys(exchange_keys))
+        if not keys:
+            return []
+        marks = ",".join("?" * len(keys))
+        scope = "t.session_id = ?" if session_id is not None else "s.anonymous = 1 AND s.ended IS NULL"
         sql = (
             "SELECT t.* FROM turns t JOIN sessions s ON s.id = t.session_id"
-            f" WHERE t.history_hash IN ({marks}) AND t.turn_type = 'main' AND t.status = 'awaiting'"
-            " AND s.ended IS NULL"
-            + (" AND s.key IS NULL" if anonymous_only else "")
-            + " ORDER BY t.id DESC LIMIT 1"
+            f" WHERE t.exchange_key IN ({marks}) AND t.turn_type = 'main' AND {scope} ORDER BY t.id DESC"
         )
-        row = self._db.conn().execute(sql, hashes).fetchone()
-        return Turn.from_row(row) if row else None
+        params = [*keys, session_id] if session_id is not None else keys
+        return [Turn.from_row(row) for row in self._db.conn().execute(sql, params).fetchall()]
+
+    def session_has_prompt(self, session_id: int, history_hash: str) -> bool:
+        """Whether a turn of the session was served for this exact prompt (its ``history_hash``)."""
+        sql = "SELECT 1 FROM turns WHERE session_id = ? AND history_hash = ? LIMIT 1"
+        return self._db.conn().execute(sql, (session_id, history_hash)).fetchone() is not None
 
     def attach_next_state(
         self, turn_id: int, next_state: dict, source: str, now: float | None = None, replace: bool = False

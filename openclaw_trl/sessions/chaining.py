@@ -1,0 +1,118 @@
+"""Which served turn a request continues, from its messages alone (no session id needed).
+
+An agent re-sends the whole conversation with every request, but it rebuilds what it re-sends: the system prompt
+changes between turns (date, sections that appear or go), per-turn internal-context messages are dropped, text blocks
+are joined, reasoning is dropped or moved to another field, tool-call arguments are re-serialised. So a request is
+not compared with a stored prompt byte for byte, nor as a prefix: it is compared *exchange by exchange*.
+
+An **exchange** is an assistant message together with the last user or tool message before it (the last message of
+its *segment*: the messages since the assistant message before it). Both are normalised to what a person saw:
+
+* system and developer messages are left out (agents rewrite them between turns);
+* user and tool text: agent-gateway internal-context blocks (``<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>> …
+  <<<END_OPENCLAW_INTERNAL_CONTEXT>>>``) are removed, and a message left empty is left out;
+* assistant text: ``<think>…</think>`` reasoning is removed (reasoning fields are never compared); tool calls count
+  as their name and their arguments parsed as JSON and re-serialised with sorted keys;
+* every run of whitespace becomes one space (text blocks joined with a newline compare equal to one block).
+
+The **exchange key** of a served turn is ``sha256`` of its prompt's last user/tool message and its reply; a request
+continues turn *t* when one of its exchanges has *t*'s key. Only that message and the reply count, so a history
+rewritten before them (a compaction summary replacing old messages, a changed first message or system prompt) does
+not hide the continuation. The limit: two conversations whose last exchange is identical (the same user text
+answered by the same reply) cannot be told apart this way; sampled replies and the timestamps agents put in user
+messages make that rare, and an explicit session id removes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+
+from openclaw_trl.judge import flatten_content
+
+_INTERNAL_CONTEXT = re.compile(
+    r"<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>.*?<<<END_OPENCLAW_INTERNAL_CONTEXT>>>", re.DOTALL
+)
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_SPACE = re.compile(r"\s+")
+_LEFT_OUT_ROLES = ("system", "developer")
+
+
+def _squeeze(text: str) -> str:
+    return _SPACE.sub(" ", text).strip()
+
+
+def _tool_calls(message: Mapping) -> list[list[str]]:
+    """A message's tool calls as ``[name, canonical arguments]`` pairs."""
+    calls = []
+    for call in message.get("tool_calls") or []:
+        function = (call.get("function") or {}) if isinstance(call, Mapping) else {}
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                arguments = _squeeze(arguments)
+        calls.append(
+            [str(function.get("name") or ""), json.dumps(arguments, sort_keys=True, ensure_ascii=False)]
+        )
+    return calls
+
+
+def user_text(message: Mapping) -> str:
+    """The text of a user or tool message as a person saw it: internal-context blocks removed, whitespace squeezed."""
+    return _squeeze(_INTERNAL_CONTEXT.sub(" ", flatten_content(message.get("content"))))
+
+
+def normal_message(message: Mapping) -> list | None:
+    """A message as exchanges compare it, or None when it is left out (system prompts, empty context messages)."""
+    role = message.get("role")
+    if role in _LEFT_OUT_ROLES:
+        return None
+    if role == "assistant":
+        text = _squeeze(_THINK.sub(" ", flatten_content(message.get("content"))))
+        return ["assistant", text, _tool_calls(message)]
+    text = user_text(message)
+    return [role, text] if text else None
+
+
+def _key(segment: Sequence[list], reply: list) -> str:
+    """sha256 of the segment's last message and the reply (the messages before it may be rewritten)."""
+    blob = json.dumps([list(segment[-1:]), reply], ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _last_segment(messages: Sequence[Mapping]) -> list[list]:
+    """The normalised user/tool messages after the last assistant message of ``messages``."""
+    segment: list[list] = []
+    for message in messages:
+        if message.get("role") == "assistant":
+            segment = []
+            continue
+        normal = normal_message(message)
+        if normal is not None:
+            segment.append(normal)
+    return segment
+
+
+def turn_exchange_key(prompt_messages: Sequence[Mapping], reply: Mapping | None) -> str | None:
+    """The exchange key of a served turn: its prompt's last segment and the reply as the client received it."""
+    if reply is None:
+        return None
+    return _key(_last_segment(prompt_messages), normal_message({**reply, "role": "assistant"}))
+
+
+def request_exchanges(messages: Sequence[Mapping]) -> list[tuple[int, str]]:
+    """``(index, exchange key)`` of every assistant message of a request, oldest first."""
+    found, segment = [], []
+    for index, message in enumerate(messages):
+        if message.get("role") == "assistant":
+            found.append((index, _key(segment, normal_message(message))))
+            segment = []
+            continue
+        normal = normal_message(message)
+        if normal is not None:
+            segment.append(normal)
+    return found
