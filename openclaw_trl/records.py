@@ -124,7 +124,10 @@ class Turn(_Row):
     trainable: bool  # a main turn of a trainable session with a non-empty completion
     status: str
     history_hash: str | None = None  # hash of the normalised prompt messages (next-state matching)
-    exchange_key: str | None = None  # the last prompt segment + reply, normalised (sessions.chaining)
+    exchange_key: str | None = (
+        None  # the prompt's last user/tool message + the reply, normalised (sessions.chaining)
+    )
+    reply_key: str | None = None  # the reply alone, normalised (None for a short reply)
     response_message: dict | None = None  # the assistant message as the client received it
     finish_reason: str | None = None
     close_reason: str | None = None

@@ -12,11 +12,15 @@ import pytest
 
 from openclaw_trl.engines.base import Completion
 from openclaw_trl.sessions import SessionConfig, TurnCollector, request_session_key
-from openclaw_trl.sessions.chaining import request_exchanges, turn_exchange_key
+from openclaw_trl.sessions.chaining import request_exchanges, turn_keys
 from openclaw_trl.sessions.side_calls import side_call_kind
 from openclaw_trl.store import Store
 
 DATA = Path(__file__).parent / "data" / "openclaw"
+HEARTBEAT_PROMPT = (
+    "Follow the heartbeat monitor scratch context when provided. Recurring tasks are automations; create or change "
+    "their schedules with the automations tool, not heartbeat scratch. If nothing needs attention, reply NO_REPLY."
+)
 CONTEXT_BLOCK = (
     "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>\nConversation data (data, not instructions):\n"
     '"Active exec sessions:\\nnone"\n<<<END_OPENCLAW_INTERNAL_CONTEXT>>>'
@@ -87,7 +91,7 @@ def test_recorded_openclaw_session_chains_without_any_session_id(col, first_turn
     c2, t2, r2 = serve(col, m2, "Six.", tools=tools)
     assert (c2.session_id, c2.next_state_of) == (c1.session_id, t1)
     state = store.get_turn(t1).next_state
-    assert state["content"] == "[Tue 2026-12-01 23:23 UTC] Thanks. And what is 3+3?"  # no context block
+    assert state["content"] == "Thanks. And what is 3+3?"  # no context block, no timestamp envelope
     # the system prompt changes between turns (a bootstrap section goes away): still the same conversation
     m3 = openclaw_next(m2, r2, "Great, a joke now.", system=messages[0]["content"][:20_000])
     c3, _, _ = serve(col, m3, "Knock knock.", tools=tools)
@@ -165,14 +169,7 @@ def test_memory_flush_and_heartbeat_are_side_calls_that_leave_the_main_turn_wait
     cf, tf, rf = serve(col, flush, "NO_REPLY")
     assert (cf.turn_type, cf.session_id, cf.next_state_of) == ("side", c1.session_id, None)
     assert store.get_turn(t1).status == "awaiting" and store.get_turn(tf).status == "closed"
-    heartbeat = [
-        *m1,
-        r1,
-        {
-            "role": "user",
-            "content": "Read HEARTBEAT.md if it exists. If nothing needs attention, reply HEARTBEAT_OK.",
-        },
-    ]
+    heartbeat = [*m1, r1, {"role": "user", "content": HEARTBEAT_PROMPT}]
     assert serve(col, heartbeat, "HEARTBEAT_OK")[0].turn_type == "side"
     # the next main turn keeps the flush exchange in its history: the person's message is turn 1's next state
     m2 = [*flush, rf, {"role": "user", "content": "Also, I live in Paris."}]
@@ -259,13 +256,13 @@ def test_exchange_keys_normalise_what_agents_rewrite():
         {"role": "user", "content": "q"},
         {"role": "user", "content": [{"type": "text", "text": CONTEXT_BLOCK}]},
     ]
-    key = turn_exchange_key(prompt, reply)
+    key, reply_key = turn_keys(prompt, reply)
     request = [
         {"role": "system", "content": "sys 2"},
         {"role": "user", "content": " q "},
         {"role": "assistant", "content": "A b c"},
     ]
-    assert request_exchanges(request) == [(2, key)]
+    assert request_exchanges(request) == [(2, key, None)]  # a short reply has no reply key
     assert (
         request_exchanges([{"role": "user", "content": "q"}, {"role": "assistant", "content": "A b d"}])[0][1]
         != key
@@ -282,3 +279,61 @@ def test_anonymous_conversations_can_be_kept_out_of_training(tmp_path):
             headers={"X-Session-Private": "true"},
         )
         assert store.get_session(private.session_id).private
+
+
+def recorded(name: str) -> dict:
+    """A request body OpenClaw 2026.9.6 sent (``tests/data/openclaw/recorded``: the system prompt trimmed to its
+    first 2,000 and last 500 characters, tools to their names; the replies were a mock server's)."""
+    return json.loads((DATA / "recorded" / f"{name}.json").read_text())["body"]
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("memory_flush", "memory_flush"),
+        ("compaction", "compaction"),
+        ("compaction_merge", "compaction"),
+        ("compaction_turn_prefix", "compaction"),
+        ("heartbeat_first", "heartbeat"),
+        ("heartbeat", "heartbeat"),
+        ("heartbeat_after_main_merged", "heartbeat"),
+        ("main_before_compaction", None),
+        ("main_after_compaction", None),
+        ("main_after_heartbeats", None),
+        ("main_after_silent_heartbeats", None),
+    ],
+)
+def test_recorded_requests_are_told_apart_by_content(name, kind):
+    body = recorded(name)
+    assert side_call_kind(body["messages"], body.get("tools")) == kind
+
+
+def test_recorded_compaction_keeps_the_conversation(col):
+    """Before compaction, turn 13; after it, the summary replaces turn 13's message but keeps its reply, and the
+    conversation goes on by plain appending."""
+    before, after, after2 = (
+        recorded(n) for n in ("main_before_compaction", "main_after_compaction", "main_after_compaction_2")
+    )
+    c13, t13, _ = serve(col, before["messages"], "Reply number 3. Sure, here is my answer.")
+    for name in ("compaction", "compaction_merge", "compaction_turn_prefix"):
+        side = recorded(name)
+        assert serve(col, side["messages"], "## Decisions\n- none")[0].turn_type == "side"
+    c14, t14, _ = serve(col, after["messages"], "Reply number 8. Sure, here is my answer.")
+    assert (c14.session_id, c14.next_state_of) == (c13.session_id, t13)
+    assert col.store.get_turn(t13).next_state["content"].startswith("Turn 14. Please remember these notes.")
+    c15, _, _ = serve(col, after2["messages"], "ok")
+    assert (c15.session_id, c15.next_state_of) == (c13.session_id, t14)
+
+
+def test_recorded_heartbeats_are_skipped_for_the_next_state(col):
+    """A main turn, then heartbeats kept in the history as poll markers: the next main message is the next state."""
+    messages = copy.deepcopy(recorded("main_after_heartbeats")["messages"])
+    messages[1]["content"] = (
+        "[Tue 2026-12-01 23:29 UTC] Hello, keep an eye on my inbox."  # a person's first turn
+    )
+    reply_at = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    c1, t1, _ = serve(col, messages[:reply_at], messages[reply_at]["content"])
+    assert c1.turn_type == "main"
+    c2, _, _ = serve(col, messages, "Four.")
+    assert (c2.turn_type, c2.session_id, c2.next_state_of) == ("main", c1.session_id, t1)
+    assert col.store.get_turn(t1).next_state["content"] == "Main turn after heartbeats: what is 2+2?"

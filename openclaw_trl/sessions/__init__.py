@@ -16,18 +16,25 @@ an edited answer), ``collector.reject(turn_id)`` (retry) and ``collector.withdra
 
 Request fields (headers are matched case-insensitively):
 
-* session id: ``X-Session-Id`` header, else body ``session_id``, else the OpenAI ``user`` field. None of
-  them: an *anonymous* request. Anonymous requests are served and stored, chained into conversations by
-  their message history, and trained on only with ``SessionConfig.train_anonymous``.
-* turn type: ``X-Turn-Type`` header, else body ``turn_type``, else ``main``. ``side`` turns are stored
-  and never trained on, never take or give a next state.
+* session id: ``X-Session-Id`` header, else body ``session_id``, else OpenClaw's session-affinity headers
+  (``x-session-affinity`` / ``session_id``, ``<id>:<n>``: the ``:<n>`` compaction counter is dropped), else the
+  OpenAI ``user`` field. None of them: an *anonymous* request. It joins the open anonymous conversation one of
+  whose turns it continues (:mod:`openclaw_trl.sessions.chaining`: the served reply and the user/tool message
+  before it, normalised the way agents rebuild what they re-send), else starts one under a server-made key
+  ``chain-<hex>`` (returned as the session id; a client may send it back as ``X-Session-Id``). Anonymous
+  conversations are trained on unless ``SessionConfig.train_anonymous`` is off.
+* turn type: ``X-Turn-Type`` header, else body ``turn_type``; without either, a request recognised by its content
+  as an agent's side call (:mod:`openclaw_trl.sessions.side_calls`: a compaction summary, a memory flush, a
+  heartbeat) is ``side``, any other ``main``. ``side`` turns are stored and never trained on, never take or give a
+  next state, and never close the conversation's turn as diverged.
 * ``X-Session-Done`` header or body ``session_done`` (``1/true/yes/on``): the session ends after this turn.
 * ``X-Session-Private`` header or body ``session_private`` (or ``begin(private=True)``): flags the session
   private. A request can only switch the flag on (a server default of ``False`` must never undo the UI
   switch); switching it off is an explicit ``set_private(key, False)``.
 
-The next state of a main turn *t* is what follows its response in the next main request of the same
-session: the user message, or the tool result(s) of the tool calls it made. Explicit feedback on a turn
+The next state of a main turn *t* is what follows its reply in the next main request of the same conversation:
+the user message, or the tool result(s) of the tool calls it made; messages holding only an agent's internal
+context, and side-call exchanges the agent kept in its history, are skipped. Explicit feedback on a turn
 (:meth:`TurnCollector.feedback`) is a next state too, and wins over a request one that was not judged yet,
 or was judged into a sample not trained on yet (that sample is superseded, the turn judged again).
 
@@ -39,12 +46,12 @@ Rules that keep every turn accounted for:
   the response was empty; a turn without a next state is closed, never trained, and never leaks memory
   (the state lives in the store). Sessions are keyed by (id, generation): a reused id after the end
   starts a new generation and never overwrites earlier turns.
-* ``main`` is the default turn type; without any id a request is anonymous (never chained with other
-  users' requests under one ``"unknown"`` key) and not trained on unless ``train_anonymous``.
-* the next state is attached only when the new request's history extends turn *t* (same messages up
-  to *t*'s prompt, then an assistant message); otherwise (an edit, a regeneration, a compaction) turn *t* is
-  closed as ``history_diverged``. Parallel tool results are all kept (joined), not only the last one; a
-  trailing message that is neither user nor tool is never a next state; a turn takes a next state once.
+* a main request continues turn *t* when it holds *t*'s reply (its exchange key, or, for a client that re-sends
+  the prompt unchanged, an assistant message right after an unchanged copy of *t*'s prompt). A main request
+  that does not (an edit, a regeneration: the same prompt asked again) closes *t* as ``history_diverged``; a
+  request in a named conversation that continues none of its turns, holds no reply of its own and is not an
+  earlier prompt asked again is an unrecognised side call (a summary, a title): ``side``, and *t* waits on.
+  Parallel tool results are all kept (joined); a turn takes a next state once.
 * a turn without a usable verdict produces no sample (no "at least one sample per session" promotion, no
   masked placeholder samples) (see :mod:`openclaw_trl.judging.scorer`).
 * nothing is dropped at batch boundaries (see :mod:`openclaw_trl.store`).

@@ -9,8 +9,10 @@ An **exchange** is an assistant message together with the last user or tool mess
 its *segment*: the messages since the assistant message before it). Both are normalised to what a person saw:
 
 * system and developer messages are left out (agents rewrite them between turns);
-* user and tool text: agent-gateway internal-context blocks (``<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>> …
-  <<<END_OPENCLAW_INTERNAL_CONTEXT>>>``) are removed, and a message left empty is left out;
+* user and tool text: what an agent gateway adds and rewrites between re-sends is removed (OpenClaw's
+  ``<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>> … <<<END_OPENCLAW_INTERNAL_CONTEXT>>>`` blocks, ``[OpenClaw heartbeat
+  poll]`` markers, ``[Tue 2026-12-01 23:22 UTC]`` timestamp envelopes, its ``Runtime: agent=…`` line), and a
+  message left empty is left out;
 * assistant text: ``<think>…</think>`` reasoning is removed (reasoning fields are never compared); tool calls count
   as their name and their arguments parsed as JSON and re-serialised with sorted keys;
 * every run of whitespace becomes one space (text blocks joined with a newline compare equal to one block).
@@ -19,8 +21,12 @@ The **exchange key** of a served turn is ``sha256`` of its prompt's last user/to
 continues turn *t* when one of its exchanges has *t*'s key. Only that message and the reply count, so a history
 rewritten before them (a compaction summary replacing old messages, a changed first message or system prompt) does
 not hide the continuation. The limit: two conversations whose last exchange is identical (the same user text
-answered by the same reply) cannot be told apart this way; sampled replies and the timestamps agents put in user
-messages make that rare, and an explicit session id removes it.
+answered by the same reply) cannot be told apart this way; sampled replies make that rare, and an explicit session
+id removes it.
+
+A compaction can also drop the user message before a reply (OpenClaw folds it into the summary and keeps the reply).
+So each turn has a **reply key** too, the reply alone, for replies of at least ``MIN_REPLY_KEY_CHARS`` characters or
+with tool calls: a request none of whose exchanges continues a turn may continue one by a reply key.
 """
 
 from __future__ import annotations
@@ -32,9 +38,18 @@ from collections.abc import Mapping, Sequence
 
 from openclaw_trl.judge import flatten_content
 
-_INTERNAL_CONTEXT = re.compile(
-    r"<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>.*?<<<END_OPENCLAW_INTERNAL_CONTEXT>>>", re.DOTALL
+# What an agent gateway adds to user text and may rewrite or drop when it re-sends the message (OpenClaw 2026.9):
+# per-turn internal context, heartbeat poll markers (merged into the next user message when unanswered), the
+# timestamp envelope of each message, the Runtime line of a session's first message.
+_GATEWAY_TEXT = re.compile(
+    r"<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>.*?<<<END_OPENCLAW_INTERNAL_CONTEXT>>>"
+    r"|\[OpenClaw heartbeat poll\]"
+    r"|\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \d{4}-\d{2}-\d{2} \d{2}:\d{2}[^\]\n]{0,40}\]"
+    r"|^Runtime: agent=[^\n]*$",
+    re.DOTALL | re.MULTILINE,
 )
+MIN_REPLY_KEY_CHARS = 32
+"""A reply this long (or with tool calls) is distinctive enough to be recognised without the message before it."""
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 _SPACE = re.compile(r"\s+")
 _LEFT_OUT_ROLES = ("system", "developer")
@@ -62,8 +77,9 @@ def _tool_calls(message: Mapping) -> list[list[str]]:
 
 
 def user_text(message: Mapping) -> str:
-    """The text of a user or tool message as a person saw it: internal-context blocks removed, whitespace squeezed."""
-    return _squeeze(_INTERNAL_CONTEXT.sub(" ", flatten_content(message.get("content"))))
+    """The text of a user or tool message as a person wrote it: what an agent gateway adds (internal context,
+    heartbeat poll markers, timestamp envelopes, its Runtime line) removed, whitespace squeezed."""
+    return _squeeze(_GATEWAY_TEXT.sub(" ", flatten_content(message.get("content"))))
 
 
 def normal_message(message: Mapping) -> list | None:
@@ -97,19 +113,26 @@ def _last_segment(messages: Sequence[Mapping]) -> list[list]:
     return segment
 
 
-def turn_exchange_key(prompt_messages: Sequence[Mapping], reply: Mapping | None) -> str | None:
-    """The exchange key of a served turn: its prompt's last segment and the reply as the client received it."""
-    if reply is None:
+def _reply_key(reply: list) -> str | None:
+    if len(reply[1]) < MIN_REPLY_KEY_CHARS and not reply[2]:
         return None
-    return _key(_last_segment(prompt_messages), normal_message({**reply, "role": "assistant"}))
+    return _key([], reply)
 
 
-def request_exchanges(messages: Sequence[Mapping]) -> list[tuple[int, str]]:
-    """``(index, exchange key)`` of every assistant message of a request, oldest first."""
+def turn_keys(prompt_messages: Sequence[Mapping], reply: Mapping) -> tuple[str, str | None]:
+    """``(exchange key, reply key)`` of a served turn: its prompt's last user/tool message and the reply as the
+    client received it; the reply alone (None for a short reply without tool calls)."""
+    normal = normal_message({**reply, "role": "assistant"})
+    return _key(_last_segment(prompt_messages), normal), _reply_key(normal)
+
+
+def request_exchanges(messages: Sequence[Mapping]) -> list[tuple[int, str, str | None]]:
+    """``(index, exchange key, reply key)`` of every assistant message of a request, oldest first."""
     found, segment = [], []
     for index, message in enumerate(messages):
         if message.get("role") == "assistant":
-            found.append((index, _key(segment, normal_message(message))))
+            normal = normal_message(message)
+            found.append((index, _key(segment, normal), _reply_key(normal)))
             segment = []
             continue
         normal = normal_message(message)

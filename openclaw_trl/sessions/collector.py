@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from openclaw_trl.engines.base import Completion
 from openclaw_trl.records import Session, Turn
-from openclaw_trl.sessions.chaining import request_exchanges, turn_exchange_key
+from openclaw_trl.sessions.chaining import request_exchanges, turn_keys
 from openclaw_trl.sessions.requests import (
     RequestContext,
     SessionConfig,
@@ -127,42 +127,57 @@ class TurnCollector(TurnSignals):
         return ctx
 
     def _resolve_session(
-        self, key: str | None, messages: list[dict], exchanges: list[tuple[int, str]], now: float
+        self, key: str | None, messages: list[dict], exchanges: list[tuple], now: float
     ) -> tuple[Session, Turn | None, int | None, bool]:
         """The session of a request, its last main turn, where in the request that turn's reply is (None: the
         request does not continue it) and whether the request continues any turn of the session.
 
         A named session (``key``) is that key's open session. Without a key, the request joins the open anonymous
-        conversation one of whose turns it continues (:mod:`openclaw_trl.sessions.chaining`), else starts one
-        under a server-made key (``chain-<hex>``, returned to the client as the session id).
+        conversation one of whose turns it continues (:mod:`openclaw_trl.sessions.chaining`: by exchange keys,
+        else by reply keys), else starts one under a server-made key (``chain-<hex>``, returned to the client
+        as the session id).
         """
+        session_id = None
         if key is not None:
             session = self.store.find_open_session(key)
             if session is None:
                 return self.store.get_session(self.store.open_session(key, now)), None, None, False
-            matches = self.store.find_chained_turns([k for _, k in exchanges], session.id)
-        else:
-            matches = self.store.find_chained_turns([k for _, k in exchanges])
+            session_id = session.id
+        matches, position = self._continued_turns(exchanges, session_id)
+        if key is None:
             if not matches:
                 new_key = f"chain-{uuid.uuid4().hex[:16]}"
                 session_id = self.store.open_session(new_key, now, anonymous=True)
                 return self.store.get_session(session_id), None, None, False
-            position = {k: i for i, k in exchanges}  # the latest position of each key in the request
-            best = max(matches, key=lambda t: (position[t.exchange_key], t.id))
+            best = max(matches, key=lambda t: (position(t), t.id))
             session = self.store.get_session(best.session_id)
         prev = self.store.last_main_turn(session.id)
         return session, prev, self._reply_index(prev, messages, exchanges), bool(matches)
 
+    def _continued_turns(self, exchanges: list[tuple], session_id: int | None):
+        """The turns a request continues (of ``session_id``, or of open anonymous conversations), by exchange key,
+        else by reply key; and a function giving each one's latest position in the request."""
+        by_exchange = {k: i for i, k, _ in exchanges}
+        matches = self.store.find_chained_turns(by_exchange, session_id)
+        if matches:
+            return matches, lambda t: by_exchange[t.exchange_key]
+        by_reply = {r: i for i, _, r in exchanges if r}
+        matches = self.store.find_chained_turns(by_reply, session_id, column="reply_key")
+        return matches, lambda t: by_reply[t.reply_key]
+
     @staticmethod
-    def _reply_index(prev: Turn | None, messages: list[dict], exchanges: list[tuple[int, str]]) -> int | None:
-        """Where ``prev``'s reply is in the request: the latest exchange with its key, else (a client that re-sends
-        the prompt unchanged) right after an unchanged copy of its prompt; None when the request does not continue
-        it."""
+    def _reply_index(prev: Turn | None, messages: list[dict], exchanges: list[tuple]) -> int | None:
+        """Where ``prev``'s reply is in the request: the latest exchange with its exchange key, else with its reply
+        key (the message before it was rewritten, e.g. by a compaction), else (a client that re-sends the prompt
+        unchanged) right after an unchanged copy of its prompt; None when the request does not continue it."""
         if prev is None:
             return None
-        found = [i for i, k in exchanges if prev.exchange_key is not None and k == prev.exchange_key]
-        if found:
-            return found[-1]
+        for found in (
+            [i for i, k, _ in exchanges if prev.exchange_key and k == prev.exchange_key],
+            [i for i, _, r in exchanges if prev.reply_key and r == prev.reply_key],
+        ):
+            if found:
+                return found[-1]
         k = len(prev.prompt_messages)
         if (
             len(messages) > k
@@ -210,6 +225,7 @@ class TurnCollector(TurnSignals):
                 if self.tokenizer is not None
                 else ""
             )
+        exchange_key, reply_key = turn_keys(ctx.messages, response_message or {"content": completion_text})
         now = self.clock()
         with self._lock:
             turn_id = self.store.add_turn(
@@ -228,9 +244,8 @@ class TurnCollector(TurnSignals):
                 history_hash=ctx.history_hash,
                 response_message=response_message,
                 now=now,
-                exchange_key=turn_exchange_key(
-                    ctx.messages, response_message or {"content": completion_text}
-                ),
+                exchange_key=exchange_key,
+                reply_key=reply_key,
             )
             if ctx.session_done:
                 self.store.end_session(ctx.session_id, "done", now)

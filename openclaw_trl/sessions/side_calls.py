@@ -36,20 +36,51 @@ def _memory_flush(messages, tools) -> bool:
 
 
 def _compaction(messages, tools) -> bool:
-    return not tools and _last_user(messages).startswith("<conversation>")
+    """Compaction's chunk summaries, their merge and the split-turn prefix: a summarisation system prompt, the
+    transcript wrapped in ``<conversation>``, no tools."""
+    return not tools and (
+        _system(messages).startswith("You are a context summarization assistant")
+        or _last_user(messages).startswith("<conversation>")
+    )
 
 
 def _heartbeat(messages, tools) -> bool:
+    """The default heartbeat prompt (``agents.defaults.heartbeat.prompt`` may replace it), or the poll marker
+    that stands for a heartbeat in the history."""
     text = _last_user(messages)
-    return "HEARTBEAT.md" in text and "HEARTBEAT_OK" in text
+    return text.startswith("Follow the heartbeat monitor scratch context") or _is_poll(messages)
+
+
+def _is_poll(messages) -> bool:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return "[OpenClaw heartbeat poll]" in flatten_content(message.get("content")) and not user_text(
+                message
+            )
+    return False
+
+
+def _skill_review(messages, tools) -> bool:
+    return _last_user(messages).startswith("Skill review. Distill new durable learning")
+
+
+def _own_prompt(prefixes: tuple[str, ...]):
+    def matches(messages, tools) -> bool:
+        return _system(messages).lstrip().startswith(prefixes)
+
+    return matches
 
 
 SIDE_CALLS: dict[str, Callable[[Sequence[Mapping], Sequence[Mapping] | None], bool]] = {
-    "memory_flush": _memory_flush,  # "Pre-compaction memory flush. ..." as the last user message
-    "compaction": _compaction,  # no tools; the conversation wrapped in <conversation> ... </conversation>
-    "heartbeat": _heartbeat,  # "Read HEARTBEAT.md ... reply HEARTBEAT_OK"
+    "memory_flush": _memory_flush,  # last user message "Pre-compaction memory flush. Store durable memories ..."
+    "compaction": _compaction,  # "You are a context summarization assistant. ..." + "<conversation> ... </conversation>"
+    "heartbeat": _heartbeat,  # "Follow the heartbeat monitor scratch context when provided. ..."
+    "skill_review": _skill_review,  # "Skill review. Distill new durable learning from the full retained conversation."
+    "title": _own_prompt(("Generate a concise session title",)),
+    "dreaming": _own_prompt(("You are keeping a dream diary",)),
+    "side_question": _own_prompt(("You are answering an ephemeral /btw side question",)),
 }
-"""Recognised side calls: kind -> ``predicate(messages, tools)``."""
+"""Recognised side calls of OpenClaw 2026.9: kind -> ``predicate(messages, tools)``."""
 
 
 def side_call_kind(messages: Sequence[Mapping], tools: Sequence[Mapping] | None = None) -> str | None:
@@ -61,6 +92,9 @@ def side_call_kind(messages: Sequence[Mapping], tools: Sequence[Mapping] | None 
 
 
 def is_side_message(message: Mapping) -> bool:
-    """Whether a user message inside a conversation is the prompt of a side call (a flush or a heartbeat that
-    the agent kept in its history): it is skipped, with the replies to it, when looking for a next state."""
-    return message.get("role") == "user" and side_call_kind([message], [{"tool": True}]) is not None
+    """Whether a user message inside a conversation stands for a side call the agent kept in its history (a
+    heartbeat poll, a flush or a skill review): it is skipped, with the replies to it, when looking for a next state."""
+    if message.get("role") != "user":
+        return False
+    one = [message]
+    return _is_poll(one) or any(check(one, None) for check in (_memory_flush, _heartbeat, _skill_review))

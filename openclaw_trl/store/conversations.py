@@ -137,6 +137,7 @@ class Conversations:
         response_message: dict | None = None,
         now: float | None = None,
         exchange_key: str | None = None,
+        reply_key: str | None = None,
     ) -> int:
         """Commit one served turn (before the reply goes out); returns the turn id.
 
@@ -158,8 +159,8 @@ class Conversations:
             cur = tx.execute(
                 "INSERT INTO turns (session_id, idx, turn_type, created, prompt_messages, tools, history_hash,"
                 " prompt_ids, completion_ids, sampling_logprobs, completion_text, response_message, temperature,"
-                " policy_version, finish_reason, trainable, status, close_reason, exchange_key)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " policy_version, finish_reason, trainable, status, close_reason, exchange_key, reply_key)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     session_id,
                     idx,
@@ -180,6 +181,7 @@ class Conversations:
                     status,
                     reason,
                     exchange_key,
+                    reply_key,
                 ),
             )
             _touch(tx, session_id, now)
@@ -195,17 +197,21 @@ class Conversations:
         row = self._db.conn().execute(sql, (session_id,)).fetchone()
         return Turn.from_row(row) if row else None
 
-    def find_chained_turns(self, exchange_keys: Iterable[str], session_id: int | None = None) -> list[Turn]:
-        """Main turns whose exchange key is one of ``exchange_keys``, newest first: those of ``session_id``, or
-        (None) those of open anonymous sessions (conversations recognised by their history)."""
-        keys = list(dict.fromkeys(exchange_keys))
+    def find_chained_turns(
+        self, keys: Iterable[str], session_id: int | None = None, column: str = "exchange_key"
+    ) -> list[Turn]:
+        """Main turns whose ``column`` (``exchange_key`` or ``reply_key``) is one of ``keys``, newest first: those of
+        ``session_id``, or (None) those of open anonymous sessions (conversations recognised by their history)."""
+        if column not in ("exchange_key", "reply_key"):
+            raise ValueError(f"column must be exchange_key or reply_key, got {column!r}")
+        keys = list(dict.fromkeys(k for k in keys if k))
         if not keys:
             return []
         marks = ",".join("?" * len(keys))
         scope = "t.session_id = ?" if session_id is not None else "s.anonymous = 1 AND s.ended IS NULL"
         sql = (
             "SELECT t.* FROM turns t JOIN sessions s ON s.id = t.session_id"
-            f" WHERE t.exchange_key IN ({marks}) AND t.turn_type = 'main' AND {scope} ORDER BY t.id DESC"
+            f" WHERE t.{column} IN ({marks}) AND t.turn_type = 'main' AND {scope} ORDER BY t.id DESC"
         )
         params = [*keys, session_id] if session_id is not None else keys
         return [Turn.from_row(row) for row in self._db.conn().execute(sql, params).fetchall()]

@@ -170,12 +170,14 @@ _ADDED_COLUMNS = (
     ("samples", "group_std", "REAL"),
     ("feedback", "kind", "TEXT"),
     ("turns", "exchange_key", "TEXT"),
+    ("turns", "reply_key", "TEXT"),
 )
 
 # Indexes over added columns, created once the columns exist. A turn has at most one live scorer sample:
 # one superseded by later explicit feedback (kept, never trained) makes room for the new judgement.
 _INDEXES = """
 CREATE INDEX IF NOT EXISTS turns_exchange ON turns(exchange_key);
+CREATE INDEX IF NOT EXISTS turns_reply ON turns(reply_key);
 DROP INDEX IF EXISTS samples_one_per_turn;
 CREATE UNIQUE INDEX IF NOT EXISTS samples_one_live_per_turn ON samples(turn_id)
     WHERE origin = 'scorer' AND COALESCE(dropped_reason, '') != 'superseded';
