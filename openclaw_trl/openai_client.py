@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 
 import httpx
 
+SIDE_TURN = {"X-Turn-Type": "side"}
+"""Headers of a request made for the system itself (a judge vote, a simulated user's line): a server of ours
+serves it and never learns from it; other servers ignore the header."""
+
 
 @dataclass
 class OpenAIClient:

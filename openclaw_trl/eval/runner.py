@@ -38,7 +38,7 @@ from openclaw_trl.eval.personas import (
     rating_messages,
     strip_thinking,
 )
-from openclaw_trl.openai_client import OpenAIClient
+from openclaw_trl.openai_client import SIDE_TURN, OpenAIClient
 
 DATA_FILE = "gsm8k_test_subset.json"
 
@@ -58,10 +58,6 @@ def load_problems(n: int, offset: int = 0, path: str | Path | None = None) -> li
     if len(problems) < n:
         raise ValueError(f"asked for {n} problems from offset {offset}, the data has {len(rows)}")
     return problems
-
-
-PERSONA_HEADERS = {"X-Turn-Type": "side"}
-"""Sent with every request to the persona LLM: a server of ours serves it without learning from it."""
 
 
 def say(endpoint: OpenAIClient, messages: list[dict], **params) -> tuple[str, httpx.Response]:
@@ -134,7 +130,7 @@ def rate_reply(user_llm: OpenAIClient, persona: Persona, opening: str, reply: st
         raw, _ = say(
             user_llm,
             rating_messages(persona, opening, reply),
-            headers=PERSONA_HEADERS,
+            headers=SIDE_TURN,
             temperature=settings.user_temperature,
             max_tokens=settings.user_max_tokens,
         )
@@ -169,7 +165,7 @@ def run_problem(
             submission, _ = say(
                 user_llm,
                 [{"role": "user", "content": SUBMISSION_PROMPT.format(question=problem["question"])}],
-                headers=PERSONA_HEADERS,
+                headers=SIDE_TURN,
                 **user_params,
             )
         opening = persona.opening(problem, submission)
@@ -185,7 +181,7 @@ def run_problem(
                 result.first_reply = reply
                 result.score, result.rating_text = rate_reply(user_llm, persona, opening, reply, settings)
             simulator.append({"role": "user", "content": REPLY_PREFIX + (reply or "(empty reply)")})
-            next_message, _ = say(user_llm, simulator, headers=PERSONA_HEADERS, **user_params)
+            next_message, _ = say(user_llm, simulator, headers=SIDE_TURN, **user_params)
             result.finished = persona.sentinel in next_message
             said = next_message.replace(persona.sentinel, "").strip() or "Thanks."
             simulator.append({"role": "assistant", "content": next_message or "..."})

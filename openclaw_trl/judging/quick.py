@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from openclaw_trl import judge
 from openclaw_trl.engines.base import GenerationRequest, SamplingParams
 from openclaw_trl.judging.voters import load_callable
+from openclaw_trl.openai_client import SIDE_TURN
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +168,9 @@ class QuickJudge:
 
     def _openai_score(self, item: QuickJudgeInput) -> float | None:
         messages = judge.build_quick_judge_messages(item.messages, item.response)
-        message, _ = self.client.chat(messages, temperature=0.0, max_tokens=self.config.max_tokens)
+        message, _ = self.client.chat(
+            messages, headers=SIDE_TURN, temperature=0.0, max_tokens=self.config.max_tokens
+        )
         return judge.parse_quick_score(judge.flatten_content(message.get("content")))
 
     def _engine_scores(self, items: list[QuickJudgeInput]) -> list[float | None]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from openclaw_trl import judge
 from openclaw_trl.engines.base import GenerationRequest, SamplingParams
 from openclaw_trl.judging.config import JudgeConfig
+from openclaw_trl.openai_client import SIDE_TURN
 from openclaw_trl.records import Turn, Vote
 
 
@@ -316,7 +317,11 @@ class OpenAIVoter(Voter):
     def _call(self, messages: list[dict]) -> str:
         cfg = self.config
         message, _ = self.client.chat(
-            messages, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens
+            messages,
+            headers=SIDE_TURN,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            max_tokens=cfg.max_tokens,
         )
         return judge.flatten_content(message.get("content"))
 
