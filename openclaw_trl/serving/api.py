@@ -7,8 +7,9 @@
   delta is sent as both ``reasoning_content`` and ``reasoning``, and either is accepted on input;
 * ``POST /v1/responses`` (OpenAI Responses API, ``openclaw_trl.serving.responses``) on the same chat service,
   ``GET /v1/responses/{id}`` (the stored response object);
-* ``POST /v1/feedback``: a signal on any turn by its id: ``action`` ``rate`` (👍/👎 + optional text, the
-  default), ``correct`` (what the answer should have been), ``reject`` (retry: a 👎 without text) or
+* ``POST /v1/feedback``: a signal on any turn of the session it names (``session_id`` / ``X-Session-Id``: the
+  reply's ``openclaw.session_id``; another session's turn is a 404): ``action`` ``rate`` (👍/👎 + optional
+  text, the default), ``correct`` (what the answer should have been), ``reject`` (retry: a 👎 without text) or
   ``withdraw`` (undo: never judged or trained), as in the UI (``openclaw_trl.sessions.signals``);
 * ``GET /v1/models``, ``GET /healthz``, ``GET /v1/status``; any other ``/v1/...`` is a 404 ``unknown_url``.
 
@@ -37,7 +38,9 @@ Wire-format details a client may care about:
   returned; ``logprobs``/``top_logprobs`` (<= 20) are the sampling log-probs and the policy's top-K; in a stream
   they arrive in one chunk just before the final one (the engine streams token ids only).
 * Accepted and ignored: ``presence_penalty``, ``frequency_penalty``, ``response_format``, ``tool_choice``
-  other than ``"none"`` (which renders without tools), unknown fields. Refused: ``n > 1``, non-text content parts.
+  ``auto`` / ``required`` / a function of the request's tools (``"none"`` renders without tools), unknown fields.
+  Refused: ``n > 1``, non-text content parts, a ``tool_choice`` naming an unknown function, and in any body a
+  string (or field name) with a lone UTF-16 surrogate or a NUL (``openai_schema.check_text``).
 """
 
 from __future__ import annotations

@@ -55,8 +55,7 @@ def error_response(err: ApiError):
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 Num = Annotated[float, Field(strict=True)]
-Int = Annotated[int, Field(strict=True, ge=INT64_MIN, le=INT64_MAX)]
-"""An integer that a 64-bit engine or store can hold: a larger one is a 400, never an overflow later."""
+Int = Annotated[int, Field(strict=True)]  # every integer field has bounds a 64-bit engine and store can hold
 Bool = Annotated[bool, Field(strict=True)]
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -116,10 +115,10 @@ class ChatRequest(BaseModel):
     temperature: Num | None = Field(default=None, ge=0.0, le=2.0)
     top_p: Num | None = Field(default=None, gt=0.0, le=1.0)
     top_k: Int | None = Field(default=None, ge=0, le=2**31 - 1)
-    max_tokens: Int | None = Field(default=None, ge=1)
-    max_completion_tokens: Int | None = Field(default=None, ge=1)
+    max_tokens: Int | None = Field(default=None, ge=1, le=INT64_MAX)
+    max_completion_tokens: Int | None = Field(default=None, ge=1, le=INT64_MAX)
     stop: str | list[str] | None = None
-    seed: Int | None = None  # any 64-bit integer (the engines' generators take it as it is)
+    seed: Int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)  # what the engines' generators take
     stream: Bool = False
     stream_options: dict | None = None
     logprobs: Bool = False

@@ -24,7 +24,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from openclaw_trl.serving.openai_schema import ApiError, format_validation_error
+from openclaw_trl.serving.openai_schema import INT64_MAX, ApiError, format_validation_error
 
 Num = Annotated[float, Field(strict=True)]
 Int = Annotated[int, Field(strict=True)]
@@ -110,7 +110,7 @@ class ResponsesRequest(BaseModel):
     tool_choice: str | dict | None = None
     temperature: Num | None = Field(default=None, ge=0.0, le=2.0)
     top_p: Num | None = Field(default=None, gt=0.0, le=1.0)
-    max_output_tokens: Int | None = Field(default=None, ge=1)
+    max_output_tokens: Int | None = Field(default=None, ge=1, le=INT64_MAX)
     stream: Bool = False
     previous_response_id: str | None = Field(default=None, min_length=1, max_length=128)
     metadata: dict[str, str] | None = None
@@ -125,7 +125,7 @@ def parse_request(payload: Any) -> ResponsesRequest:
         if name in _HONOURED or value is None:
             continue
         if name not in _REFUSED:
-            raise ApiError(400, f"Unknown parameter: '{name}'.", "unknown_parameter", name)
+            raise ApiError(400, f"Unknown parameter: '{name[:128]}'.", "unknown_parameter", name[:128])
         accepted, why = _REFUSED[name]
         if value not in accepted:
             raise ApiError(400, f"'{name}'={value!r} is not supported: {why}.", "unsupported_parameter", name)
