@@ -9,8 +9,11 @@
 
 from __future__ import annotations
 
+import json
+import socket
 import threading
 import time
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -173,21 +176,39 @@ def test_a_turn_whose_response_row_fails_is_not_stored_with_its_group(best_of_2,
     assert _rows(store, "atomic") == {"turns": 1, "responses": 1, "candidate_groups": 1, "samples": 2}
 
 
+def _drain(sock: socket.socket) -> None:
+    try:
+        while sock.recv(65536):
+            pass
+    except OSError:  # closed by the test
+        pass
+
+
 def test_a_responses_stream_cut_while_its_turn_is_stored_leaves_all_of_it(best_of_2, monkeypatch):
     """The client leaves while the server stores the turn (slowed down here): the turn, its group and its
     response id are all stored, never the turn alone."""
     url, store, service = best_of_2
-    finish = service.finish
+    finish, storing = service.finish, threading.Event()
 
     def slow_finish(*args, **kwargs):
-        time.sleep(1.5)
+        storing.set()
+        time.sleep(1.5)  # the client leaves meanwhile
         return finish(*args, **kwargs)
 
     monkeypatch.setattr(service, "finish", slow_finish)
-    body = {"input": "tell me about tea", "max_output_tokens": 3, "stream": True}
-    with httpx.stream("POST", url + "/v1/responses", json=body, headers={"X-Session-Id": "cut"}) as stream:
-        next(stream.iter_lines())  # response.created: the turn is under way
-        time.sleep(0.8)  # generated; the server is storing the turn now
+    body = json.dumps({"input": "tell me about tea", "max_output_tokens": 3, "stream": True}).encode()
+    host, port = urlsplit(url).hostname, urlsplit(url).port
+    sock = socket.create_connection((host, port), timeout=120)
+    head = (
+        f"POST /v1/responses HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"X-Session-Id: cut\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    sock.sendall(head.encode() + body)
+    reader = threading.Thread(target=_drain, args=(sock,), daemon=True)
+    reader.start()  # the events are read as they come
+    assert storing.wait(120)  # generated and streamed; the server is storing the turn now
+    sock.shutdown(socket.SHUT_RDWR)  # the client leaves
+    sock.close()
     deadline = time.monotonic() + 30
     while _rows(store, "cut")["turns"] == 0 and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -202,8 +223,6 @@ def test_a_responses_stream_cut_while_its_turn_is_stored_leaves_all_of_it(best_o
 
 
 def test_feedback_acts_only_on_the_named_sessions_turns(engine, tmp_path):
-    from openclaw_trl.sessions import session_matches
-
     with running_stack(engine, tmp_path / "store.db", max_context_len=256) as stack:
         ask = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
         mine = httpx.post(stack.url + "/v1/chat/completions", json=ask, headers={"X-Session-Id": "alice"})
@@ -224,6 +243,8 @@ def test_feedback_acts_only_on_the_named_sessions_turns(engine, tmp_path):
         assert r.status_code == 200 and r.json()["attached"]
         assert feedback({"turn_id": turn, "action": "withdraw"}, {"X-Session-Id": "alice"}).status_code == 200
         # a conversation without a session id: named by its generated form
+        from openclaw_trl.sessions import session_matches
+
         anon = httpx.post(stack.url + "/v1/chat/completions", json=ask).json()["openclaw"]["turn_id"]
         session = stack.store.get_session(stack.store.get_turn(anon).session_id)
         assert session.key is None and session_matches(session, f"anonymous-{session.id}")
