@@ -313,3 +313,28 @@ def test_hostile_request_is_a_4xx_that_stores_nothing_and_harms_no_other(
         assert error["code"] == code, error
     assert replies["good"].status_code == 200, replies["good"].text
     assert snapshot(stack.store) == before
+
+
+@pytest.mark.parametrize(
+    "raw_json,param",
+    [
+        (b'{"a": "x\\u0000"}', "a"),
+        (b'{"\\ud800": 1}', "\\ud800"),
+        (b'{"m": [{"k": "\\uDFFF"}]}', "m[0].k"),
+        (b'{"a": "\\ud83d\\ude00"}', None),  # a surrogate pair: one character, valid
+        (b'{"a": "\\\\u0000"}', None),  # an escaped backslash then "u0000": plain text
+        (b'{"a": "caf\xc3\xa9 \\u00e9"}', None),
+    ],
+)
+def test_check_text_names_the_field_and_passes_valid_text(raw_json, param):
+    from openclaw_trl.serving.openai_schema import ApiError, check_text
+
+    value = json.loads(raw_json)
+    for raw_form in (raw_json, None):  # from the HTTP body, and from a parsed value alone (the UI)
+        if param is None:
+            check_text(value, raw=raw_form)
+            continue
+        with pytest.raises(ApiError) as refused:
+            check_text(value, raw=raw_form)
+        assert refused.value.status == 400 and refused.value.param == param
+        assert refused.value.code == "invalid_text"

@@ -113,7 +113,7 @@ async def _json_body(request: Request, limits: RequestLimits) -> Any:
         raise ApiError(
             400, f"We could not parse the JSON body of your request: {exc}", "invalid_json"
         ) from None
-    check_text(payload)
+    check_text(payload, raw=raw)
     return payload
 
 
