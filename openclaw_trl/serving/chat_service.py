@@ -64,9 +64,8 @@ class PreparedChat:
     include_usage: bool = False
     candidates: int = 1  # Best-of-N: candidates sampled for this turn (1 = the reply is the one sample)
     group: CandidateSet | None = None  # Best-of-N: the candidates and the choice, once generated
-    on_recorded: Callable[[TurnResult], Any] | None = (
-        None  # more rows of the turn (``finish``), e.g. its response id
-    )
+    # more rows that belong to the turn, written in its store transaction (``finish``): e.g. its response id
+    on_recorded: Callable[[TurnResult], Any] | None = None
     created: int = field(default_factory=lambda: int(time.time()))
     completion_id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex[:24]}")
 
