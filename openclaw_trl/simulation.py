@@ -197,7 +197,7 @@ def run_conversations(
                 reply, turn_id = _chat(client, messages, session, max_tokens, done=False)
                 turn_ids.append(turn_id)
                 if feedback and turn_id:
-                    _rate(client, user, reply, int(turn_id))
+                    _rate(client, user, reply, int(turn_id), session)
                 reaction = user.react(reply, rng)
                 first_ok = reaction.satisfied if first_ok is None else first_ok
                 messages += [
@@ -213,9 +213,9 @@ def run_conversations(
     return logs
 
 
-def _rate(client: OpenAIClient, user, reply: str, turn_id: int) -> None:
+def _rate(client: OpenAIClient, user, reply: str, turn_id: int, session: str) -> None:
     rating, text = user.rate(reply)
-    body = {"turn_id": turn_id, "rating": rating}
+    body = {"turn_id": turn_id, "session_id": session, "rating": rating}
     if text:
         body["text"] = text
     client.post("/feedback", body)

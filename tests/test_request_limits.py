@@ -161,8 +161,8 @@ def _cases(tokenizer):
             "max_feedback_chars",
             20,
             "feedback",
-            ({"rating": -1, "text": "f" * 20}, {}),
-            ({"rating": -1, "text": "f" * 21}, {}),
+            ({"session_id": "fb", "rating": -1, "text": "f" * 20}, {}),
+            ({"session_id": "fb", "rating": -1, "text": "f" * 21}, {}),
             400,
             "string_above_max_length",
         ),
@@ -240,7 +240,7 @@ def test_huge_feedback_and_session_id_refused_then_chat_served_quickly(engine, t
 
         feedback = httpx.post(
             stack.url + "/v1/feedback",
-            json={"turn_id": turn_id, "rating": -1, "text": "z" * 2_000_000},
+            json={"turn_id": turn_id, "session_id": "alice", "rating": -1, "text": "z" * 2_000_000},
             timeout=60,
         )
         assert feedback.status_code == 400
@@ -289,5 +289,5 @@ def test_the_ui_path_gets_readable_errors(engine, tmp_path):
         prep = service.prepare({"messages": USER}, {"x-session-id": "ui"})
         result = service.finish(prep, service.generate(prep))
         with pytest.raises(ApiError, match=r"above the limit max_feedback_chars=10"):
-            service.feedback(result.turn_id, -1, "a much longer correction")
+            service.feedback(result.turn_id, -1, "a much longer correction", session="ui")
         assert stack.store.counts()["feedback"] == 0

@@ -266,13 +266,17 @@ def test_feedback_route_is_the_next_state(stack, client):
         extra_headers={"X-Session-Id": "fb-1"},
     )
     turn_id = int(raw.headers["x-openclaw-turn-id"])
-    r = httpx.post(f"{stack.url}/v1/feedback", json={"turn_id": turn_id, "rating": -1, "text": "It is 4."})
+    r = httpx.post(
+        f"{stack.url}/v1/feedback",
+        json={"turn_id": turn_id, "session_id": "fb-1", "rating": -1, "text": "It is 4."},
+    )
     assert r.status_code == 200 and r.json()["attached"] is True
     turn = _turn(stack, turn_id)
     assert turn.status == "ready" and turn.next_state["rating"] == -1
     assert turn.next_state["text"] == "It is 4."
     assert any(f.turn_id == turn_id and f.text == "It is 4." for f in stack.store.iter_feedback())
-    assert httpx.post(f"{stack.url}/v1/feedback", json={"turn_id": 10**9, "rating": 1}).status_code == 404
+    unknown = {"turn_id": 10**9, "session_id": "fb-1", "rating": 1}
+    assert httpx.post(f"{stack.url}/v1/feedback", json=unknown).status_code == 404
 
 
 def test_feedback_route_addresses_any_turn_with_each_action(stack, client):
@@ -286,7 +290,9 @@ def test_feedback_route_addresses_any_turn_with_each_action(stack, client):
         )
         ids.append(int(raw.headers["x-openclaw-turn-id"]))
         messages.append({"role": "assistant", "content": raw.parse().choices[0].message.content})
-    post = lambda body: httpx.post(f"{stack.url}/v1/feedback", json=body)  # noqa: E731
+    post = lambda body: httpx.post(  # noqa: E731
+        f"{stack.url}/v1/feedback", json=body, headers={"X-Session-Id": "fb-actions"}
+    )
     first, second, last = ids
     r = post({"turn_id": first, "rating": -1})  # an earlier turn, not the last one
     assert r.status_code == 200 and r.json()["attached"] and r.json()["action"] == "rate"

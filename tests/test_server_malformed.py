@@ -126,18 +126,46 @@ CASES = [
     ("unknown route", "/v1/completions", {"prompt": "hi"}, {}, 404, "unknown_url"),
     ("feedback invalid json", "feedback", b"{nope", {}, 400, "invalid_json"),
     ("feedback without turn_id", "feedback", {"rating": 1}, {}, 400, "invalid_value"),
-    ("feedback rating 5", "feedback", {"turn_id": 1, "rating": 5}, {}, 400, "invalid_value"),
-    ("feedback rating bool", "feedback", {"turn_id": 1, "rating": True}, {}, 400, "invalid_value"),
     (
-        "feedback text not a string",
+        "feedback rating 5",
         "feedback",
-        {"turn_id": 1, "rating": -1, "text": 3},
+        {"turn_id": 1, "session_id": "s", "rating": 5},
         {},
         400,
         "invalid_value",
     ),
-    ("feedback with neither rating nor text", "feedback", {"turn_id": 1}, {}, 400, "invalid_value"),
-    ("feedback unknown turn", "feedback", {"turn_id": 987654, "rating": 1}, {}, 404, "turn_not_found"),
+    (
+        "feedback rating bool",
+        "feedback",
+        {"turn_id": 1, "session_id": "s", "rating": True},
+        {},
+        400,
+        "invalid_value",
+    ),
+    (
+        "feedback text not a string",
+        "feedback",
+        {"turn_id": 1, "session_id": "s", "rating": -1, "text": 3},
+        {},
+        400,
+        "invalid_value",
+    ),
+    (
+        "feedback with neither rating nor text",
+        "feedback",
+        {"turn_id": 1, "session_id": "s"},
+        {},
+        400,
+        "invalid_value",
+    ),
+    (
+        "feedback unknown turn",
+        "feedback",
+        {"turn_id": 987654, "session_id": "s", "rating": 1},
+        {},
+        404,
+        "turn_not_found",
+    ),  # fmt: skip
 ]
 
 

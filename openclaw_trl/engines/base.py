@@ -36,6 +36,11 @@ pieces (one batch of decode steps or one scoring chunk), so a chat request arriv
 queue waits for at most one such piece. Learning work can wait indefinitely under a saturating chat load."""
 
 
+SEED_RANGE = (-(2**63), 2**63 - 1)
+"""The seeds a request may carry: 64-bit integers. Candidate ``k`` of a Best-of-N request uses ``seed + k``, which
+every engine's generator still takes (PyTorch's up to ``2**64 - 1``)."""
+
+
 @dataclass
 class SamplingParams:
     temperature: float = 1.0
@@ -43,7 +48,7 @@ class SamplingParams:
     top_k: int = 0  # 0 = no top-k truncation
     max_new_tokens: int = 256
     stop: list[str] = field(default_factory=list)  # stop strings (the stop text is kept in the ids)
-    seed: int | None = None
+    seed: int | None = None  # a 64-bit integer (``SEED_RANGE``)
     n: int = 1  # candidates sampled for the prompt (``generate`` returns them consecutively)
 
     @property
@@ -135,8 +140,8 @@ def check_weights(weights: str) -> None:
 
 
 def check_sampling(sp: SamplingParams) -> None:
-    """``ValueError`` unless ``temperature >= 0``, ``0 < top_p <= 1``, ``top_k >= 0``, ``max_new_tokens >= 0``
-    and ``n`` is an integer >= 1."""
+    """``ValueError`` unless ``temperature >= 0``, ``0 < top_p <= 1``, ``top_k >= 0``, ``max_new_tokens >= 0``,
+    ``n`` is an integer >= 1 and ``seed`` is None or an integer in ``SEED_RANGE``."""
     if not (math.isfinite(sp.temperature) and sp.temperature >= 0):
         raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {sp.temperature}")
     if not 0 < sp.top_p <= 1:
@@ -147,6 +152,14 @@ def check_sampling(sp: SamplingParams) -> None:
         raise ValueError(f"max_new_tokens must be >= 0, got {sp.max_new_tokens}")
     if isinstance(sp.n, bool) or not isinstance(sp.n, int) or sp.n < 1:
         raise ValueError(f"n (candidates per prompt) must be an integer >= 1, got {sp.n!r}")
+    if sp.seed is not None and (
+        isinstance(sp.seed, bool)
+        or not isinstance(sp.seed, int)
+        or not SEED_RANGE[0] <= sp.seed <= SEED_RANGE[1]
+    ):
+        raise ValueError(
+            f"seed must be a 64-bit integer (-2**63 to 2**63 - 1) or None, got {sp.seed!r}"[:200]
+        )
 
 
 def expand_candidates(requests: list[GenerationRequest]) -> list[GenerationRequest]:

@@ -16,6 +16,8 @@ Concurrency model:
   requests first; a ``learn`` batch (judge votes, at most ``max_batch_size`` rows) looks for newly arrived
   ``serve`` requests after every decode step and decodes them to the end before its next step. So a chat
   request waits for at most one decode step of learning work.
+* A request that fails on its own (its generator cannot be seeded, its sampling step raises) fails alone: its
+  caller gets the error and the other requests of the batch decode on. A failed forward fails the batch.
 * ``score`` runs in the calling thread, in chunks of at most ``score_batch_tokens`` padded tokens. Every
   forward (a decode step or a score chunk) holds the model lock and selects its weights right before
   running; a ``learn`` chunk (the teacher) first waits until no ``serve`` generation is queued or running,
@@ -248,10 +250,15 @@ class HFEngine:
         return gen
 
     def _run_batch(self, items: list[tuple[Job, int]], weights: Weights) -> None:
-        rows = [
-            _Row(job, i, job.payload[i], self._make_generator(job.payload[i].sampling.seed))
-            for job, i in items
-        ]
+        rows = []
+        for job, i in items:
+            try:
+                rows.append(_Row(job, i, job.payload[i], self._make_generator(job.payload[i].sampling.seed)))
+            except Exception as exc:  # noqa: BLE001 - one request's bad input fails that request alone
+                self._fail_row(job, exc)
+        rows = [row for row in rows if not row.job.done.is_set()]
+        if not rows:
+            return
         self.stats["batches"] += 1
         self.stats["requests"] += len(rows)
         selected, version = self.model.pin(weights)
@@ -260,8 +267,17 @@ class HFEngine:
         finally:
             self.model.unpin(selected)
         for row in rows:
+            if row.job.error is not None:  # failed alone (``_fail_row``): its caller has its error already
+                continue
             finish = row.finish_reason or "length"
             row.job.finish_one(row.index, Completion(row.tokens, row.logprobs, finish, version))  # type: ignore[arg-type]
+
+    @staticmethod
+    def _fail_row(job: Job, exc: BaseException) -> None:
+        """Fail the request of one row and only it: the other rows of the batch decode on (a request's own
+        bad input, e.g. a seed no generator takes, never fails the requests batched with it)."""
+        logger.warning("a generation request failed alone: %r", exc)
+        job.fail(exc)
 
     def _decode(self, rows: list[_Row], selected: str, yield_to_serving: bool = False) -> None:
         """The batched decode loop: prefill the left-padded prompts, then one token per row per step.
@@ -316,10 +332,18 @@ class HFEngine:
         """Sample the next token of every live row, stream it and check its end; the next input ids."""
         next_ids = []
         for b, row in enumerate(rows):
+            if row.finish_reason is None and row.job.error is not None:  # a row of its job failed
+                row.finish_reason = "length"
             if row.finish_reason is not None:
                 next_ids.append(self.pad_id)
                 continue
-            token, logprob = sample_token(logits[b], row.request.sampling, row.generator)
+            try:
+                token, logprob = sample_token(logits[b], row.request.sampling, row.generator)
+            except Exception as exc:  # noqa: BLE001 - this request alone fails
+                self._fail_row(row.job, exc)
+                row.finish_reason = "length"
+                next_ids.append(self.pad_id)
+                continue
             row.tokens.append(token)
             row.logprobs.append(logprob)
             next_ids.append(token)

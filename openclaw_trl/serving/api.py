@@ -7,8 +7,9 @@
   delta is sent as both ``reasoning_content`` and ``reasoning``, and either is accepted on input;
 * ``POST /v1/responses`` (OpenAI Responses API, ``openclaw_trl.serving.responses``) on the same chat service,
   ``GET /v1/responses/{id}`` (the stored response object);
-* ``POST /v1/feedback``: a signal on any turn by its id: ``action`` ``rate`` (👍/👎 + optional text, the
-  default), ``correct`` (what the answer should have been), ``reject`` (retry: a 👎 without text) or
+* ``POST /v1/feedback``: a signal on any turn of the session it names (``session_id`` / ``X-Session-Id``: the
+  reply's ``openclaw.session_id``; another session's turn is a 404): ``action`` ``rate`` (👍/👎 + optional
+  text, the default), ``correct`` (what the answer should have been), ``reject`` (retry: a 👎 without text) or
   ``withdraw`` (undo: never judged or trained), as in the UI (``openclaw_trl.sessions.signals``);
 * ``GET /v1/models``, ``GET /healthz``, ``GET /v1/status``; any other ``/v1/...`` is a 404 ``unknown_url``.
 
@@ -37,7 +38,9 @@ Wire-format details a client may care about:
   returned; ``logprobs``/``top_logprobs`` (<= 20) are the sampling log-probs and the policy's top-K; in a stream
   they arrive in one chunk just before the final one (the engine streams token ids only).
 * Accepted and ignored: ``presence_penalty``, ``frequency_penalty``, ``response_format``, ``tool_choice``
-  other than ``"none"`` (which renders without tools), unknown fields. Refused: ``n > 1``, non-text content parts.
+  ``auto`` / ``required`` / a function of the request's tools (``"none"`` renders without tools), unknown fields.
+  Refused: ``n > 1``, non-text content parts, a ``tool_choice`` naming an unknown function, and in any body a
+  string (or field name) with a lone UTF-16 surrogate or a NUL (``openai_schema.check_text``).
 """
 
 from __future__ import annotations
@@ -56,7 +59,13 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from openclaw_trl.serving import responses
 from openclaw_trl.serving.chat_service import ChatService, PreparedChat, TurnResult, openclaw_meta
-from openclaw_trl.serving.openai_schema import ApiError, RequestLimits, with_reasoning_aliases
+from openclaw_trl.serving.openai_schema import (
+    INT64_MAX,
+    ApiError,
+    RequestLimits,
+    check_text,
+    with_reasoning_aliases,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -99,11 +108,13 @@ async def _json_body(request: Request, limits: RequestLimits) -> Any:
     if len(raw) > limits.max_request_bytes:
         raise limits.over("max_request_bytes", len(raw), None, "The request body (bytes)")
     try:
-        return json.loads(raw)
+        payload = json.loads(raw)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise ApiError(
             400, f"We could not parse the JSON body of your request: {exc}", "invalid_json"
         ) from None
+    check_text(payload, raw=raw)
+    return payload
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -304,16 +315,17 @@ async def response_by_id(request: Request, response_id: str):
 async def feedback(request: Request):
     service = _service(request)
     payload = await _json_body(request, service.settings.limits)
-    asked = _parse_feedback(payload)
+    asked = _parse_feedback(payload, request.headers, service.settings.limits)
+    turn, session = asked.turn_id, asked.session
     if asked.action == "withdraw":
-        result = await asyncio.to_thread(service.withdraw, asked.turn_id)
+        result = await asyncio.to_thread(service.withdraw, turn, session=session)
     elif asked.action == "reject":
-        result = await asyncio.to_thread(service.reject, asked.turn_id)
+        result = await asyncio.to_thread(service.reject, turn, session=session)
     elif asked.action == "correct":
-        result = await asyncio.to_thread(service.correct, asked.turn_id, asked.text)
+        result = await asyncio.to_thread(service.correct, turn, asked.text, session=session)
     else:
-        result = await asyncio.to_thread(service.feedback, asked.turn_id, asked.rating, asked.text)
-    out = {"ok": True, "turn_id": asked.turn_id, "action": asked.action, "rating": asked.rating}
+        result = await asyncio.to_thread(service.feedback, turn, asked.rating, asked.text, session=session)
+    out = {"ok": True, "turn_id": turn, "action": asked.action, "rating": asked.rating}
     if dataclasses.is_dataclass(result):  # FeedbackResult (feedback_id, attached, reason) or Withdrawal
         out.update({k: v for k, v in dataclasses.asdict(result).items() if k != "turn_id"})
     return out
@@ -331,22 +343,39 @@ FEEDBACK_ACTIONS = ("rate", "correct", "reject", "withdraw")
 class FeedbackRequest:
     """A validated ``POST /v1/feedback`` body."""
 
-    turn_id: int | str
+    turn_id: int
     action: str  # rate (👍/👎 + optional text) / correct (text) / reject (retry) / withdraw (undo)
     rating: int | None
     text: str | None
+    session: str  # the session the turn must belong to (``openclaw.session_id`` of the reply)
 
 
-def _parse_feedback(payload) -> FeedbackRequest:
+def _feedback_turn_id(value) -> int:
+    """A turn id: a JSON integer, or a string of ASCII digits, from 1 to 2**63 - 1 (what the store holds)."""
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        value = int(value) if len(value) <= 19 else INT64_MAX + 1
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT64_MAX:
+        short = isinstance(value, str) and len(value) <= 40 or isinstance(value, int) and abs(value) < 10**40
+        shown = repr(value) if short else "this value"
+        raise ApiError(
+            400,
+            f"'turn_id' must be the x-openclaw-turn-id of a reply (an integer from 1 to 2**63 - 1, or its "
+            f"decimal digits as a string), got {shown}",
+            "invalid_value",
+            "turn_id",
+        )
+    return value
+
+
+def _parse_feedback(payload, headers, limits: RequestLimits) -> FeedbackRequest:
     if not isinstance(payload, dict):
         raise ApiError(400, "The request body must be a JSON object", "invalid_json")
-    turn_id = payload.get("turn_id")
-    if isinstance(turn_id, bool) or not isinstance(turn_id, int | str) or turn_id == "":
+    if payload.get("turn_id") in (None, ""):
         raise ApiError(
             400, "'turn_id' (the x-openclaw-turn-id of a reply) is required", "invalid_value", "turn_id"
         )
-    if isinstance(turn_id, str) and turn_id.isdigit():
-        turn_id = int(turn_id)
+    turn_id = _feedback_turn_id(payload["turn_id"])
+    session = _feedback_session(payload, headers, limits)
     action = payload.get("action", "rate")
     if action not in FEEDBACK_ACTIONS:
         raise ApiError(
@@ -376,4 +405,26 @@ def _parse_feedback(payload) -> FeedbackRequest:
         raise ApiError(
             400, "feedback needs a 'rating' (±1) or a correction 'text'", "invalid_value", "rating"
         )
-    return FeedbackRequest(turn_id, action, rating, text)
+    return FeedbackRequest(turn_id, action, rating, text, session)
+
+
+def _feedback_session(payload: dict, headers, limits: RequestLimits) -> str:
+    """The session the feedback names (as a chat request names it: ``X-Session-Id``, else ``session_id``,
+    else ``user``); required, since a turn only takes signals from its own session."""
+    from openclaw_trl.sessions import request_session_key
+
+    for name in ("session_id", "user"):
+        if payload.get(name) is not None and not isinstance(payload[name], str):
+            raise ApiError(400, f"'{name}' must be a string", "invalid_value", name)
+    session = request_session_key(headers, payload)
+    if session is None:
+        raise ApiError(
+            400,
+            "Name the session of the turn: 'session_id' (or the X-Session-Id header) is the "
+            "openclaw.session_id of the reply (its x-openclaw-session-id header). A turn takes feedback only "
+            "from its own session.",
+            "missing_session",
+            "session_id",
+        )
+    limits.check_session_id(session)
+    return session

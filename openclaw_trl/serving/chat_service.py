@@ -9,7 +9,8 @@ Best-of-N (a ``best_of_n`` with ``n > 1``, see ``openclaw_trl.judging.best_of_n`
 ``n`` candidates in one engine call, each is decoded as its reply would be and quick-judged, and the best is
 the turn: it is streamed only once chosen (its tokens go out one by one then), so the first token of a
 streamed reply waits for all ``n`` generations and the quick judging. The turn and the conversation hold only
-the served reply; the ``n`` candidates are stored as a group right after the turn, before the reply leaves.
+the served reply; the ``n`` candidates are stored as a group in the turn's own store transaction, before the
+reply leaves.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from openclaw_trl.engines.base import Completion, GenerationRequest, SamplingPar
 from openclaw_trl.serving.openai_schema import (
     ApiError,
     ChatRequest,
+    check_text,
+    check_tool_choice,
     format_validation_error,
     normalize_messages,
 )
@@ -61,6 +64,8 @@ class PreparedChat:
     include_usage: bool = False
     candidates: int = 1  # Best-of-N: candidates sampled for this turn (1 = the reply is the one sample)
     group: CandidateSet | None = None  # Best-of-N: the candidates and the choice, once generated
+    # more rows that belong to the turn, written in its store transaction (``finish``): e.g. its response id
+    on_recorded: Callable[[TurnResult], Any] | None = None
     created: int = field(default_factory=lambda: int(time.time()))
     completion_id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex[:24]}")
 
@@ -165,6 +170,7 @@ class ChatService:
         """The body's schema, its sizes and session id (``settings.limits``), the model, the log-prob options."""
         if not isinstance(payload, dict):
             raise ApiError(400, "The request body must be a JSON object", "invalid_json")
+        check_text(payload)
         if "messages" in payload and not isinstance(payload["messages"], list):
             raise ApiError(400, "'messages' must be a list of message objects", "invalid_value", "messages")
         try:
@@ -177,6 +183,7 @@ class ChatService:
 
         limits.check_session_id(request_session_key(headers, payload))
         model = self._model(body)
+        check_tool_choice(body.tool_choice, [t.function.name for t in body.tools or []])
         if body.top_logprobs and not body.logprobs:
             raise ApiError(400, "top_logprobs needs logprobs=true", "invalid_value", "top_logprobs")
         return body, model
@@ -323,17 +330,25 @@ class ChatService:
     def finish(self, prep: PreparedChat, completion: Completion, streamed: dict | None = None) -> TurnResult:
         """Blocking: parse the completion, compute requested logprobs and store the turn (before replying).
 
-        ``streamed``: the message a stream already sent (``StreamDecoder.message()``), stored as sent.
+        The turn, its Best-of-N group and what ``prep.on_recorded`` writes are one store transaction: all of
+        it is stored, or nothing when any part fails. ``streamed``: the message a stream already sent
+        (``StreamDecoder.message()``), stored as sent.
         """
         parsed = self._decoded_message(prep, completion) if streamed is None else _as_message(streamed)
         finish = completion.finish_reason
         if parsed.get("tool_calls") and finish == "stop":
             finish = "tool_calls"
         logprobs = self._logprobs(prep, completion) if prep.logprobs else None
-        turn_id = self.record(prep, completion, parsed)
-        result = TurnResult(completion, parsed, finish, turn_id, completion.policy_version, logprobs)
-        if prep.group is not None:
-            result.best_of_n = self._record_group(prep, turn_id)
+        result = TurnResult(completion, parsed, finish, None, completion.policy_version, logprobs)
+
+        def with_the_turn(turn_id: int) -> None:  # in the turn's store transaction
+            result.turn_id = turn_id
+            if prep.group is not None:
+                result.best_of_n = self._record_group(prep, turn_id)
+            if prep.on_recorded is not None:
+                prep.on_recorded(result)
+
+        self.record(prep, completion, parsed, with_the_turn)
         return result
 
     def _decoded_message(self, prep: PreparedChat, completion: Completion) -> dict:
@@ -346,25 +361,28 @@ class ChatService:
         return _as_message(decoded)
 
     def _record_group(self, prep: PreparedChat, turn_id: int) -> dict:
-        """Store the Best-of-N group of the recorded turn; what the reply reports about it. A store that
-        fails here loses the group (logged), never the reply, whose turn is stored already."""
+        """Store the Best-of-N group of the turn being recorded (in its transaction); what the reply reports
+        about it."""
         group = prep.group
-        try:
-            group_id = self.best_of_n.record(
-                turn_id,
-                prep.prompt_ids,
-                prep.sampling.temperature,
-                group.completions,
-                group.texts,
-                group.choice,
-            )
-        except Exception:
-            logger.exception("storing the Best-of-N group of turn %s failed", turn_id)
-            group_id = None
+        group_id = self.best_of_n.record(
+            turn_id,
+            prep.prompt_ids,
+            prep.sampling.temperature,
+            group.completions,
+            group.texts,
+            group.choice,
+        )
         return group.choice.summary(group_id)
 
-    def record(self, prep: PreparedChat, completion: Completion, message: dict) -> int:
-        """Commit the turn through the collector (before the reply goes out); returns its id.
+    def record(
+        self,
+        prep: PreparedChat,
+        completion: Completion,
+        message: dict,
+        also: Callable[[int], Any] | None = None,
+    ) -> int:
+        """Commit the turn through the collector (before the reply goes out); returns its id. ``also(turn_id)``
+        writes in the same transaction (``TurnCollector.record_turn``).
 
         The stored temperature is the sampling temperature: 0 for a greedy turn (never trained on; its
         log-probs are at T = 1, see ``engines/base.py``), else the one the sampling log-probs are at, which
@@ -378,6 +396,7 @@ class ChatService:
             prep.sampling.temperature,
             completion_text=self.tokenizer.decode(list(completion.token_ids), skip_special_tokens=False),
             response_message=message,
+            also=also,
         )
 
     def abort(self, prep: PreparedChat) -> None:
@@ -419,31 +438,37 @@ class ChatService:
 
     # -- feedback, sessions, status ------------------------------------------------------------------
 
-    def feedback(self, turn_id, rating: int | None, text: str | None = None):
-        """👍/👎 (+ optional text) on a turn = its next state; ``ApiError`` 400/404 for bad or unknown turns."""
-        self.settings.limits.check_feedback(text)
-        return self._signal(self.collector.feedback, turn_id, rating, text)
+    def feedback(self, turn_id, rating: int | None, text: str | None = None, *, session: str | None):
+        """👍/👎 (+ optional text) on a turn of ``session`` = its next state; ``ApiError`` 400/404 for bad
+        turns, unknown ones and those of another session (``openclaw_trl.sessions.signals``: ownership)."""
+        self._check_feedback_text(text)
+        return self._signal(self.collector.feedback, turn_id, rating, text, session=session)
 
-    def correct(self, turn_id, text: str, kind: str = "correction"):
+    def correct(self, turn_id, text: str, kind: str = "correction", *, session: str | None):
         """A typed correction, or the answer as the user edited it (``kind="edit"``), of that turn."""
-        self.settings.limits.check_feedback(text)
-        return self._signal(self.collector.correct, turn_id, text, kind)
+        self._check_feedback_text(text)
+        return self._signal(self.collector.correct, turn_id, text, kind, session=session)
 
-    def reject(self, turn_id):
+    def reject(self, turn_id, *, session: str | None):
         """Retry: the user rejected that answer (a 👎 without text); the caller samples a new one."""
-        return self._signal(self.collector.reject, turn_id)
+        return self._signal(self.collector.reject, turn_id, session=session)
 
-    def withdraw(self, turn_id):
+    def withdraw(self, turn_id, *, session: str | None):
         """Undo: the turn is withdrawn, never judged or trained (``openclaw_trl.sessions.signals``)."""
-        return self._signal(self.collector.withdraw, turn_id)
+        return self._signal(self.collector.withdraw, turn_id, session=session)
+
+    def _check_feedback_text(self, text) -> None:
+        self.settings.limits.check_feedback(text)
+        if isinstance(text, str):
+            check_text(text, "text")
 
     @staticmethod
-    def _signal(operation, turn_id, *args):
+    def _signal(operation, turn_id, *args, session: str | None):
         """One per-turn operation of the collector, its errors as ``ApiError`` 400 / 404."""
         from openclaw_trl.sessions import FeedbackError, UnknownTurnError
 
         try:
-            return operation(turn_id, *args)
+            return operation(turn_id, *args, session=session)
         except UnknownTurnError as exc:
             raise ApiError(404, str(exc), "turn_not_found", "turn_id") from None
         except FeedbackError as exc:

@@ -53,8 +53,9 @@ def error_response(err: ApiError):
 # Request schema (strict numbers: "0.7" or true is not a temperature)
 # --------------------------------------------------------------------------------------------------
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 Num = Annotated[float, Field(strict=True)]
-Int = Annotated[int, Field(strict=True)]
+Int = Annotated[int, Field(strict=True)]  # every integer field has bounds a 64-bit engine and store can hold
 Bool = Annotated[bool, Field(strict=True)]
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -113,11 +114,11 @@ class ChatRequest(BaseModel):
     tool_choice: str | dict | None = None
     temperature: Num | None = Field(default=None, ge=0.0, le=2.0)
     top_p: Num | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: Int | None = Field(default=None, ge=0)
-    max_tokens: Int | None = Field(default=None, ge=1)
-    max_completion_tokens: Int | None = Field(default=None, ge=1)
+    top_k: Int | None = Field(default=None, ge=0, le=2**31 - 1)
+    max_tokens: Int | None = Field(default=None, ge=1, le=INT64_MAX)
+    max_completion_tokens: Int | None = Field(default=None, ge=1, le=INT64_MAX)
     stop: str | list[str] | None = None
-    seed: Int | None = None
+    seed: Int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)  # what the engines' generators take
     stream: Bool = False
     stream_options: dict | None = None
     logprobs: Bool = False
@@ -261,6 +262,71 @@ class RequestLimits:
 
 
 # --------------------------------------------------------------------------------------------------
+# Text: every string of a body (field names included) is Unicode the store, tokenizer and errors can carry
+# --------------------------------------------------------------------------------------------------
+
+_BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
+"""NUL and UTF-16 surrogate code points: JSON can spell them (``\\u0000``, a lone ``\\ud800``), but no UTF-8
+text holds a lone surrogate (SQLite, the tokenizer and a JSON error body all refuse it) and NUL is no text."""
+
+
+_RAW_SUSPECT = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
+"""How a NUL or a surrogate is spelled in raw JSON (a body without it cannot hold either once parsed)."""
+
+
+def check_text(value: Any, param: str = "", raw: bytes | None = None) -> None:
+    """400 for the first string in ``value`` (a parsed JSON body: dicts, lists, scalars) that holds a lone
+    UTF-16 surrogate or a NUL character, in a value or in an object key; the error names where it is.
+
+    A JSON body can only carry a surrogate as a ``\\uXXXX`` escape: a well-formed pair decodes to one
+    character, so any surrogate left in a Python string is a lone one. The common case costs one ``json.dumps``
+    and two scans in C (``raw``, the JSON text ``value`` was parsed from: one scan of it); only a body that may
+    hold such a character is walked to name the field."""
+    clean = _RAW_SUSPECT.search(raw) is None if raw is not None else _clean_json(value)
+    if clean:
+        return
+    stack = [(value, param)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            _check_string(item, where or "body")
+        elif isinstance(item, dict):
+            for key, sub in item.items():
+                path = f"{where}.{key}" if where else str(key)
+                if isinstance(key, str):
+                    _check_string(key, path, "the name of")
+                stack.append((sub, path))
+        elif isinstance(item, list):
+            stack.extend((sub, f"{where}[{i}]") for i, sub in enumerate(item))
+
+
+def _clean_json(value: Any) -> bool:
+    """True when ``value`` surely holds no lone surrogate and no NUL (``json.dumps`` escapes NUL as
+    ``\\u0000`` and keeps a surrogate, which then fails to encode as UTF-8); False when it may."""
+    try:
+        flat = json.dumps(value, ensure_ascii=False)
+        return "\\u0000" not in flat and (flat.isascii() or bool(flat.encode("utf-8")))
+    except (TypeError, ValueError):  # not a JSON value, or a surrogate (UnicodeEncodeError is a ValueError)
+        return False
+
+
+def _check_string(text: str, param: str, of: str = "") -> None:
+    found = _BAD_CHARS.search(text)
+    if found is None:
+        return
+    char = found.group()
+    what = "a NUL character (U+0000)" if char == "\x00" else f"a lone UTF-16 surrogate (U+{ord(char):04X})"
+    param = ascii(param)[1:-1][:200]  # the field's name may itself hold the character: escape it
+    raise ApiError(
+        400,
+        f"{of + ' ' if of else ''}'{param}' contains {what} at position {found.start()}: text must be valid Unicode (a surrogate "
+        "only as half of a pair, which JSON writes as two escapes) and hold no NUL. Remove the character.",
+        "invalid_text",
+        param,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
 # Reasoning: one field, two names on the wire
 # --------------------------------------------------------------------------------------------------
 
@@ -307,6 +373,39 @@ def _message_chars(message: dict, param: str) -> int:
         arguments = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
         chars += len(arguments if isinstance(arguments, str) else json.dumps(arguments or {}))
     return chars
+
+
+TOOL_CHOICES = ("auto", "none", "required")
+
+
+def check_tool_choice(tool_choice, tool_names: list[str]) -> None:
+    """A chat ``tool_choice``: ``auto``, ``none``, ``required`` or ``{"type": "function", "function": {"name"}}``
+    naming one of the request's tools; anything else is a 400 (a forced function the model cannot see would
+    be a promise the reply cannot keep)."""
+    if tool_choice is None or tool_choice in TOOL_CHOICES:
+        return
+    function = tool_choice.get("function") if isinstance(tool_choice, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if (
+        not isinstance(tool_choice, dict)
+        or tool_choice.get("type") != "function"
+        or not isinstance(name, str)
+    ):
+        raise ApiError(
+            400,
+            "tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}",
+            "invalid_value",
+            "tool_choice",
+        )
+    if name not in tool_names:
+        known = ", ".join(repr(n) for n in tool_names[:20]) or "none"
+        raise ApiError(
+            400,
+            f"tool_choice names the function {name[:128]!r}, which is not among the request's tools "
+            f"(tools: {known}).",
+            "unknown_function",
+            "tool_choice",
+        )
 
 
 def format_validation_error(exc: ValidationError) -> ApiError:

@@ -4,8 +4,8 @@ as ``/v1/chat/completions``.
 A Responses request becomes the chat request it means (``responses_schema``) and runs through
 ``ChatService`` unchanged: validation and limits, the chat template, the session (``X-Session-Id`` header,
 ``session_id`` or ``user``), the turn committed before the reply, its next state from the next request. Each
-response has a fresh id ``resp_<hex>``, recorded in the store with the response object once its turn is
-stored (before the reply or the final stream event leaves), so:
+response has a fresh id ``resp_<hex>``, recorded in the store with the response object in the transaction that
+stores its turn (before the reply or the final stream event leaves: a turn is never stored without its id), so:
 
 * ``previous_response_id`` continues that turn's conversation: the stored prompt messages and the assistant
   message as sent, then the new input items. The turn's session carries on (a request naming another session
@@ -24,12 +24,12 @@ Streaming sends OpenAI's events in order: ``response.created``, ``response.in_pr
 ``response.reasoning_text.delta``) ... ``.done`` events, ``response.function_call_arguments.delta/.done`` for
 a tool call (emitted whole once the model closes it), and ``response.completed`` (``response.incomplete`` when
 ``max_output_tokens`` cut the turn; ``response.failed`` when generation failed). A client that leaves before
-the end stores no turn, as with chat completions.
+the turn is being stored stores nothing, as with chat completions; one that leaves while it is being stored
+leaves all of it stored (the turn, its Best-of-N group and its response id), never a part.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
@@ -66,20 +66,21 @@ class PreparedResponse:
     response_id: str
     echo: ResponseEcho
     stream: bool
+    body: dict | None = None  # the final response object, recorded with its turn (``_record``)
 
 
 def prepare(service: ChatService, payload, headers) -> PreparedResponse:
     """Validate a Responses body and open its turn (``ChatService.prepare``); raises ``ApiError`` (4xx)."""
     request = parse_request(payload)
     history, session_key, instructions = _continuation(service, request, headers, payload)
-    messages = history + input_messages(request.input)
+    messages = history + input_messages(request.input, history)
     if instructions is not None and not history:
         messages.insert(0, {"role": "system", "content": instructions})
     chat_body = {
         "model": request.model,
         "messages": messages,
         "tools": chat_tools(request.tools),
-        "tool_choice": chat_tool_choice(request.tool_choice),
+        "tool_choice": chat_tool_choice(request.tool_choice, request.tools),
         "temperature": request.temperature,
         "top_p": request.top_p,
         "max_tokens": request.max_output_tokens,
@@ -105,7 +106,9 @@ def prepare(service: ChatService, payload, headers) -> PreparedResponse:
         user=request.user,
         store=request.store,
     )
-    return PreparedResponse(chat, f"resp_{uuid.uuid4().hex}", echo, request.stream)
+    job = PreparedResponse(chat, f"resp_{uuid.uuid4().hex}", echo, request.stream)
+    chat.on_recorded = lambda result: _record(service, job, result)
+    return job
 
 
 def _continuation(
@@ -156,11 +159,12 @@ def _continuation(
 async def respond(service: ChatService, job: PreparedResponse) -> tuple[dict, TurnResult]:
     """The non-streaming response object (its turn and id stored) and the turn it is."""
     result = await service.complete(job.chat)
-    return await asyncio.to_thread(_record, service, job, result), result
+    return job.body, result
 
 
 def _record(service: ChatService, job: PreparedResponse, result: TurnResult) -> dict:
-    """Blocking: the final response object, recorded under its id (after the turn, before the reply)."""
+    """Blocking: the final response object, recorded under its id in its turn's store transaction
+    (``PreparedChat.on_recorded``), so a turn is never stored without the id that names it."""
     status = "incomplete" if result.finish_reason == "length" else "completed"
     ids = result.completion.token_ids
     usage = usage_object(
@@ -178,6 +182,7 @@ def _record(service: ChatService, job: PreparedResponse, result: TurnResult) -> 
     )
     if job.echo.store:
         service.store.add_response(job.response_id, result.turn_id, body)
+    job.body = body
     return body
 
 
@@ -221,8 +226,7 @@ async def stream_events(service: ChatService, job: PreparedResponse) -> AsyncIte
             async for delta in turn:
                 for event in events.delta(delta):
                     yield sse_event(event)
-        body = await asyncio.to_thread(_record, service, job, turn.result)
-        for event in events.finish(body):
+        for event in events.finish(job.body):
             yield sse_event(event)
     except ApiError as err:
         yield sse_event(events.failed(err))

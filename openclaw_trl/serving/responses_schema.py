@@ -13,7 +13,9 @@ Mapping of input items (consecutive assistant-side items form one assistant mess
 * ``{"type": "reasoning", "content": [{"type": "reasoning_text", "text"}]}`` (or its ``summary`` texts): the
   ``reasoning_content`` of the assistant message that follows;
 * ``{"type": "function_call", "call_id", "name", "arguments"}``: a tool call of that assistant message;
-* ``{"type": "function_call_output", "call_id", "output"}``: a ``tool`` message with ``tool_call_id = call_id``.
+* ``{"type": "function_call_output", "call_id", "output"}``: a ``tool`` message with ``tool_call_id = call_id``;
+  it answers a ``function_call`` with that ``call_id`` earlier in the input or in the conversation that
+  ``previous_response_id`` continues (else a 400: an output of no call is no next state of any turn).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from openclaw_trl.serving.openai_schema import ApiError, format_validation_error
+from openclaw_trl.serving.openai_schema import INT64_MAX, ApiError, format_validation_error
 
 Num = Annotated[float, Field(strict=True)]
 Int = Annotated[int, Field(strict=True)]
@@ -104,7 +106,7 @@ class ResponsesRequest(BaseModel):
     tool_choice: str | dict | None = None
     temperature: Num | None = Field(default=None, ge=0.0, le=2.0)
     top_p: Num | None = Field(default=None, gt=0.0, le=1.0)
-    max_output_tokens: Int | None = Field(default=None, ge=1)
+    max_output_tokens: Int | None = Field(default=None, ge=1, le=INT64_MAX)
     stream: Bool = False
     previous_response_id: str | None = Field(default=None, min_length=1, max_length=128)
     metadata: dict[str, str] | None = None
@@ -120,7 +122,7 @@ def parse_request(payload: Any) -> ResponsesRequest:
         if name in _HONOURED or value is None:
             continue
         if name not in _REFUSED:
-            raise ApiError(400, f"Unknown parameter: '{name}'.", "unknown_parameter", name)
+            raise ApiError(400, f"Unknown parameter: '{name[:128]}'.", "unknown_parameter", name[:128])
         accepted, why = _REFUSED[name]
         if value not in accepted:
             raise ApiError(400, f"'{name}'={value!r} is not supported: {why}.", "unsupported_parameter", name)
@@ -155,10 +157,12 @@ def _check_metadata(metadata: dict[str, str] | None) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def input_messages(items: str | list) -> list[dict]:
-    """The chat messages that ``input`` (a string or a list of items, see the module docstring) means."""
+def input_messages(items: str | list, history: list[dict] | None = None) -> list[dict]:
+    """The chat messages that ``input`` (a string or a list of items, see the module docstring) means, after
+    the chat messages of ``history`` (the conversation ``previous_response_id`` continues)."""
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
+    calls = {c.get("id") for m in history or [] for c in m.get("tool_calls") or [] if isinstance(c, dict)}
     if not items:
         raise ApiError(400, "'input' must be a non-empty string or list of items", "invalid_value", "input")
     messages: list[dict] = []
@@ -176,9 +180,10 @@ def input_messages(items: str | list) -> list[dict]:
                 turn = {"role": "assistant", "content": None}
                 messages.append(turn)
             _add_to_turn(turn, kind, item, param)
+            calls.update(c["id"] for c in turn.get("tool_calls") or [])
         elif kind == "function_call_output":
             turn = None
-            messages.append(_tool_message(item, param))
+            messages.append(_tool_message(item, param, calls))
         elif kind == "item_reference":
             raise ApiError(
                 400,
@@ -237,10 +242,18 @@ def _plain_message(item: dict, param: str) -> dict:
     return {"role": role, "content": _text_of(item.get("content"), f"{param}.content", ("input_text",))}
 
 
-def _tool_message(item: dict, param: str) -> dict:
+def _tool_message(item: dict, param: str, calls: set) -> dict:
     call_id = item.get("call_id")
     if not isinstance(call_id, str) or not call_id:
         raise ApiError(400, f"{param}: a function_call_output needs its call_id", "invalid_value", param)
+    if call_id not in calls:
+        raise ApiError(
+            400,
+            f"{param}: no function_call with call_id {call_id[:128]!r} precedes this function_call_output, in "
+            "the input or in the response previous_response_id names: send the output of a call the model made.",
+            "unknown_call_id",
+            param,
+        )
     return {
         "role": "tool",
         "tool_call_id": call_id,
@@ -308,10 +321,20 @@ def chat_tools(tools: list[dict] | None) -> list[dict] | None:
     return out
 
 
-def chat_tool_choice(tool_choice) -> str | None:
-    """``auto`` (the default) lets the model decide, ``none`` renders no tools; forcing a tool is refused."""
+def chat_tool_choice(tool_choice, tools: list[dict] | None = None) -> str | None:
+    """``auto`` (the default) lets the model decide, ``none`` renders no tools; forcing a tool is refused,
+    naming a function that is not among ``tools`` (the request's Responses tools) first."""
     if tool_choice in (None, "auto"):
         return None
+    name = tool_choice.get("name") if isinstance(tool_choice, dict) else None
+    known = [t.get("name") for t in tools or [] if isinstance(t, dict)]
+    if isinstance(name, str) and name not in known:
+        raise ApiError(
+            400,
+            f"tool_choice names the function {name[:128]!r}, which is not among the request's tools.",
+            "unknown_function",
+            "tool_choice",
+        )
     if tool_choice == "none":
         return "none"
     raise ApiError(

@@ -199,7 +199,7 @@ class UiHandlers:
             return conv, f"The rating recorded for turn {turn} stays; rate again to change it."
         rating = 1 if data.liked else -1
         try:
-            result = self.service.feedback(turn, rating, None)
+            result = self.service.feedback(turn, rating, None, session=conv["session_id"])
         except ApiError as err:
             return conv, f"Feedback not recorded: {err.message}"
         thumb = "👍" if rating > 0 else "👎"
@@ -233,7 +233,7 @@ class UiHandlers:
                 "your message, undo the exchange and send it again.",
             )
         try:
-            result = self.service.correct(turn, text, kind="edit")
+            result = self.service.correct(turn, text, kind="edit", session=conv["session_id"])
         except ApiError as err:
             return put_back, conv, f"Edit not recorded: {err.message}"
         footer = part_index(conv, turn, "version")
@@ -255,7 +255,7 @@ class UiHandlers:
         if turn is None:
             return gr.skip(), conv, "There is no answer to correct yet."
         try:
-            result = self.service.correct(turn, text)
+            result = self.service.correct(turn, text, session=conv["session_id"])
         except ApiError as err:
             return gr.skip(), conv, f"Correction not recorded: {err.message}"
         if not result.attached:
@@ -270,7 +270,7 @@ class UiHandlers:
             yield gr.skip(), gr.skip(), conv, "There is no recorded answer to retry."
             return
         try:
-            self.service.reject(turn)
+            self.service.reject(turn, session=conv["session_id"])
             note = f"↻ Turn {turn} rejected (a 👎 without text)."
         except ApiError as err:
             note = f"Rejection not recorded: {err.message}."
@@ -289,7 +289,7 @@ class UiHandlers:
         if turn is None:
             return gr.skip(), gr.skip(), conv, "There is no recorded answer to undo."
         try:
-            done = self.service.withdraw(turn)
+            done = self.service.withdraw(turn, session=conv["session_id"])
         except ApiError as err:
             return gr.skip(), gr.skip(), conv, f"Undo not recorded: {err.message}"
         conv = without_after(conv, user_index)

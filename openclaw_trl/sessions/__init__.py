@@ -10,7 +10,8 @@ The server calls a :class:`TurnCollector` for every chat request, in this order:
 
 and, for the per-turn signals of the UI and ``POST /v1/feedback`` (:mod:`openclaw_trl.sessions.signals`),
 ``collector.feedback(turn_id, rating, text)`` (👍/👎), ``collector.correct(turn_id, text)`` (a correction or
-an edited answer), ``collector.reject(turn_id)`` (retry) and ``collector.withdraw(turn_id)`` (undo); it calls
+an edited answer), ``collector.reject(turn_id)`` (retry) and ``collector.withdraw(turn_id)`` (undo), each with
+``session=`` the session the caller speaks for (a turn of another session is unknown to it); it calls
 ``collector.reap()`` periodically (``begin`` reaps too). ``collector.set_private(key, True)`` is the
 "don't learn from this conversation" switch (a request can also carry it, see below).
 
@@ -70,7 +71,7 @@ from openclaw_trl.sessions.requests import (
     next_state_after,
     request_session_key,
 )
-from openclaw_trl.sessions.signals import TurnSignals
+from openclaw_trl.sessions.signals import TurnSignals, session_matches, session_name
 
 __all__ = [
     "FeedbackError",
@@ -85,4 +86,6 @@ __all__ = [
     "history_hash",
     "next_state_after",
     "request_session_key",
+    "session_matches",
+    "session_name",
 ]

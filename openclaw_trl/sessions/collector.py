@@ -210,8 +210,12 @@ class TurnCollector(TurnSignals):
         temperature: float,
         completion_text: str | None = None,
         response_message: dict | None = None,
+        also: Callable[[int], object] | None = None,
     ) -> int:
         """Commit the served turn (call before replying); ends the session if the request said so.
+
+        ``also(turn_id)``: the writes that belong to the turn (its Best-of-N group, its Responses id), made in
+        the same store transaction: all of it is committed, or (when anything raises) none of it.
 
         ``completion`` is the engine's result (ids, sampling log-probs, finish reason, policy version);
         ``temperature`` the turn's sampling temperature (0 = greedy: such a turn is judged but never
@@ -227,7 +231,7 @@ class TurnCollector(TurnSignals):
             )
         exchange_key, reply_key = turn_keys(ctx.messages, response_message or {"content": completion_text})
         now = self.clock()
-        with self._lock:
+        with self._lock, self.store.atomic():
             turn_id = self.store.add_turn(
                 ctx.session_id,
                 ctx.turn_type,
@@ -249,6 +253,8 @@ class TurnCollector(TurnSignals):
             )
             if ctx.session_done:
                 self.store.end_session(ctx.session_id, "done", now)
+            if also is not None:
+                also(turn_id)
         return turn_id
 
     def abort(self, ctx: RequestContext) -> None:

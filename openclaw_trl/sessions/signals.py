@@ -12,6 +12,12 @@ transaction; the UI's chatbot events and ``POST /v1/feedback`` both call them:
   waiting sample of it is dropped (kept in the store with that reason). The user message of the undone
   exchange stays the next state of the turn before it: the person did write it in reply to that answer.
 
+Ownership: a caller names the session it speaks for (``session``: the key it sent, or for a conversation it named
+no id for the server's ``chain-<hex>`` key, returned as ``openclaw.session_id``; see :func:`session_matches`); a
+turn of a session without a key (stored by an older version) cannot be named; a turn of any other session is
+answered exactly like an unknown turn (``UnknownTurnError``), so no caller can act on, or even probe, another
+session's turns. ``session=None`` skips the check: only for in-process callers that own every session.
+
 Feedback on a turn that was already judged replaces the earlier next state when the turn's sample was not
 trained on yet (the sample is superseded: kept, never handed out, and the turn is judged again); on a turn
 already trained on, on a withdrawn turn or on a side turn it is recorded only (``FeedbackResult.attached``
@@ -20,16 +26,33 @@ False, ``reason`` says why). Nothing is deleted.
 
 from __future__ import annotations
 
+import hmac
 import threading
 from collections.abc import Callable
 
+from openclaw_trl.records import Session, Turn
 from openclaw_trl.sessions.requests import FeedbackError, FeedbackResult, UnknownTurnError, feedback_text
 from openclaw_trl.store import FEEDBACK_KINDS, Store, Withdrawal
 
+MAX_TURN_ID = 2**63 - 1  # the largest row id SQLite stores
+
+
+def session_name(session: Session) -> str | None:
+    """The name a client gives a session: its key (the client's id, or the server's ``chain-<hex>``); None for a
+    session stored without a key."""
+    return session.key
+
+
+def session_matches(session: Session, named: str) -> bool:
+    """Whether ``named`` (the session a caller says it speaks for) is ``session`` (compared in constant
+    time: a session's name is what lets its owner act on its turns)."""
+    name = session_name(session)
+    return isinstance(named, str) and name is not None and hmac.compare_digest(name.encode(), named.encode())
+
 
 def _check_turn_id(turn_id) -> int:
-    if isinstance(turn_id, bool) or not isinstance(turn_id, int):
-        raise FeedbackError(f"turn_id must be an integer, got {turn_id!r}")
+    if isinstance(turn_id, bool) or not isinstance(turn_id, int) or not 1 <= turn_id <= MAX_TURN_ID:
+        raise FeedbackError(f"turn_id must be an integer from 1 to 2**63 - 1, got {turn_id!r}"[:200])
     return turn_id
 
 
@@ -40,10 +63,28 @@ class TurnSignals:
     clock: Callable[[], float]
     _lock: threading.RLock
 
+    def _owned_turn(self, turn_id: int, session: str | None) -> Turn:
+        """The turn ``turn_id`` of the session named ``session`` (module docstring: ownership)."""
+        turn = self.store.get_turn(turn_id)
+        if turn is not None and session is not None:
+            owner = self.store.get_session(turn.session_id)
+            if owner is None or not session_matches(owner, session):
+                turn = None
+        if turn is None:
+            where = "" if session is None else f" in session {session!r}"
+            raise UnknownTurnError(f"unknown turn id {turn_id}{where}"[:300])
+        return turn
+
     def feedback(
-        self, turn_id: int, rating: int | None, text: str | None = None, kind: str | None = None
+        self,
+        turn_id: int,
+        rating: int | None,
+        text: str | None = None,
+        kind: str | None = None,
+        *,
+        session: str | None = None,
     ) -> FeedbackResult:
-        """Explicit feedback on a turn: ``rating`` +1 / -1, or None with a non-empty ``text``.
+        """Explicit feedback on a turn of ``session``: ``rating`` +1 / -1, or None with a non-empty ``text``.
 
         ``kind`` (one of ``FEEDBACK_KINDS``) defaults to ``correction`` with a text, else ``rating``. It is
         stored, and becomes the turn's next state unless the module docstring's rules say otherwise.
@@ -62,9 +103,7 @@ class TurnSignals:
         if kind not in FEEDBACK_KINDS:
             raise FeedbackError(f"feedback kind must be one of {', '.join(FEEDBACK_KINDS)}, got {kind!r}")
         with self._lock:
-            turn = self.store.get_turn(turn_id)
-            if turn is None:
-                raise UnknownTurnError(f"unknown turn id {turn_id}")
+            turn = self._owned_turn(turn_id, session)
             feedback_id = self.store.add_feedback(turn_id, rating, text, attached=False, kind=kind)
             state = {
                 "role": "user",
@@ -81,7 +120,9 @@ class TurnSignals:
             self.store.touch_session(turn.session_id, self.clock())
             return FeedbackResult(feedback_id, turn_id, True, "")
 
-    def correct(self, turn_id: int, text: str, kind: str = "correction") -> FeedbackResult:
+    def correct(
+        self, turn_id: int, text: str, kind: str = "correction", *, session: str | None = None
+    ) -> FeedbackResult:
         """What the answer of ``turn_id`` should have been (typed, or the answer edited: ``kind="edit"``),
         with the turn's latest rating, 👎 when it has none."""
         _check_turn_id(turn_id)
@@ -90,20 +131,20 @@ class TurnSignals:
         if kind not in ("correction", "edit"):
             raise FeedbackError(f"a correction's kind is 'correction' or 'edit', got {kind!r}")
         with self._lock:
+            self._owned_turn(turn_id, session)
             rating = self.store.latest_rating(turn_id)
-            return self.feedback(turn_id, -1 if rating is None else rating, text, kind)
+            return self.feedback(turn_id, -1 if rating is None else rating, text, kind, session=session)
 
-    def reject(self, turn_id: int) -> FeedbackResult:
+    def reject(self, turn_id: int, *, session: str | None = None) -> FeedbackResult:
         """Retry: the user rejected this answer and asked for another (a 👎 without text)."""
-        return self.feedback(turn_id, -1, None, "reject")
+        return self.feedback(turn_id, -1, None, "reject", session=session)
 
-    def withdraw(self, turn_id: int) -> Withdrawal:
+    def withdraw(self, turn_id: int, *, session: str | None = None) -> Withdrawal:
         """Undo: withdraw the turn without a training signal (module docstring); idempotent.
 
         ``Withdrawal.trained_step`` is the training step that already used its sample (that update stays).
         """
         _check_turn_id(turn_id)
         with self._lock:
-            if self.store.get_turn(turn_id) is None:
-                raise UnknownTurnError(f"unknown turn id {turn_id}")
+            self._owned_turn(turn_id, session)
             return self.store.withdraw_turn(turn_id)

@@ -66,6 +66,11 @@ class Store(Conversations, Judging, SampleQueue, Groups, Queries, ResponseIds, A
         self.path = self._db.path
         self._init_queue()
 
+    def atomic(self):
+        """``with store.atomic():`` the writes of this thread inside it are one transaction (all or none),
+        e.g. a served turn, its Best-of-N group and its Responses id (``Database.atomic``)."""
+        return self._db.atomic()
+
     def close(self) -> None:
         """Close every connection this store opened (from any thread)."""
         self._db.close()

@@ -231,6 +231,9 @@ class Database:
         raised between ``BEGIN`` and the commit's end (a signal handler's, e.g. SIGTERM): it never committed,
         so it is rolled back before the new one begins. A ``tx`` inside a ``tx`` of the same thread is refused."""
         conn = self.conn()
+        if getattr(self._local, "atomic", False):  # inside ``atomic``: part of its one transaction
+            yield conn
+            return
         if getattr(self._local, "in_tx", False):
             raise StoreError("a store transaction was opened inside another one on the same thread")
         if conn.in_transaction:
@@ -246,6 +249,30 @@ class Database:
             raise
         finally:
             self._local.in_tx = False
+
+    @contextmanager
+    def atomic(self):
+        """Several writes of this thread as one transaction: every ``tx()`` inside it joins it, so they are
+        all committed when it exits, or none of them when it raises (e.g. a served turn and the rows that
+        name it). ``after_commit`` callbacks registered inside run once it has committed."""
+        with self.tx() as conn:
+            self._local.atomic, self._local.after_commit = True, []
+            try:
+                yield conn
+            finally:
+                self._local.atomic = False
+                callbacks, self._local.after_commit = self._local.after_commit, None
+        for callback in callbacks:
+            callback()
+
+    def after_commit(self, callback) -> None:
+        """Run ``callback`` once the current ``atomic`` block has committed (at once outside of one): a
+        wake-up of readers must not come before the rows they will read, nor take locks mid-transaction."""
+        pending = getattr(self._local, "after_commit", None)
+        if getattr(self._local, "atomic", False) and pending is not None:
+            pending.append(callback)
+        else:
+            callback()
 
     def _init_schema(self) -> None:
         version = self.conn().execute("PRAGMA user_version").fetchone()[0]

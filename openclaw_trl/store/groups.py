@@ -1,8 +1,8 @@
 """Best-of-N groups: the candidates of a served turn with their quick scores, and their group samples.
 
-A group and its samples are written in one transaction (:meth:`Groups.add_group`), right after the served
-turn is recorded and before the reply leaves: a crash never leaves a group without its samples or samples
-without their group. Group samples have ``origin = 'group'`` and join the sample queue like judged ones
+A group and its samples are written in one transaction (:meth:`Groups.add_group`), in the one that records
+the served turn (``Store.atomic``), before the reply leaves: a crash never leaves a group without its samples,
+samples without their group, or a served turn without its group. Group samples have ``origin = 'group'`` and join the sample queue like judged ones
 (oldest first, withheld when their session is flagged private, dropped when too stale).
 """
 
@@ -49,7 +49,7 @@ class Groups:
                 sample.sample_id = insert_sample(tx, sample, origin="group", now=now)
         group.id, group.created = group_id, now
         if samples:
-            self._notify()
+            self._db.after_commit(self._notify)
         return group_id
 
     def get_group(self, group_id: int) -> CandidateGroup | None:
