@@ -176,7 +176,9 @@ def test_openclaw_chat_completions_sessions_learn(openclaw, server, tmp_path):
         _agent_turn(openclaw, home, "alpha", message)
     turns = _main_turns(store, start)
     session_id, key = _session_turns_are_one_conversation(turns, 3)
-    assert [t[4] for t in turns[:2]] == ["ready", "ready"]  # each took the next message as its next state
+    # each of the first two took the next message as its next state (the feedback judge reads ratings only)
+    states = _rows(store, "SELECT next_state_source FROM turns WHERE id IN (?, ?)", turns[0][0], turns[1][0])
+    assert states == [("request",), ("request",)], states
     _check_side_turns(store, start)
 
     # a second OpenClaw session is its own conversation
