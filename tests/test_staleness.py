@@ -32,7 +32,7 @@ def test_samples_more_than_k_versions_old_are_dropped_with_the_reason(tmp_path):
         assert [s.policy_version for s in batch] == [4, 5, 6]  # 6 - v <= 2: fresh, filling the batch
         reasons = {s.sample_id: s.dropped_reason for s in store.iter_samples()}
         assert [reasons[i] for i in ids] == [
-            f"stale: sampled by v{v}, policy v6, max_staleness 2" for v in range(4)
+            f"stale: sampled by v{v}, {6 - v} updates from policy v6, max_staleness 2" for v in range(4)
         ] + [None] * 3
         assert store.count_dropped_stale() == 4
         store.mark_consumed([s.sample_id for s in batch], step=7)
@@ -60,7 +60,7 @@ def test_trainer_drops_stale_samples_and_fills_the_batch(tiny_model_dir, tmp_pat
     # Step 1 (policy v0) trains the first four; step 2 (policy v1) drops the two v0 left, trains the v1 ones.
     assert [rows[i].consumed_step for i in old + fresh] == [1] * 4 + [None] * 2 + [2] * 4
     assert [rows[i].dropped_reason for i in old[4:]] == [
-        "stale: sampled by v0, policy v1, max_staleness 0"
+        "stale: sampled by v0, 1 updates from policy v1, max_staleness 0"
     ] * 2
     assert [entry["samples/dropped_stale"] for entry in trainer.state.log_history if "reward" in entry] == [
         0,

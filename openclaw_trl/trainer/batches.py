@@ -18,9 +18,10 @@ import torch
 from openclaw_trl.records import TrainingSample
 
 
-def is_off_policy(samples: list[TrainingSample], policy_version: int, temperature: float) -> bool:
-    """Was any sample drawn by another adapter version than ``policy_version`` or at another temperature?"""
-    return any(s.policy_version != policy_version or abs(s.temperature - temperature) > 1e-6 for s in samples)
+def is_off_policy(samples: list[TrainingSample], temperature: float) -> bool:
+    """Was any sample drawn by other weights than the trainer's (``staleness`` > 0 along the lineage, set
+    when the batch was taken) or at another temperature?"""
+    return any((s.staleness or 0) > 0 or abs(s.temperature - temperature) > 1e-6 for s in samples)
 
 
 def batch_score_std(samples: list[TrainingSample]) -> float | None:

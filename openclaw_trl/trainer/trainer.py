@@ -139,7 +139,7 @@ class OpenClawTrainer(GRPOTrainer):
         self._batch_sample_ids = [s.sample_id for s in samples]
         self._batch_turn_ids = [s.turn_id for s in samples]
         # Decided on the whole batch, so every process takes the same branch (the same forwards).
-        self._batch_off_policy = is_off_policy(samples, self.state.global_step, self.temperature)
+        self._batch_off_policy = is_off_policy(samples, self.temperature)
         self._batch_score_std = batch_score_std(samples)
         return process_share(samples, self.accelerator.process_index, self.accelerator.num_processes)
 
@@ -194,6 +194,9 @@ class OpenClawTrainer(GRPOTrainer):
                 self.store.release([s.sample_id for s in samples])
                 continue
             self._log("samples/dropped_stale", self.store.count_dropped_stale() - dropped)
+            lineage = self.store.lineage()
+            for s in samples:
+                s.staleness = lineage.staleness(s.policy_version, self.state.global_step)
             if self.learning is not None:
                 self.learning.trainer_state = "updating"
             return "batch", samples
@@ -376,10 +379,7 @@ class OpenClawTrainer(GRPOTrainer):
         lengths = batch["completion_mask"].sum(1).float()
         self._log("completions/mean_length", lengths.mean())
         self._log("completions/clipped_ratio", batch["truncated"].float().mean())
-        self._log(
-            "samples/staleness",
-            sum(self.state.global_step - s.policy_version for s in samples) / len(samples),
-        )
+        self._log("samples/staleness", sum(s.staleness or 0 for s in samples) / len(samples))
         if self.store is not None:  # the main process's
             self._log("samples/waiting", self.store.count_waiting())
             self._log("opd/teacher_failed", self.store.count_teacher_failed())  # turns so far without teacher
@@ -458,13 +458,22 @@ class OpenClawTrainer(GRPOTrainer):
             self._log("kl_old", 0.0)
 
     # -------------------------------------------------------- publish / resume
-    def publish(self) -> None:
-        """Hand the current adapter to the serving engine (atomic swap there), version = global step."""
-        if self.engine is None or not self.accelerator.is_main_process:
+    def publish(self, parent: int | None = None, updates: int = 1, note: str = "update") -> None:
+        """Record the current adapter as version = global step in the store's lineage (its weights came from
+        ``parent`` by ``updates`` optimizer updates; an update's parent is the step before), then hand it to
+        the serving engine (atomic swap there). Main process."""
+        if not self.accelerator.is_main_process:
+            return
+        version = self.state.global_step
+        if note == "update":
+            parent = version - 1
+        if self.store is not None:
+            self.store.record_published(version, parent, updates, note)
+        if self.engine is None:
             return
         state = self._adapter_snapshot(self.accelerator.unwrap_model(self.model))
         started = time.perf_counter()
-        self.engine.publish_adapter(state, version=self.state.global_step)
+        self.engine.publish_adapter(state, version=version)
         self._log("publish_time", time.perf_counter() - started)
 
     def train(self, resume_from_checkpoint=None, **kwargs):
