@@ -47,6 +47,10 @@ class Lineage:
     def __init__(self, rows: dict[int, tuple[int | None, int]]):
         self._rows = rows  # version -> (parent, updates)
 
+    def knows(self, version: int) -> bool:
+        """Whether ``version`` was recorded as published."""
+        return version in self._rows
+
     def _step(self, version: int) -> tuple[int | None, int]:
         """``(parent, updates)`` of ``version``; unknown versions follow ``version - 1`` by one update."""
         if version in self._rows:

@@ -207,8 +207,10 @@ class SampleQueue:
         if not rows:
             return 0
         lineage = self.lineage()
-        distance = {v: lineage.staleness(v, policy_version) for v in {v for _, v in rows}}
-        stale = [(i, v) for i, v in rows if distance[v] > max_staleness]
+        # a version above the current one that was never published names no weights yet: not stale
+        versions = {v for _, v in rows if lineage.knows(v) or v < policy_version}
+        distance = {v: lineage.staleness(v, policy_version) for v in versions}
+        stale = [(i, v) for i, v in rows if v in distance and distance[v] > max_staleness]
         if not stale:
             return 0
         with self._db.tx() as tx:
