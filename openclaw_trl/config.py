@@ -122,7 +122,9 @@ class OpenClawConfig(GRPOConfig):
         `"none"`: the RL term is `w_rl * r`. `"session_mean"`: it is `w_rl * (r - b)` with `b` the mean
         judged reward of the session's earlier turns (0 for its first judged turn). `b` is stored with each
         sample when it is judged (every sample has one), so a replayed or resumed run gets the same
-        advantages. The OPD term is unchanged. Logged as `rl/baseline_mean`.
+        advantages. With a baseline every judged turn becomes a sample, an `r = 0` turn included (its RL
+        advantage is `-b`): a rule that kept only the `r != 0` turns would add `b * grad P(kept)` to the
+        expected update, which is not 0. The OPD term is unchanged. Logged as `rl/baseline_mean`.
     opd_kd_schedule (`str`, defaults to `"constant"`):
         How the OPD weight and the top-K KD weight move with the optimizer step `t`: `"constant"` (`w_opd`
         and `w_kd` throughout), `"switch"` (OPD with `w_opd` before `start`, then top-K KD with `w_kd` only)
@@ -721,6 +723,7 @@ class OpenClawConfig(GRPOConfig):
             max_prompt_tokens=self.max_judge_prompt_tokens,
             max_hint_chars=self.max_hint_chars,
             prm_monitor=self.prm_monitor,
+            every_judged_turn=self.advantage_baseline != "none",
         )
 
     def session_config(self) -> SessionConfig:

@@ -29,6 +29,11 @@ combine   m PRM + m hint votes, together  a hint is accepted or the reward is ±
                                           with a hint (otherwise no teacher log-probs: opd_mask False)
 ========  ==============================  ============================================================
 
+With ``every_judged_turn`` (set when the RL term has a baseline, ``advantage_baseline: session_mean``) every
+judged turn of ``rl`` and ``combine`` becomes a sample, an ``r = 0`` one included (its RL advantage is
+``-b``): keeping only the non-zero outcomes would leave the baseline term ``b * grad P(kept)`` in the
+expected update (:func:`~openclaw_trl.judge.keeps_sample`).
+
 With ``prm_monitor`` (``opd`` only) the PRM votes run too: the reduced reward is stored on the turn and in
 the sample's ``meta["prm_eval_score"]``, for monitoring; the sample rule and the sample's reward (0) stay
 OPD's.
@@ -250,12 +255,8 @@ class Scorer:
         )
 
     def _keeps(self, j: Judgement, has_hint: bool) -> bool:
-        """The sample rule of the method (module docstring table)."""
-        if self.config.method == "rl":
-            return j.reward != 0
-        if self.config.method == "opd":
-            return has_hint
-        return has_hint or j.reward != 0
+        """The sample rule of the method (module docstring table, :func:`~openclaw_trl.judge.keeps_sample`)."""
+        return judge.keeps_sample(self.config.method, j.reward, has_hint, self.config.every_judged_turn)
 
     def _sample(self, j: Judgement) -> TrainingSample | None:
         method, turn = self.config.method, j.turn
