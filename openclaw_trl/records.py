@@ -280,6 +280,9 @@ class CandidateGroup(_Row):
     candidates: list[Candidate]
     score_mean: float | None = None
     score_std: float | None = None
+    # P(served = served_index | the candidates): 1 - e + e/N for the best, e/N for another (e = the
+    # exploration chance); None for groups stored before it was recorded (the best, always served)
+    served_prob: float | None = None
     id: int | None = None  # assigned by the store
     created: float | None = None
     session_id: int | None = None  # filled where the group is read with its turn (the export)

@@ -140,7 +140,8 @@ CREATE TABLE IF NOT EXISTS candidate_groups (
     served_index INTEGER NOT NULL,
     candidates TEXT NOT NULL,          -- JSON list: ids, log-probs, text, finish reason, version, score
     score_mean REAL,                   -- over the scored candidates (NULL: none scored)
-    score_std REAL
+    score_std REAL,
+    served_prob REAL                   -- P(served = served_index | candidates) (NULL: the best, always)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS candidate_groups_turn ON candidate_groups(turn_id);
 
@@ -179,6 +180,7 @@ _ADDED_COLUMNS = (
     ("samples", "group_std", "REAL"),
     ("samples", "weight", "REAL NOT NULL DEFAULT 1"),
     ("feedback", "kind", "TEXT"),
+    ("candidate_groups", "served_prob", "REAL"),
 )
 
 # Indexes over added columns, created once the columns exist. A turn has at most one live scorer sample:

@@ -10,7 +10,8 @@ What it overrides, and nothing else:
   ``A = w_rl * r + w_opd * opd_mask * (lp_T - lp_old)``, where a Best-of-N group sample's ``r`` is its
   group-relative advantage (``losses.group_relative_advantages``: ``r_i - mean(r)`` of its group, scaled as
   ``scale_rewards`` says, the batch std taken over the whole batch of every process) and it has no OPD
-  term; TRL's ``_compute_loss`` then applies the PPO
+  term; a sample's ``weight`` multiplies its row (a served Best-of-N candidate's verdict:
+  ``judging.best_of_n``); TRL's ``_compute_loss`` then applies the PPO
   clip (``epsilon`` / ``epsilon_high``) and aggregates as ``loss_type`` says, adds its KL term when
   ``beta > 0`` (the reference log-probs come from the policy with its adapter disabled, as TRL does with
   PEFT) and sees a zero mask on truncated completions when ``mask_truncated_completions`` is on (from the
@@ -233,7 +234,7 @@ class OpenClawTrainer(GRPOTrainer):
             batch["opd_mask"],
             w_rl=self.args.w_rl,
             w_opd=w_opd,
-        )
+        ) * batch["weights"][:, None]
         out = {
             "prompt_ids": batch["prompt_ids"],
             "prompt_mask": batch["prompt_mask"],
