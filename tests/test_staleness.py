@@ -75,3 +75,32 @@ def test_trainer_drops_stale_samples_and_fills_the_batch(tiny_model_dir, tmp_pat
 def test_max_staleness_must_be_a_non_negative_integer(tmp_path, value):
     with pytest.raises(ValueError, match="max_staleness must be an integer >= 0"):
         OpenClawConfig(output_dir=str(tmp_path), max_staleness=value, report_to="none")
+
+
+@pytest.mark.parametrize("num_iterations", [1, 2])
+def test_opd_term_of_a_stale_batch_compares_the_teacher_with_the_policy_being_trained(
+    tiny_model_dir, tmp_path, num_iterations
+):
+    """A stale sample whose sampler gave log-probs 0.3 below the trainer's: the teacher here is the policy
+    being trained itself (teacher log-probs = the base model's), so the OPD term must be 0, not 0.3."""
+    samples = _sampled(tiny_model_dir, 4, policy_version=3, rewards=[0.0] * 4, hint=True)
+    for s in samples:
+        s.sampling_logprobs = [lp - 0.3 for lp in s.sampling_logprobs]  # another policy sampled them
+    store = Store(tmp_path / "store.sqlite")
+    for s in samples:
+        store.add_sample(s)
+    trainer = _trainer(tiny_model_dir, tmp_path, store, method="combine", num_iterations=num_iterations)
+    seen = []
+    compute_loss = trainer.compute_loss
+
+    def spy(model, inputs, *args, **kwargs):
+        loss = compute_loss(model, inputs, *args, **kwargs)
+        seen.append((inputs["advantages"].clone(), inputs["completion_mask"].clone()))
+        return loss
+
+    trainer.compute_loss = spy
+    trainer.train()
+    assert seen
+    for advantages, mask in seen[:2]:  # the first pass over the batch: the weights of the start
+        assert advantages[mask.bool()].abs().max() < 1e-4
+    store.close()
