@@ -177,5 +177,7 @@ def test_versions_published_then_lost_in_a_sigkill_are_recognised_on_resume(tiny
     assert [(samples[i].dropped_reason, samples[i].consumed_step) for i in kept] == [(None, 5)] * 4
     # the updates lost with v3 are not in the resumed weights: their samples were queued again, and are
     # now 2 updates (v0 -> v2) from the policy
-    assert sum(1 for s in samples.values() if (s.dropped_reason or "").startswith("stale: sampled by v0")) == 4
+    assert (
+        sum(1 for s in samples.values() if (s.dropped_reason or "").startswith("stale: sampled by v0")) == 4
+    )
     store.close()

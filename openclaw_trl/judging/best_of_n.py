@@ -128,7 +128,12 @@ class BestOfN:
     """
 
     def __init__(
-        self, n: int, quick_judge: QuickJudge, store, explore: float = QuickJudgeConfig.explore, seed: int | None = None
+        self,
+        n: int,
+        quick_judge: QuickJudge,
+        store,
+        explore: float = QuickJudgeConfig.explore,
+        seed: int | None = None,
     ):
         if not 0.0 <= explore <= 1.0:
             raise ValueError(f"explore must be a probability in [0, 1], got {explore!r}")

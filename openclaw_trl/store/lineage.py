@@ -104,10 +104,16 @@ class PolicyLineage:
             return cur.rowcount > 0
 
     def published_version(self, version: int) -> PublishedVersion | None:
-        row = self._db.conn().execute("SELECT * FROM policy_lineage WHERE version = ?", (int(version),)).fetchone()
+        row = (
+            self._db.conn()
+            .execute("SELECT * FROM policy_lineage WHERE version = ?", (int(version),))
+            .fetchone()
+        )
         if row is None:
             return None
-        return PublishedVersion(row["version"], row["parent"], row["updates"], row["created"], row["note"] or "")
+        return PublishedVersion(
+            row["version"], row["parent"], row["updates"], row["created"], row["note"] or ""
+        )
 
     def last_published_version(self) -> int | None:
         """The highest version number ever published on this store (None: none recorded)."""
