@@ -34,8 +34,8 @@ def refuse_inapplicable_trl_fields(config) -> None:
         "vLLM servers use engine: vllm_server with vllm_server_urls"
     )
     per_request = (
-        "trainable turns are sampled from the full distribution at the training temperature; a chat request's "
-        "own top_p, top_k, ... apply to its untrainable turns"
+        "trainable turns are sampled from the full distribution at the training temperature; each chat "
+        "request's own top_p, top_k, ... apply to its untrainable turns"
     )
     derived = "the batch geometry is derived from batch_size and per_device_train_batch_size: set batch_size"
     logged = "every turn and sample is kept in the store: read them with openclaw-trl export"
