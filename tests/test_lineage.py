@@ -181,3 +181,22 @@ def test_versions_published_then_lost_in_a_sigkill_are_recognised_on_resume(tiny
         sum(1 for s in samples.values() if (s.dropped_reason or "").startswith("stale: sampled by v0")) == 4
     )
     store.close()
+
+
+def test_existing_store_gains_the_lineage_table_and_the_weight_columns(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    with Store(path) as store:
+        store.add_sample(_sample(3, 1))
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE policy_lineage")
+    conn.execute("ALTER TABLE samples DROP COLUMN weight")
+    conn.execute("ALTER TABLE candidate_groups DROP COLUMN served_prob")
+    conn.commit()
+    conn.close()
+    with Store(path) as store:
+        (back,) = store.take_samples(1)
+        assert back.weight == 1.0 and store.last_published_version() is None
+        assert store.lineage().staleness(3, 5) == 2  # versions of an older store follow their numbers
+        assert store.record_published(6, 5, 1, "update") and not store.record_published(6, 4, 1, "update")
