@@ -122,7 +122,9 @@ class OpenClawConfig(GRPOConfig):
         `"none"`: the RL term is `w_rl * r`. `"session_mean"`: it is `w_rl * (r - b)` with `b` the mean
         judged reward of the session's earlier turns (0 for its first judged turn). `b` is stored with each
         sample when it is judged (every sample has one), so a replayed or resumed run gets the same
-        advantages. The OPD term is unchanged. Logged as `rl/baseline_mean`.
+        advantages. With a baseline every judged turn becomes a sample, an `r = 0` turn included (its RL
+        advantage is `-b`): a rule that kept only the `r != 0` turns would add `b * grad P(kept)` to the
+        expected update, which is not 0. The OPD term is unchanged. Logged as `rl/baseline_mean`.
     opd_kd_schedule (`str`, defaults to `"constant"`):
         How the OPD weight and the top-K KD weight move with the optimizer step `t`: `"constant"` (`w_opd`
         and `w_kd` throughout), `"switch"` (OPD with `w_opd` before `start`, then top-K KD with `w_kd` only)
@@ -143,9 +145,19 @@ class OpenClawConfig(GRPOConfig):
         judging), and all N are stored as one group with their scores and trained as GRPO:
         `A_i = w_rl * (r_i - mean(r))`, scaled as `scale_rewards` says; a candidate without a score gets
         the group mean (A = 0), a group without any score is stored but not trained. The served candidate
-        also goes through the next-state pipeline like any turn. With `engine: hf` it must be at most
+        also goes through the next-state pipeline. With `engine: hf` it must be at most
         `engine_max_batch_size` (the N rows decode in one batch after one prefill of the prompt); it needs
-        a method with an RL term (`rl` or `combine`) and a serving source (`live` or `simulated`).
+        a method with an RL term (`rl` or `combine`) and a serving source (`live` or `simulated`). Which
+        candidate is served, and how its next-state verdict is weighted: `best_of_n_explore`.
+    best_of_n_explore (`float`, defaults to `0.25`):
+        The chance that a turn serves a uniformly random candidate of its group instead of the best one.
+        The served candidate's next-state verdict (its RL reward, and its OPD hint) is drawn from what was
+        served, not from the policy; its sample is weighted by `w = (1/N) / P(served)` with `P(served) =
+        (1 - e) * 1(best) + e / N`, which makes its expected update the on-policy gradient exactly (the
+        candidates are N draws of the policy, and a uniform pick of one of them is a draw of the policy).
+        `w` is `1 / (N (1 - e) + e)` for the best candidate and `1 / e` for another one (4 at most with the
+        default). `0` always serves the best: the verdict then has no unbiased weight and is not trained on
+        (the group samples still are).
     quick_judge_backend (`str`, defaults to `"engine"`):
         Who scores the candidates: `"engine"` (the colocated engine with base weights, greedy, rating the
         reply to the conversation 0-10; an output without a rating is no score), `"openai"` (the same
@@ -382,6 +394,10 @@ class OpenClawConfig(GRPOConfig):
     )
     # Best-of-N serving
     best_of_n: int = field(default=1, metadata={"help": "Candidates per trainable turn (1 = off, <= 16)."})
+    best_of_n_explore: float = field(
+        default=QuickJudgeConfig.explore,
+        metadata={"help": "Chance of serving a random candidate instead of the best (0-1)."},
+    )
     quick_judge_backend: str = field(
         default=QuickJudgeConfig.backend, metadata={"help": "Best-of-N scorer: engine, openai or callable."}
     )
@@ -682,6 +698,7 @@ class OpenClawConfig(GRPOConfig):
                     ("scale_rewards", self.scale_rewards, "none"),
                     ("quick_judge_backend", self.quick_judge_backend, QuickJudgeConfig.backend),
                     ("quick_judge_callable", self.quick_judge_callable, None),
+                    ("best_of_n_explore", self.best_of_n_explore, QuickJudgeConfig.explore),
                 ]
                 if value != default
             ]
@@ -734,6 +751,7 @@ class OpenClawConfig(GRPOConfig):
             timeout_s=self.judge_timeout_s,
             max_concurrency=self.judge_max_concurrency,
             max_prompt_tokens=self.max_judge_prompt_tokens,
+            explore=self.best_of_n_explore,
         )
 
     def request_limits(self) -> RequestLimits:
@@ -762,6 +780,7 @@ class OpenClawConfig(GRPOConfig):
             max_prompt_tokens=self.max_judge_prompt_tokens,
             max_hint_chars=self.max_hint_chars,
             prm_monitor=self.prm_monitor,
+            every_judged_turn=self.advantage_baseline != "none",
         )
 
     def session_config(self) -> SessionConfig:

@@ -33,7 +33,10 @@ def refuse_inapplicable_trl_fields(config) -> None:
         "TRL's own vLLM server client is not used, so there is no separate vLLM server of TRL's: for stock "
         "vLLM servers use engine: vllm_server with vllm_server_urls"
     )
-    per_request = "sampling values other than temperature come from each chat request (its top_p, top_k, ...)"
+    per_request = (
+        "trainable turns are sampled from the full distribution at the training temperature; each chat "
+        "request's own top_p, top_k, ... apply to its untrainable turns"
+    )
     derived = "the batch geometry is derived from batch_size and per_device_train_batch_size: set batch_size"
     logged = "every turn and sample is kept in the store: read them with openclaw-trl export"
     # (field, accepted values, why it does not apply and what to use instead)

@@ -107,6 +107,7 @@ def dataset_features() -> dict[str, Any]:
             dropped_reason=string,
             group_id=int64,
             group_std=float64,
+            weight=float64,
         ),
         "groups": Features(
             group_id=int64,
@@ -118,6 +119,7 @@ def dataset_features() -> dict[str, Any]:
             scores=List(float64),  # null: no score
             score_mean=float64,
             score_std=float64,
+            served_prob=float64,
             completions=List(string),
             completion_ids=List(List(int32)),
             sampling_logprobs=List(List(float64)),
@@ -197,6 +199,7 @@ def collect_rows(store, include_private: bool = False) -> dict[str, list[dict[st
             "dropped_reason": s.dropped_reason,  # set when it was never trained on (e.g. stale)
             "group_id": s.group_id,  # a Best-of-N group sample (origin "group")
             "group_std": s.group_std,
+            "weight": s.weight,  # multiplies its advantage (a served Best-of-N candidate's verdict)
         }
         for s in store.iter_samples(include_private=include_private)
     ]
@@ -211,6 +214,7 @@ def collect_rows(store, include_private: bool = False) -> dict[str, list[dict[st
             "scores": g.scores,
             "score_mean": g.score_mean,
             "score_std": g.score_std,
+            "served_prob": g.served_prob,
             "completions": [c.completion_text for c in g.candidates],
             "completion_ids": [c.completion_ids for c in g.candidates],
             "sampling_logprobs": [c.sampling_logprobs for c in g.candidates],

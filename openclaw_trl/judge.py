@@ -209,6 +209,24 @@ def majority_vote(votes: Sequence[int | None]) -> int:
     return int(counts[0][0])
 
 
+def keeps_sample(method: str, reward: int, has_hint: bool, every_judged_turn: bool = False) -> bool:
+    """Whether a judged turn becomes a training sample.
+
+    * ``rl``: a non-zero reward; ``opd``: an accepted hint; ``combine``: either.
+    * ``every_judged_turn`` (a baseline ``b`` in the RL term, ``rl`` and ``combine``): every judged turn, an
+      ``r = 0`` one with the advantage ``-b``. A rule that keeps only some outcomes biases the baseline
+      term: ``E[1(kept) * b * grad log pi] = b * grad P(kept)``, which is not 0 when the outcome depends on
+      the reply, whatever ``b`` is averaged over; keeping every turn makes it ``b * grad 1 = 0``.
+    """
+    if method == "opd":
+        return has_hint
+    if every_judged_turn:
+        return True
+    if method == "rl":
+        return reward != 0
+    return has_hint or reward != 0
+
+
 def parse_hint_vote(text: str | None) -> tuple[int | None, str]:
     """``(decision, hint)``: decision from the last box if it is 1 or -1 (else None); hint = the last
     complete ``[HINT_START]…[HINT_END]`` block, stripped ("" when there is none)."""

@@ -223,12 +223,17 @@ class TrainingSample(_Row):
     baseline: float = 0.0
     group_id: int | None = None  # the Best-of-N group (CandidateGroup) of a group sample; None otherwise
     group_std: float | None = None  # std of its group's quick scores (scale_rewards: group)
+    # multiplies the sample's advantage: the importance weight of a served Best-of-N candidate's verdict
+    # (1/N over its probability of being served, see judging.best_of_n); 1 for every other sample
+    weight: float = 1.0
     sample_id: int | None = None  # assigned by the store
     meta: dict = field(default_factory=dict)
     origin: str | None = field(default=None, compare=False)  # scorer / group / direct
     created: float | None = field(default=None, compare=False)
     consumed_step: int | None = field(default=None, compare=False)  # the step that used it (None: waiting)
     dropped_reason: str | None = field(default=None, compare=False)  # why it is never trained on (None: kept)
+    # updates between its weights and the trainer's along the lineage, set when the trainer takes it
+    staleness: int | None = field(default=None, compare=False)
 
     JSON_COLUMNS: ClassVar[tuple[str, ...]] = (
         "prompt_ids",
@@ -279,6 +284,9 @@ class CandidateGroup(_Row):
     candidates: list[Candidate]
     score_mean: float | None = None
     score_std: float | None = None
+    # P(served = served_index | the candidates): 1 - e + e/N for the best, e/N for another (e = the
+    # exploration chance); None for groups stored before it was recorded (the best, always served)
+    served_prob: float | None = None
     id: int | None = None  # assigned by the store
     created: float | None = None
     session_id: int | None = None  # filled where the group is read with its turn (the export)

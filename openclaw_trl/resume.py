@@ -3,8 +3,11 @@
 * A run on an ``output_dir`` that holds checkpoints continues from the latest complete one (a checkpoint is
   complete once ``trainer_state.json``, the Trainer's last write, is in it): adapter, optimizer, scheduler,
   RNG state, step and policy version (= step). ``resume_from_checkpoint`` names another checkpoint.
-* The store is brought back to that step: samples consumed by later updates are queued again, since the
-  resumed run numbers its next updates from the checkpoint's step on (one batch per step number).
+* The store is brought back to that step: samples consumed by later updates are queued again (those
+  updates are not in the resumed weights). Versions published after the checkpoint and lost with the
+  crash keep their numbers: the resumed weights are published under the next unused one
+  (:func:`openclaw_trl.trainer.versions.publish_start`), so samples of the lost versions are stale, not
+  mistaken for samples of the resumed weights.
 * Checkpoints after the start step (incomplete ones, or a later branch when an older checkpoint is named)
   would be mixed up with the new ones of the same numbers: they are moved into
   ``<output_dir>/previous-<UTC time>/``.
@@ -36,6 +39,7 @@ class StartPoint:
     optimizer: bool  # optimizer and scheduler states are in the checkpoint
     requeued: int  # samples consumed after ``step`` that are queued again
     moved_to: str | None = None  # where older data went (fresh start, or checkpoints after ``step``)
+    last_published: int | None = None  # the last version published on the store (lost ones after ``step``)
 
     def describe(self) -> str:
         """The run's first log line."""
@@ -52,6 +56,11 @@ class StartPoint:
             text = (
                 f"resuming run {self.output_dir} from {Path(self.checkpoint).name}: policy version {self.step}, "
                 f"{restored}, {self.requeued} samples re-queued"
+            )
+        if self.last_published is not None and self.last_published > self.step:
+            text += (
+                f"; versions {self.step + 1}..{self.last_published} were published but never checkpointed: "
+                f"these weights serve as version {self.last_published + 1}"
             )
         if self.moved_to:
             text += f" (older data moved to {self.moved_to})"
@@ -158,4 +167,5 @@ def start_point(config, store, moved_to: str | None = None) -> StartPoint:
     later = move_later_checkpoints(config.output_dir, step)
     requeued = store.requeue_after(step)
     optimizer = bool(checkpoint) and (Path(checkpoint) / "optimizer.pt").is_file()
-    return StartPoint(str(config.output_dir), checkpoint, step, optimizer, requeued, moved_to or later)
+    last = store.last_published_version()
+    return StartPoint(str(config.output_dir), checkpoint, step, optimizer, requeued, moved_to or later, last)

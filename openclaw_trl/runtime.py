@@ -151,7 +151,8 @@ def make_best_of_n(n: int, quick_judge_config, engine, tokenizer, store):
 
     if n <= 1:
         return None
-    return BestOfN(n, QuickJudge(quick_judge_config, engine=engine, tokenizer=tokenizer), store)
+    quick_judge = QuickJudge(quick_judge_config, engine=engine, tokenizer=tokenizer)
+    return BestOfN(n, quick_judge, store, explore=quick_judge_config.explore)
 
 
 @dataclass

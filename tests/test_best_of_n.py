@@ -318,7 +318,8 @@ def test_best_of_4_served_over_http_stored_as_a_group_and_trained(hf_engine, tin
     from openclaw_trl.sessions import TurnCollector
 
     store = Store(tmp_path / "store.sqlite")
-    picker = BestOfN(4, QuickJudge(QuickJudgeConfig("callable", "x:y"), fn=length_score), store)
+    quick = QuickJudge(QuickJudgeConfig("callable", "x:y"), fn=length_score)
+    picker = BestOfN(4, quick, store, explore=0.0)  # always the best
     app = create_app(
         hf_engine,
         TurnCollector(store),

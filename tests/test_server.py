@@ -229,6 +229,34 @@ def test_trainable_turns_are_sampled_at_the_training_temperature(stack, client):
     assert ask(0.3, **{"X-Session-Id": "temp-private", "X-Session-Private": "true"}) == (0.3, 0.3)
 
 
+def test_trainable_turns_are_sampled_from_the_full_distribution(stack, client, monkeypatch):
+    """A client's top_p / top_k truncate only untrainable turns: the stored log-probs of a trainable turn are
+    those of the distribution it was sampled from (the importance weight and the PPO ratio need that)."""
+    engine, seen = stack.app.state.service.engine, []
+    real = engine.generate
+
+    def spy(requests, **kwargs):
+        seen.append(requests[0].sampling)
+        return real(requests, **kwargs)
+
+    monkeypatch.setattr(engine, "generate", spy)
+
+    def ask(**headers):
+        client.chat.completions.create(
+            model="openclaw",
+            messages=[{"role": "user", "content": "truncated"}],
+            max_tokens=3,
+            top_p=0.5,
+            extra_body={"top_k": 3},
+            extra_headers=headers,
+        )
+        return seen[-1].top_p, seen[-1].top_k
+
+    assert ask(**{"X-Session-Id": "trunc-main"}) == (1.0, 0)
+    assert ask() == (0.5, 3)  # anonymous: never trained on, sampled as asked
+    assert ask(**{"X-Session-Id": "trunc-side", "X-Turn-Type": "side"}) == (0.5, 3)
+
+
 def test_logprobs_and_top_logprobs(client):
     reply = client.chat.completions.create(
         model="openclaw",

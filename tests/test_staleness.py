@@ -32,7 +32,7 @@ def test_samples_more_than_k_versions_old_are_dropped_with_the_reason(tmp_path):
         assert [s.policy_version for s in batch] == [4, 5, 6]  # 6 - v <= 2: fresh, filling the batch
         reasons = {s.sample_id: s.dropped_reason for s in store.iter_samples()}
         assert [reasons[i] for i in ids] == [
-            f"stale: sampled by v{v}, policy v6, max_staleness 2" for v in range(4)
+            f"stale: sampled by v{v}, {6 - v} updates from policy v6, max_staleness 2" for v in range(4)
         ] + [None] * 3
         assert store.count_dropped_stale() == 4
         store.mark_consumed([s.sample_id for s in batch], step=7)
@@ -60,7 +60,7 @@ def test_trainer_drops_stale_samples_and_fills_the_batch(tiny_model_dir, tmp_pat
     # Step 1 (policy v0) trains the first four; step 2 (policy v1) drops the two v0 left, trains the v1 ones.
     assert [rows[i].consumed_step for i in old + fresh] == [1] * 4 + [None] * 2 + [2] * 4
     assert [rows[i].dropped_reason for i in old[4:]] == [
-        "stale: sampled by v0, policy v1, max_staleness 0"
+        "stale: sampled by v0, 1 updates from policy v1, max_staleness 0"
     ] * 2
     assert [entry["samples/dropped_stale"] for entry in trainer.state.log_history if "reward" in entry] == [
         0,
@@ -75,3 +75,32 @@ def test_trainer_drops_stale_samples_and_fills_the_batch(tiny_model_dir, tmp_pat
 def test_max_staleness_must_be_a_non_negative_integer(tmp_path, value):
     with pytest.raises(ValueError, match="max_staleness must be an integer >= 0"):
         OpenClawConfig(output_dir=str(tmp_path), max_staleness=value, report_to="none")
+
+
+@pytest.mark.parametrize("num_iterations", [1, 2])
+def test_opd_term_of_a_stale_batch_compares_the_teacher_with_the_policy_being_trained(
+    tiny_model_dir, tmp_path, num_iterations
+):
+    """A stale sample whose sampler gave log-probs 0.3 below the trainer's: the teacher here is the policy
+    being trained itself (teacher log-probs = the base model's), so the OPD term must be 0, not 0.3."""
+    samples = _sampled(tiny_model_dir, 4, policy_version=3, rewards=[0.0] * 4, hint=True)
+    for s in samples:
+        s.sampling_logprobs = [lp - 0.3 for lp in s.sampling_logprobs]  # another policy sampled them
+    store = Store(tmp_path / "store.sqlite")
+    for s in samples:
+        store.add_sample(s)
+    trainer = _trainer(tiny_model_dir, tmp_path, store, method="combine", num_iterations=num_iterations)
+    seen = []
+    compute_loss = trainer.compute_loss
+
+    def spy(model, inputs, *args, **kwargs):
+        loss = compute_loss(model, inputs, *args, **kwargs)
+        seen.append((inputs["advantages"].clone(), inputs["completion_mask"].clone()))
+        return loss
+
+    trainer.compute_loss = spy
+    trainer.train()
+    assert seen
+    for advantages, mask in seen[:2]:  # the first pass over the batch: the weights of the start
+        assert advantages[mask.bool()].abs().max() < 1e-4
+    store.close()

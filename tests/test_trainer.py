@@ -198,17 +198,21 @@ def test_resume_continues_with_next_unconsumed(tiny_model_dir, tmp_path):
     trainer.train()
     steps = {s.sample_id: s.consumed_step for s in store.iter_samples(include_private=True)}
     assert [steps[i] for i in ids[:8]] == [1] * 4 + [2] * 4
-    # Resume from checkpoint-1: the samples step 2 used are queued again and trained by the new step 2.
+    # Resume from checkpoint-1: the samples step 2 used are queued again. Version 2 was published, so its
+    # number names the first run's weights: checkpoint-1's weights are published as version 3 (lineage
+    # parent 1), and the new updates are steps 4 and 5.
     checkpoint = tmp_path / "run" / "checkpoint-1"
     assert (checkpoint / "adapter_model.safetensors").exists()
     store2 = Store(tmp_path / "store.sqlite")
-    resumed = _trainer(tiny_model_dir, tmp_path, store2, max_steps=3, save_strategy="no")
+    resumed = _trainer(tiny_model_dir, tmp_path, store2, max_steps=5, save_strategy="no")
     resumed.train(resume_from_checkpoint=str(checkpoint))
     steps = {s.sample_id: s.consumed_step for s in store2.iter_samples(include_private=True)}
-    assert [steps[i] for i in ids] == [1] * 4 + [2] * 4 + [3] * 4
-    assert resumed.state.global_step == 3
+    assert [steps[i] for i in ids] == [1] * 4 + [4] * 4 + [5] * 4
+    assert resumed.state.global_step == 5
+    assert (store2.published_version(3).parent, store2.published_version(4).parent) == (1, 3)
+    assert store2.lineage().staleness(2, 5) == 3  # v2 -> v1 (1 update), v3 -> v5 (2 updates)
     info = (tmp_path / "run" / "openclaw_run.json").read_text()
-    assert '"num_updates": 3' in info and '"samples_used": 12' in info  # totals over both runs
+    assert '"samples_used": 12' in info  # totals over both runs
 
 
 def test_truncated_is_weight_modes():

@@ -435,7 +435,7 @@ def test_store_keeps_versions_pause_and_rolled_back_samples_across_reopening(tmp
             store.mark_consumed([ids[-1]], step)
             store.record_adapter_version(AdapterVersion(step, 1.0 + step, 1, {"reward": 0.5}))
         store.record_adapter_version(AdapterVersion(4, 5.0, 0, restored_from=1))
-        assert store.mark_rolled_back(1, 3, "version 1 restored as version 4") == 2
+        assert store.mark_rolled_back([2, 3], "version 1 restored as version 4") == 2
         store.set_learning_paused(True)
     with Store(tmp_path / "s.sqlite") as store:
         assert store.learning_paused()

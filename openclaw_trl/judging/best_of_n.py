@@ -3,8 +3,10 @@
 For a trainable turn the server samples ``N`` candidates for the prompt, and :class:`BestOfN`
 
 1. scores each with the quick judge (:mod:`~openclaw_trl.judging.quick`);
-2. chooses the candidate to serve (:func:`served_index`): the highest score, the first one on a tie,
-   candidate 0 when no candidate has a score;
+2. chooses the candidate to serve (:func:`choose_served`): with probability ``1 - explore`` the best
+   (:func:`served_index`: the highest score, the first one on a tie, candidate 0 when no candidate has a
+   score), with probability ``explore`` a uniformly random one; it records ``P(served = i | candidates) =
+   (1 - explore) * 1(i = best) + explore / N``;
 3. once the served turn is recorded, stores the ``N`` candidates as one group with their scores, and one
    group sample per candidate (:func:`group_samples`) for GRPO: a candidate's reward is its score (a
    candidate without one gets its group's mean, hence a zero advantage), its baseline the group's mean
@@ -12,16 +14,27 @@ For a trainable turn the server samples ``N`` candidates for the prompt, and :cl
    ``scale_rewards`` says (``losses.group_relative_advantages``). A group where no candidate has a score
    is stored without samples: there is nothing to learn from it.
 
-The served candidate is also the turn itself, so it goes on through the next-state pipeline (judged into
-its RL / OPD sample) like any other turn.
+The served candidate is also the turn itself, so it goes on through the next-state pipeline, but its
+verdict is not a policy sample: the served reply was drawn from the selection, not from the policy. Its
+sample is weighted by the importance weight of the pick (:func:`verdict_weight`)::
+
+    w = (1/N) / P(served = i | candidates)
+
+The ``N`` candidates are independent draws of the policy, so a uniformly random one of them is a draw of
+the policy; reweighting the actual pick to that uniform one gives ``E[w * A * grad log pi(y_served)] =
+E[(1/N) sum_i A(y_i) grad log pi(y_i)] = E_pi[A grad log pi]``: the on-policy gradient, exactly. With
+``explore = 0`` the non-best candidates are never served, no weight can make up for them, and the
+verdict is not trained on (its turn keeps the reward; the group samples are trained as always).
 """
 
 from __future__ import annotations
 
+import random
+import threading
 from dataclasses import dataclass
 
 from openclaw_trl.engines.base import Completion
-from openclaw_trl.judging.quick import QuickJudge, QuickJudgeInput
+from openclaw_trl.judging.quick import QuickJudge, QuickJudgeConfig, QuickJudgeInput
 from openclaw_trl.judging.voters import reply_text
 from openclaw_trl.losses import group_statistics
 from openclaw_trl.records import Candidate, CandidateGroup, TrainingSample
@@ -29,10 +42,11 @@ from openclaw_trl.records import Candidate, CandidateGroup, TrainingSample
 
 @dataclass
 class GroupChoice:
-    """The quick scores of a turn's candidates and the one served."""
+    """The quick scores of a turn's candidates, the one served and its probability of being served."""
 
     scores: list[float | None]
     served_index: int
+    served_prob: float = 1.0  # P(served = served_index | candidates)
 
     def summary(self, group_id: int | None = None) -> dict:
         """What a reply reports about its group (``openclaw.best_of_n``)."""
@@ -48,6 +62,30 @@ def served_index(scores: list[float | None]) -> int:
     """The candidate to serve: the highest score (the first on a tie), 0 when none has a score."""
     scored = [(s, -i) for i, s in enumerate(scores) if s is not None]
     return -max(scored)[1] if scored else 0
+
+
+def choose_served(scores: list[float | None], explore: float, rng: random.Random) -> tuple[int, float]:
+    """``(index served, P(served = index | candidates))``: the best (:func:`served_index`) with probability
+    ``1 - explore``, a uniformly random candidate with probability ``explore``."""
+    n, best = len(scores), served_index(scores)
+    index = rng.randrange(n) if explore > 0 and rng.random() < explore else best
+    return index, served_probability(index == best, n, explore)
+
+
+def served_probability(is_best: bool, n: int, explore: float) -> float:
+    """``P(served = i | candidates) = (1 - explore) * 1(i = best) + explore / n``."""
+    return (1.0 - explore) * float(is_best) + explore / n
+
+
+def verdict_weight(n: int, served_prob: float | None) -> float | None:
+    """The weight of a served candidate's verdict sample, ``(1/n) / P(served)`` (module docstring); None when
+    the candidate was chosen with certainty among several (``explore = 0``, or a group stored without its
+    probability): no weight is unbiased then, the verdict is not trained on."""
+    if n <= 1:
+        return 1.0
+    if served_prob is None or served_prob >= 1.0:
+        return None
+    return (1.0 / n) / served_prob
 
 
 def group_samples(
@@ -85,11 +123,23 @@ class BestOfN:
     """Scores candidates, chooses the served one and stores the group (module docstring).
 
     ``n``: candidates per trainable turn; ``quick_judge``: a :class:`~openclaw_trl.judging.quick.QuickJudge`;
-    ``store``: the :class:`~openclaw_trl.store.Store` the groups go to.
+    ``store``: the :class:`~openclaw_trl.store.Store` the groups go to; ``explore``: the chance of serving
+    a uniformly random candidate instead of the best; ``seed``: of that choice (None: from the OS).
     """
 
-    def __init__(self, n: int, quick_judge: QuickJudge, store):
-        self.n, self.quick_judge, self.store = n, quick_judge, store
+    def __init__(
+        self,
+        n: int,
+        quick_judge: QuickJudge,
+        store,
+        explore: float = QuickJudgeConfig.explore,
+        seed: int | None = None,
+    ):
+        if not 0.0 <= explore <= 1.0:
+            raise ValueError(f"explore must be a probability in [0, 1], got {explore!r}")
+        self.n, self.quick_judge, self.store, self.explore = n, quick_judge, store, explore
+        self._rng = random.Random(seed)
+        self._rng_lock = threading.Lock()
 
     def choose(self, messages: list[dict], session_id: str, replies: list[dict]) -> GroupChoice:
         """Score each candidate (``replies``: its assistant message as the client would receive it) for the
@@ -98,7 +148,9 @@ class BestOfN:
             QuickJudgeInput(messages=messages, response=reply_text(r), session_id=session_id) for r in replies
         ]
         scores = self.quick_judge.scores(items)
-        return GroupChoice(scores, served_index(scores))
+        with self._rng_lock:
+            index, prob = choose_served(scores, self.explore, self._rng)
+        return GroupChoice(scores, index, prob)
 
     def record(
         self,
@@ -118,7 +170,9 @@ class BestOfN:
             Candidate(list(c.token_ids), list(c.logprobs), text, c.finish_reason, c.policy_version, score)
             for c, text, score in zip(completions, texts, choice.scores, strict=True)
         ]
-        group = CandidateGroup(turn_id, self.quick_judge.backend, choice.served_index, candidates, mean, std)
+        group = CandidateGroup(
+            turn_id, self.quick_judge.backend, choice.served_index, candidates, mean, std, choice.served_prob
+        )
         samples = group_samples(
             turn_id, prompt_ids, temperature, completions, choice.scores, choice.served_index
         )

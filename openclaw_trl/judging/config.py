@@ -32,6 +32,8 @@ class JudgeConfig:
     max_hint_chars: a hint keeps its first ``max_hint_chars`` characters (:func:`~openclaw_trl.judge.cap_hint`)
         before it is stored and added to the teacher prompt.
     poll_interval_s: how often the worker looks for new ready turns when not woken.
+    every_judged_turn: with ``rl`` / ``combine``, every judged turn becomes a sample, an ``r = 0`` one
+        included: set when the RL term subtracts a baseline (its ``r = 0`` turns then carry ``A = -b``).
     prm_monitor: with method ``opd``, also run the PRM votes; their reduced reward is stored on the turn and
         in the sample's ``meta["prm_eval_score"]`` for monitoring, while the sample rule and the sample's
         ``reward`` (0) stay OPD's.
@@ -57,6 +59,7 @@ class JudgeConfig:
     max_prompt_tokens: int = judge.MAX_JUDGE_PROMPT_TOKENS
     max_hint_chars: int = judge.MAX_HINT_CHARS
     prm_monitor: bool = False
+    every_judged_turn: bool = False
 
     def __post_init__(self):
         checks = [

@@ -67,6 +67,10 @@ class QuickJudgeConfig:
     max_concurrency: candidates scored at once by the ``openai`` and ``callable`` backends (threads).
     max_tokens: tokens of one rating (``engine`` and ``openai``): a number is all it needs.
     max_prompt_tokens: tokens of one engine quick-judge prompt; a longer one is a None score.
+    explore: the chance that a turn serves a uniformly random candidate instead of the best one
+        (:mod:`~openclaw_trl.judging.best_of_n`): what makes the served reply's next-state verdict an
+        unbiased training signal (its sample is weighted by ``(1/N) / P(served)``); 0 serves the best
+        always, and the verdict is then not trained on.
     """
 
     backend: str = "engine"
@@ -78,9 +82,14 @@ class QuickJudgeConfig:
     max_concurrency: int = 4
     max_tokens: int = 8
     max_prompt_tokens: int = judge.MAX_JUDGE_PROMPT_TOKENS
+    explore: float = 0.25
 
     def __post_init__(self):
         checks = [
+            (
+                isinstance(self.explore, int | float) and 0.0 <= self.explore <= 1.0,
+                f"best_of_n_explore must be a probability in [0, 1], got {self.explore!r}",
+            ),
             (
                 self.backend in QUICK_JUDGE_BACKENDS,
                 f"quick judge backend must be one of {QUICK_JUDGE_BACKENDS}, got {self.backend!r}",

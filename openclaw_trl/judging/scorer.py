@@ -29,11 +29,19 @@ combine   m PRM + m hint votes, together  a hint is accepted or the reward is ±
                                           with a hint (otherwise no teacher log-probs: opd_mask False)
 ========  ==============================  ============================================================
 
+With ``every_judged_turn`` (set when the RL term has a baseline, ``advantage_baseline: session_mean``) every
+judged turn of ``rl`` and ``combine`` becomes a sample, an ``r = 0`` one included (its RL advantage is
+``-b``): keeping only the non-zero outcomes would leave the baseline term ``b * grad P(kept)`` in the
+expected update (:func:`~openclaw_trl.judge.keeps_sample`).
+
 With ``prm_monitor`` (``opd`` only) the PRM votes run too: the reduced reward is stored on the turn and in
 the sample's ``meta["prm_eval_score"]``, for monitoring; the sample rule and the sample's reward (0) stay
 OPD's.
 
 The votes come from one voter per backend (:mod:`openclaw_trl.judging.voters`).
+The served candidate of a Best-of-N group was chosen by the quick judge, not drawn from the policy: its
+sample carries the weight ``(1/N) / P(served)`` (:mod:`~openclaw_trl.judging.best_of_n`), and a candidate
+served with certainty (no exploration) gives no sample (counted as ``best_of_n_not_trained``).
 A turn sampled greedily (temperature 0) gives no sample: its log-probs are not those of a sampled policy.
 """
 
@@ -45,6 +53,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from openclaw_trl import judge
+from openclaw_trl.judging.best_of_n import verdict_weight
 from openclaw_trl.judging.config import JudgeConfig
 from openclaw_trl.judging.teacher import Teacher
 from openclaw_trl.judging.voters import JudgeInput, Verdict, error_text, make_voter
@@ -64,6 +73,7 @@ _STATS = (
     "failed_attempts",
     "failed",
     "judge_prompt_too_long",
+    "best_of_n_not_trained",
 )
 
 
@@ -250,12 +260,19 @@ class Scorer:
         )
 
     def _keeps(self, j: Judgement, has_hint: bool) -> bool:
-        """The sample rule of the method (module docstring table)."""
-        if self.config.method == "rl":
-            return j.reward != 0
-        if self.config.method == "opd":
-            return has_hint
-        return has_hint or j.reward != 0
+        """The sample rule of the method (module docstring table, :func:`~openclaw_trl.judge.keeps_sample`)."""
+        return judge.keeps_sample(self.config.method, j.reward, has_hint, self.config.every_judged_turn)
+
+    def _served_weight(self, turn: Turn) -> tuple[float | None, dict | None]:
+        """``(weight, summary)`` of a turn's sample: 1 for a turn with one completion; for the served candidate
+        of a Best-of-N group ``(1/N) / P(served)`` (:func:`~openclaw_trl.judging.best_of_n.verdict_weight`),
+        None when it was served with certainty (not trained on)."""
+        group = self.store.group_of_turn(turn.id)
+        if group is None:
+            return 1.0, None
+        n = len(group.candidates)
+        weight = verdict_weight(n, group.served_prob)
+        return weight, {"n": n, "served_prob": group.served_prob, "weight": weight}
 
     def _sample(self, j: Judgement) -> TrainingSample | None:
         method, turn = self.config.method, j.turn
@@ -264,6 +281,10 @@ class Scorer:
             return None
         has_hint = j.hint is not None and j.teacher is not None
         if not self._keeps(j, has_hint):
+            return None
+        weight, served = self._served_weight(turn)
+        if weight is None:
+            self.stats["best_of_n_not_trained"] += 1
             return None
         teacher = j.teacher if has_hint else None
         return TrainingSample(
@@ -281,7 +302,9 @@ class Scorer:
             topk_logprobs=teacher.topk_logprobs if teacher else None,
             teacher_prompt_ids=teacher.prompt_ids if teacher else None,
             finish_reason=turn.finish_reason,
+            weight=weight,
             meta={
+                **({"best_of_n_served": served} if served else {}),
                 "method": method,
                 "backend": self.config.backend,
                 "teacher": self.config.teacher if has_hint else None,

@@ -150,7 +150,10 @@ class ChatService:
         ctx = self._begin(messages, tools, headers, payload)
         candidates = 1
         if self._trainable(ctx):
-            sampling = dataclasses.replace(sampling, temperature=self.settings.train_temperature)
+            # the training distribution: the full softmax at the training temperature (no top-p / top-k)
+            sampling = dataclasses.replace(
+                sampling, temperature=self.settings.train_temperature, top_p=1.0, top_k=0
+            )
             candidates = self.best_of_n.n if self.best_of_n is not None else 1
         return PreparedChat(
             model=model,
@@ -262,7 +265,8 @@ class ChatService:
 
     def _trainable(self, ctx) -> bool:
         """Whether this turn can become a training sample (a main turn of a trainable, non-private
-        session): it is then sampled at ``settings.train_temperature``, whatever the request asks."""
+        session): it is then sampled at ``settings.train_temperature`` from the full distribution (no
+        top-p / top-k truncation), whatever the request asks."""
         if not ctx.trainable:
             return False
         session = self.store.get_session(ctx.session_id)

@@ -31,7 +31,10 @@ class ServerSettings:
         train_temperature: the sampling temperature of turns that can be trained on (main turns of
             trainable, non-private sessions), whatever the request asks: the trainer's temperature, so
             the sampling log-probs, the teacher's and the trainer's are all at one temperature (and a
-            trainable turn is never greedy). The request's temperature applies to the other turns.
+            trainable turn is never greedy). A trainable turn is also sampled from the full distribution: the
+            request's ``top_p`` / ``top_k`` would truncate it, and the stored log-probs, the importance
+            weight and the PPO ratio are those of the untruncated policy. The request's temperature,
+            ``top_p`` and ``top_k`` apply to the other turns.
             Replies say which temperature was used (``openclaw.temperature``).
         max_tokens_cap: upper bound on ``max_tokens`` whatever the client asks.
         limits: what one request may carry (``openclaw_trl.serving.openai_schema.RequestLimits``: body size,

@@ -20,6 +20,8 @@ Its parts, one API each:
 * :class:`~openclaw_trl.store.versions.AdapterVersions` (the published adapter versions a rollback
   chooses from, the samples a rollback undid, the persisted learning pause), used by the trainer and the
   learning control.
+* :class:`~openclaw_trl.store.lineage.PolicyLineage` (every published policy version, the weights it came
+  from, and the staleness of a sample along that lineage), used by the trainer and the sample queue.
 
 Reopening a store resumes: ``ready`` turns are judged again and unconsumed samples are served first.
 """
@@ -32,6 +34,7 @@ from openclaw_trl.store.conversations import FEEDBACK_KINDS, WITHDRAWN, Conversa
 from openclaw_trl.store.db import SCHEMA_VERSION, Database, StoreError
 from openclaw_trl.store.groups import Groups
 from openclaw_trl.store.judging import TEACHER_ERROR_PREFIX, Judging
+from openclaw_trl.store.lineage import Lineage, PolicyLineage, PublishedVersion
 from openclaw_trl.store.queries import TURN_STATUSES, Queries
 from openclaw_trl.store.queue import ResumePosition, SampleQueue, SampleSourceError
 from openclaw_trl.store.responses import ResponseIds, StoredResponse
@@ -45,6 +48,8 @@ __all__ = [
     "TEACHER_ERROR_PREFIX",
     "TURN_STATUSES",
     "WITHDRAWN",
+    "Lineage",
+    "PublishedVersion",
     "ResumePosition",
     "SampleSourceError",
     "Store",
@@ -54,7 +59,9 @@ __all__ = [
 ]
 
 
-class Store(Conversations, Judging, SampleQueue, Groups, Queries, ResponseIds, AdapterVersions):
+class Store(
+    Conversations, Judging, SampleQueue, Groups, Queries, ResponseIds, AdapterVersions, PolicyLineage
+):
     """SQLite store shared by the server threads, the scorer and the trainer (see the module docstring).
 
     ``Store(path)`` creates the file (and its parent directory) or resumes an existing one; it refuses a

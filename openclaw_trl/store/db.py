@@ -9,7 +9,7 @@ writers queue on SQLite's lock instead of failing on a read-to-write upgrade.
 The schema carries ``SCHEMA_VERSION`` in ``PRAGMA user_version``; a file written by a newer version is
 refused. Columns added after a store file may have been created (``_ADDED_COLUMNS``) are nullable or
 defaulted, so an existing store gains them in place when it is opened; so do tables added later
-(``candidate_groups``), created when missing.
+(``candidate_groups``, ``policy_lineage``), created when missing.
 """
 
 from __future__ import annotations
@@ -120,7 +120,8 @@ CREATE TABLE IF NOT EXISTS samples (
     consumed_at REAL,
     dropped_reason TEXT,               -- why it is never trained on (stale / superseded / withdrawn)
     group_id INTEGER,                  -- the Best-of-N group of a group sample (origin 'group')
-    group_std REAL                     -- std of that group's quick scores
+    group_std REAL,                    -- std of that group's quick scores
+    weight REAL NOT NULL DEFAULT 1     -- multiplies its advantage (a served Best-of-N candidate's verdict)
 );
 CREATE INDEX IF NOT EXISTS samples_queue ON samples(consumed_step, id);
 
@@ -139,7 +140,8 @@ CREATE TABLE IF NOT EXISTS candidate_groups (
     served_index INTEGER NOT NULL,
     candidates TEXT NOT NULL,          -- JSON list: ids, log-probs, text, finish reason, version, score
     score_mean REAL,                   -- over the scored candidates (NULL: none scored)
-    score_std REAL
+    score_std REAL,
+    served_prob REAL                   -- P(served = served_index | candidates) (NULL: the best, always)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS candidate_groups_turn ON candidate_groups(turn_id);
 
@@ -150,6 +152,14 @@ CREATE TABLE IF NOT EXISTS adapter_versions (
     metrics TEXT NOT NULL,             -- JSON: the metrics logged at that update
     restored_from INTEGER,             -- a rollback: the version whose checkpoint it published again
     checkpoint TEXT                    -- its checkpoint folder (adapter, optimizer, scheduler, RNG, step)
+);
+
+CREATE TABLE IF NOT EXISTS policy_lineage (
+    version INTEGER PRIMARY KEY,       -- a published policy version: a number is published once per store
+    parent INTEGER,                    -- the version its weights started from (NULL: the initial adapter)
+    updates INTEGER NOT NULL,          -- optimizer updates from the parent's weights (0: same weights, renumbered)
+    created REAL NOT NULL,
+    note TEXT                          -- update / initial / rollback / resume
 );
 
 CREATE TABLE IF NOT EXISTS learning_state (
@@ -168,9 +178,11 @@ _ADDED_COLUMNS = (
     ("samples", "dropped_reason", "TEXT"),
     ("samples", "group_id", "INTEGER"),
     ("samples", "group_std", "REAL"),
+    ("samples", "weight", "REAL NOT NULL DEFAULT 1"),
     ("feedback", "kind", "TEXT"),
     ("turns", "exchange_key", "TEXT"),
     ("turns", "reply_key", "TEXT"),
+    ("candidate_groups", "served_prob", "REAL"),
 )
 
 # Indexes over added columns, created once the columns exist. A turn has at most one live scorer sample:

@@ -32,7 +32,7 @@ class Groups:
         with self._db.tx() as tx:
             cur = tx.execute(
                 "INSERT INTO candidate_groups (turn_id, created, backend, served_index, candidates,"
-                " score_mean, score_std) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                " score_mean, score_std, served_prob) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     int(group.turn_id),
                     now,
@@ -41,6 +41,7 @@ class Groups:
                     dumps([asdict(c) for c in group.candidates]),
                     group.score_mean,
                     group.score_std,
+                    group.served_prob,
                 ),
             )
             group_id = int(cur.lastrowid)
@@ -54,6 +55,12 @@ class Groups:
 
     def get_group(self, group_id: int) -> CandidateGroup | None:
         row = self._db.conn().execute("SELECT * FROM candidate_groups WHERE id = ?", (group_id,)).fetchone()
+        return None if row is None else CandidateGroup.from_row(row)
+
+    def group_of_turn(self, turn_id: int) -> CandidateGroup | None:
+        """The Best-of-N group whose served candidate is turn ``turn_id`` (None: a turn with one completion)."""
+        sql = "SELECT * FROM candidate_groups WHERE turn_id = ?"
+        row = self._db.conn().execute(sql, (int(turn_id),)).fetchone()
         return None if row is None else CandidateGroup.from_row(row)
 
     def iter_groups(self, include_private: bool = False) -> Iterator[CandidateGroup]:

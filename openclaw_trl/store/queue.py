@@ -6,8 +6,8 @@ Queue rules:
   sample is marked with the training step that used it (:meth:`SampleQueue.mark_consumed`);
 * "waiting" = not consumed, not dropped, and not of a session flagged private after it was judged (such
   samples are kept, never handed out);
-* a waiting sample sampled more than ``max_staleness`` policy versions before the current one is dropped
-  when a batch is taken: it stays in the store with its ``dropped_reason`` and is never handed out
+* a waiting sample whose weights are more than ``max_staleness`` updates away from the current ones along
+  the lineage (:mod:`~openclaw_trl.store.lineage`) is dropped when a batch is taken: it stays in the store with its ``dropped_reason`` and is never handed out
   (:meth:`SampleQueue.drop_stale`); the batch is filled with the next waiting samples;
 * a waiting sample is also dropped when explicit feedback on its turn supersedes it (``superseded``: the
   turn is judged again) or the user withdraws its turn (``withdrawn``); a sample this object handed out
@@ -83,8 +83,8 @@ def insert_sample(tx: sqlite3.Connection, s: TrainingSample, origin: str, now: f
     cur = tx.execute(
         "INSERT INTO samples (turn_id, origin, created, prompt_ids, completion_ids, sampling_logprobs,"
         " temperature, policy_version, reward, has_hint, hint, teacher_logprobs, topk_shape, topk_ids,"
-        " topk_logprobs, meta, finish_reason, teacher_prompt_ids, baseline, group_id, group_std)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " topk_logprobs, meta, finish_reason, teacher_prompt_ids, baseline, group_id, group_std, weight)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             int(s.turn_id),
             origin,
@@ -107,6 +107,7 @@ def insert_sample(tx: sqlite3.Connection, s: TrainingSample, origin: str, now: f
             float(s.baseline),
             s.group_id,
             None if s.group_std is None else float(s.group_std),
+            float(s.weight),
         ),
     )
     return int(cur.lastrowid)
@@ -172,8 +173,8 @@ class SampleQueue:
     ) -> list[TrainingSample]:
         """Block until ``n`` samples are waiting, then hand out exactly ``n`` (the surplus stays queued).
 
-        With ``max_staleness``, waiting samples sampled more than ``max_staleness`` versions before
-        ``policy_version`` are dropped first, each time the queue is looked at (:meth:`drop_stale`), so
+        With ``max_staleness``, waiting samples more than ``max_staleness`` updates away from
+        ``policy_version`` along the lineage are dropped first, each time the queue is looked at (:meth:`drop_stale`), so
         the batch is made of fresh samples only. Raises ``TimeoutError`` after ``timeout`` seconds, and :class:`SampleSourceError` as soon as
         :meth:`fail_waiters` is called while too few are waiting (nothing is handed out then).
         """
@@ -195,20 +196,32 @@ class SampleQueue:
         return self.get_samples(ids)
 
     def drop_stale(self, policy_version: int, max_staleness: int) -> int:
-        """Mark the waiting samples with ``policy_version - sample.policy_version > max_staleness`` as
-        dropped (kept, with the reason, never handed out); returns how many were dropped now."""
+        """Mark the waiting samples more than ``max_staleness`` updates away from ``policy_version`` along the
+        lineage (:meth:`~openclaw_trl.store.lineage.Lineage.staleness`) as dropped (kept, with the reason,
+        never handed out); returns how many were dropped now."""
         with self._queue_lock:
             handed = set(self._handed_out)
-        sql = "SELECT s.id, s.policy_version" + _WAITING_SQL + " AND s.policy_version < ?"
-        rows = self._db.conn().execute(sql, (policy_version - max_staleness,)).fetchall()
-        stale = [(r[0], r[1]) for r in rows if r[0] not in handed]
+        sql = "SELECT s.id, s.policy_version" + _WAITING_SQL + " AND s.policy_version != ?"
+        rows = self._db.conn().execute(sql, (int(policy_version),)).fetchall()
+        rows = [(r[0], r[1]) for r in rows if r[0] not in handed]
+        if not rows:
+            return 0
+        lineage = self.lineage()
+        # a version above the current one that was never published names no weights yet: not stale
+        versions = {v for _, v in rows if lineage.knows(v) or v < policy_version}
+        distance = {v: lineage.staleness(v, policy_version) for v in versions}
+        stale = [(i, v) for i, v in rows if v in distance and distance[v] > max_staleness]
         if not stale:
             return 0
         with self._db.tx() as tx:
             tx.executemany(
                 "UPDATE samples SET dropped_reason = ? WHERE id = ? AND consumed_step IS NULL",
                 [
-                    (f"stale: sampled by v{v}, policy v{policy_version}, max_staleness {max_staleness}", i)
+                    (
+                        f"stale: sampled by v{v}, {distance[v]} updates from policy v{policy_version}, "
+                        f"max_staleness {max_staleness}",
+                        i,
+                    )
                     for i, v in stale
                 ],
             )

@@ -87,14 +87,17 @@ class AdapterVersions:
         sql = "SELECT COUNT(*) FROM samples WHERE consumed_step = ?"
         return self._db.conn().execute(sql, (int(step),)).fetchone()[0]
 
-    def mark_rolled_back(self, after: int, through: int, reason: str) -> int:
-        """Mark the samples consumed by the updates ``after < step <= through`` as undone by a rollback
+    def mark_rolled_back(self, steps: list[int], reason: str) -> int:
+        """Mark the samples consumed by the updates of ``steps`` (undone by a rollback) as such
         (``dropped_reason = "rolled_back: " + reason``); they keep their ``consumed_step``. Returns how many."""
+        if not steps:
+            return 0
+        marks = ",".join("?" * len(steps))
         with self._db.tx() as tx:
             cur = tx.execute(
-                "UPDATE samples SET dropped_reason = ? WHERE consumed_step > ? AND consumed_step <= ?"
+                f"UPDATE samples SET dropped_reason = ? WHERE consumed_step IN ({marks})"
                 " AND dropped_reason IS NULL",
-                (f"{ROLLED_BACK_PREFIX} {reason}", int(after), int(through)),
+                (f"{ROLLED_BACK_PREFIX} {reason}", *[int(s) for s in steps]),
             )
             return cur.rowcount
 

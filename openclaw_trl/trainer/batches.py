@@ -18,9 +18,10 @@ import torch
 from openclaw_trl.records import TrainingSample
 
 
-def is_off_policy(samples: list[TrainingSample], policy_version: int, temperature: float) -> bool:
-    """Was any sample drawn by another adapter version than ``policy_version`` or at another temperature?"""
-    return any(s.policy_version != policy_version or abs(s.temperature - temperature) > 1e-6 for s in samples)
+def is_off_policy(samples: list[TrainingSample], temperature: float) -> bool:
+    """Was any sample drawn by other weights than the trainer's (``staleness`` > 0 along the lineage, set
+    when the batch was taken) or at another temperature?"""
+    return any((s.staleness or 0) > 0 or abs(s.temperature - temperature) > 1e-6 for s in samples)
 
 
 def batch_score_std(samples: list[TrainingSample]) -> float | None:
@@ -53,7 +54,8 @@ def collate_samples(
     Rows without teacher log-probs get zeros there (their ``opd_mask`` is False, so the OPD term is 0).
     ``teacher_prompt_ids`` holds the hint-augmented prompts (left-padded; the row's own prompt where none is
     stored, ``has_teacher_prompt`` 0) and ``truncated`` marks completions cut at the token limit.
-    ``is_group`` marks Best-of-N group samples, ``group_stds`` their group's score std (0 elsewhere).
+    ``is_group`` marks Best-of-N group samples, ``group_stds`` their group's score std (0 elsewhere), and
+    ``weights`` the weight of each sample's advantage (a served Best-of-N candidate's verdict; 1 elsewhere).
     """
     prompt_ids, prompt_mask = _padded_ids([s.prompt_ids for s in samples], pad_token_id, left=True)
     completion_ids, completion_mask = _padded_ids([s.completion_ids for s in samples], pad_token_id)
@@ -78,6 +80,7 @@ def collate_samples(
         ),
         "rewards": torch.tensor([float(s.reward) for s in samples]),
         "baselines": torch.tensor([float(s.baseline) for s in samples]),
+        "weights": torch.tensor([float(s.weight) for s in samples]),
         "is_group": torch.tensor([s.group_id is not None for s in samples]),
         "group_stds": torch.tensor([float(s.group_std or 0.0) for s in samples]),
         "opd_mask": torch.tensor(has_teacher),

@@ -51,7 +51,9 @@ class PublishAndConsume(TrainerCallback):
         self.trainer = trainer
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self.trainer.publish()
+        from openclaw_trl.trainer.versions import publish_start
+
+        publish_start(self.trainer)
 
     def on_step_end(self, args, state, control, **kwargs):
         trainer = self.trainer

@@ -10,7 +10,8 @@ What it overrides, and nothing else:
   ``A = w_rl * r + w_opd * opd_mask * (lp_T - lp_old)``, where a Best-of-N group sample's ``r`` is its
   group-relative advantage (``losses.group_relative_advantages``: ``r_i - mean(r)`` of its group, scaled as
   ``scale_rewards`` says, the batch std taken over the whole batch of every process) and it has no OPD
-  term; TRL's ``_compute_loss`` then applies the PPO
+  term; a sample's ``weight`` multiplies its row (a served Best-of-N candidate's verdict:
+  ``judging.best_of_n``); TRL's ``_compute_loss`` then applies the PPO
   clip (``epsilon`` / ``epsilon_high``) and aggregates as ``loss_type`` says, adds its KL term when
   ``beta > 0`` (the reference log-probs come from the policy with its adapter disabled, as TRL does with
   PEFT) and sees a zero mask on truncated completions when ``mask_truncated_completions`` is on (from the
@@ -24,8 +25,10 @@ What it overrides, and nothing else:
   paused no batch is taken; a rollback request restores an earlier version's checkpoint and publishes it
   as the next policy version (``trainer.versions``); each checkpoint is recorded as an adapter version.
 
-``lp_old`` in the OPD term is the sampling log-prob returned by the engine: the teacher was scored by
-the same engine, so engine numerics cancel in ``lp_T - lp_old``. When a batch is stale (sampled by an
+``lp_old`` in the OPD term is the sampling log-prob returned by the engine for an on-policy batch: the
+teacher was scored by the same engine, so engine numerics cancel in ``lp_T - lp_old``; for an off-policy
+batch it is the trainer's log-prob at the start of the update (the OPD term compares the teacher with the
+policy being trained, not with the one that sampled). When a batch is stale (sampled by an
 older adapter), sampled at another temperature, or reused for several passes (``num_iterations``),
 the old log-probs of the PPO ratio are recomputed with the weights at the start of the update and a
 truncated importance weight ``min(pi_old / pi_sampling, C)`` is folded into the advantage; since the
@@ -139,7 +142,7 @@ class OpenClawTrainer(GRPOTrainer):
         self._batch_sample_ids = [s.sample_id for s in samples]
         self._batch_turn_ids = [s.turn_id for s in samples]
         # Decided on the whole batch, so every process takes the same branch (the same forwards).
-        self._batch_off_policy = is_off_policy(samples, self.state.global_step, self.temperature)
+        self._batch_off_policy = is_off_policy(samples, self.temperature)
         self._batch_score_std = batch_score_std(samples)
         return process_share(samples, self.accelerator.process_index, self.accelerator.num_processes)
 
@@ -194,6 +197,9 @@ class OpenClawTrainer(GRPOTrainer):
                 self.store.release([s.sample_id for s in samples])
                 continue
             self._log("samples/dropped_stale", self.store.count_dropped_stale() - dropped)
+            lineage = self.store.lineage()
+            for s in samples:
+                s.staleness = lineage.staleness(s.policy_version, self.state.global_step)
             if self.learning is not None:
                 self.learning.trainer_state = "updating"
             return "batch", samples
@@ -221,16 +227,13 @@ class OpenClawTrainer(GRPOTrainer):
         mask = batch["completion_mask"]
         if self.mask_truncated_completions:  # as TRL: out of the attention and the loss
             mask = mask * (~batch["truncated"]).unsqueeze(1).to(mask.dtype)
-        w_opd, _ = self._scheduled_weights()
-        advantages = combined_advantages(
-            self._rl_rewards(batch),
-            batch["teacher_logprobs"],
-            batch["sampling_logprobs"],
-            mask,
-            batch["opd_mask"],
-            w_rl=self.args.w_rl,
-            w_opd=w_opd,
-        )
+        terms = {
+            "rl": self._rl_rewards(batch),
+            "teacher_logprobs": batch["teacher_logprobs"],
+            "opd_mask": batch["opd_mask"],
+            "weights": batch["weights"],
+        }
+        advantages = self._advantages(terms, batch["sampling_logprobs"], mask)
         out = {
             "prompt_ids": batch["prompt_ids"],
             "prompt_mask": batch["prompt_mask"],
@@ -242,7 +245,7 @@ class OpenClawTrainer(GRPOTrainer):
             out["sampling_per_token_logps"] = batch["sampling_logprobs"]
         if self.beta != 0.0:
             out["ref_per_token_logps"] = self._reference_logps(batch, mask)
-        out.update(self._old_logps_and_advantages(batch, mask, advantages))
+        out.update(self._old_logps_and_advantages(batch, mask, advantages, terms))
         if self.args.w_kd > 0:
             out.update(self._kd_inputs(batch, mask))
         self._log_batch_metrics(
@@ -276,24 +279,45 @@ class OpenClawTrainer(GRPOTrainer):
             self.args.opd_kd_schedule, self.args.w_opd, self.args.w_kd, self.state.global_step, start, end
         )
 
-    def _old_logps_and_advantages(self, batch, mask, advantages) -> dict[str, torch.Tensor]:
-        """The PPO ratio's old log-probs and the advantages with the IS weight folded in, as the batch needs:
+    def _advantages(self, terms: dict, old_logprobs, mask) -> torch.Tensor:
+        """``weight * (w_rl * r + w_opd * opd_mask * (lp_T - lp_old))`` per token, ``lp_old`` as given: the
+        sampling log-probs of an on-policy batch (the engine scored the teacher too, so its numerics cancel),
+        the trainer's log-probs at the start of the update for an off-policy one (the student the OPD term
+        compares with the teacher is the policy being trained, not the one that sampled)."""
+        w_opd, _ = self._scheduled_weights()
+        advantages = combined_advantages(
+            terms["rl"],
+            terms["teacher_logprobs"],
+            old_logprobs,
+            mask,
+            terms["opd_mask"],
+            w_rl=self.args.w_rl,
+            w_opd=w_opd,
+        )
+        return advantages * terms["weights"][:, None].to(advantages.dtype)
+
+    def _old_logps_and_advantages(self, batch, mask, advantages, terms) -> dict[str, torch.Tensor]:
+        """The PPO ratio's old log-probs and the advantages (IS weight folded in) as the batch needs:
 
         * on-policy, one pass: neither (the ratio is 1 on the loss forward);
-        * off-policy, one optimizer step: ``is_sampling_logprobs``, so that the weight is computed on the
-          loss forward itself (its log-probs are the old ones; ``_weight_advantages``);
-        * otherwise: ``old_per_token_logps`` from a no-grad forward, and the weight applied here.
+        * off-policy, one optimizer step: ``is_sampling_logprobs`` and the advantage terms (``is_*``), so that
+          the advantages (OPD term against the old log-probs) and the IS weight are computed on the loss
+          forward itself (its log-probs are the old ones; ``_weight_advantages``);
+        * otherwise: ``old_per_token_logps`` from a no-grad forward, the advantages of an off-policy batch
+          recomputed against them, and the IS weight applied here.
         """
-        correct = self._batch_off_policy and self.args.vllm_importance_sampling_correction
         one_pass = (
             self.num_iterations == 1
             and self.args.steps_per_generation == self.args.gradient_accumulation_steps
         )
-        if correct and one_pass:
-            return {"advantages": advantages, "is_sampling_logprobs": batch["sampling_logprobs"]}
-        if not (self.num_iterations > 1 or correct):
+        if self._batch_off_policy and one_pass:
+            deferred = {f"is_{name}": value for name, value in terms.items()}
+            return {"advantages": advantages, "is_sampling_logprobs": batch["sampling_logprobs"], **deferred}
+        if not (self.num_iterations > 1 or self._batch_off_policy):
             return {"advantages": advantages}
         old = self._no_grad_logps(self.model, batch, mask)
+        if self._batch_off_policy:
+            advantages = self._advantages(terms, old, mask)
         if self.args.vllm_importance_sampling_correction:
             advantages = self._is_weighted(advantages, old, batch["sampling_logprobs"], mask)
         return {"advantages": advantages, "old_per_token_logps": old}
@@ -376,10 +400,7 @@ class OpenClawTrainer(GRPOTrainer):
         lengths = batch["completion_mask"].sum(1).float()
         self._log("completions/mean_length", lengths.mean())
         self._log("completions/clipped_ratio", batch["truncated"].float().mean())
-        self._log(
-            "samples/staleness",
-            sum(self.state.global_step - s.policy_version for s in samples) / len(samples),
-        )
+        self._log("samples/staleness", sum(s.staleness or 0 for s in samples) / len(samples))
         if self.store is not None:  # the main process's
             self._log("samples/waiting", self.store.count_waiting())
             self._log("opd/teacher_failed", self.store.count_teacher_failed())  # turns so far without teacher
@@ -409,10 +430,15 @@ class OpenClawTrainer(GRPOTrainer):
         return logps, entropies, aux
 
     def _weight_advantages(self, inputs, old: torch.Tensor) -> None:
-        """Fold the truncated IS weight ``pi_old / pi_sampling`` into this micro-batch's advantages (once)."""
+        """This micro-batch's advantages against the old log-probs ``old`` (``_advantages``), times the
+        truncated IS weight ``pi_old / pi_sampling`` when the correction is on (once per micro-batch)."""
         sampling = inputs.pop("is_sampling_logprobs")
+        terms = {name: inputs.pop(f"is_{name}") for name in ("rl", "teacher_logprobs", "opd_mask", "weights")}
         mask = inputs["completion_mask"]
-        inputs["advantages"] = self._is_weighted(inputs["advantages"], old, sampling, mask)
+        advantages = self._advantages(terms, old, mask)
+        if self.args.vllm_importance_sampling_correction:
+            advantages = self._is_weighted(advantages, old, sampling, mask)
+        inputs["advantages"] = advantages
         self._log("advantages/mean", masked_mean(inputs["advantages"], mask))
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -458,13 +484,22 @@ class OpenClawTrainer(GRPOTrainer):
             self._log("kl_old", 0.0)
 
     # -------------------------------------------------------- publish / resume
-    def publish(self) -> None:
-        """Hand the current adapter to the serving engine (atomic swap there), version = global step."""
-        if self.engine is None or not self.accelerator.is_main_process:
+    def publish(self, parent: int | None = None, updates: int = 1, note: str = "update") -> None:
+        """Record the current adapter as version = global step in the store's lineage (its weights came from
+        ``parent`` by ``updates`` optimizer updates; an update's parent is the step before), then hand it to
+        the serving engine (atomic swap there). Main process."""
+        if not self.accelerator.is_main_process:
+            return
+        version = self.state.global_step
+        if note == "update":
+            parent = version - 1
+        if self.store is not None:
+            self.store.record_published(version, parent, updates, note)
+        if self.engine is None:
             return
         state = self._adapter_snapshot(self.accelerator.unwrap_model(self.model))
         started = time.perf_counter()
-        self.engine.publish_adapter(state, version=self.state.global_step)
+        self.engine.publish_adapter(state, version=version)
         self._log("publish_time", time.perf_counter() - started)
 
     def train(self, resume_from_checkpoint=None, **kwargs):
