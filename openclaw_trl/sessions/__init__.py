@@ -49,9 +49,9 @@ Rules that keep every turn accounted for:
   starts a new generation and never overwrites earlier turns.
 * a main request continues turn *t* when it holds *t*'s reply (its exchange key, or, for a client that re-sends
   the prompt unchanged, an assistant message right after an unchanged copy of *t*'s prompt). A main request
-  that does not (an edit, a regeneration: the same prompt asked again) closes *t* as ``history_diverged``; a
-  request in a named conversation that continues none of its turns, holds no reply of its own and is not an
-  earlier prompt asked again is an unrecognised side call (a summary, a title): ``side``, and *t* waits on.
+  that does not (an edit, a regeneration, a new first message) closes *t* as ``history_diverged``; a request in a
+  named conversation that continues none of its turns, holds no reply of its own and comes with another system
+  prompt than *t*'s is an unrecognised side call (a summary, a title): ``side``, and *t* waits on.
   Parallel tool results are all kept (joined); a turn takes a next state once.
 * a turn without a usable verdict produces no sample (no "at least one sample per session" promotion, no
   masked placeholder samples) (see :mod:`openclaw_trl.judging.scorer`).

@@ -94,6 +94,13 @@ def normal_message(message: Mapping) -> list | None:
     return [role, text] if text else None
 
 
+def system_text(messages: Sequence[Mapping]) -> str:
+    """The system and developer text of a request, whitespace squeezed."""
+    return _squeeze(
+        " ".join(flatten_content(m.get("content")) for m in messages if m.get("role") in _LEFT_OUT_ROLES)
+    )
+
+
 def _key(segment: Sequence[list], reply: list) -> str:
     """sha256 of the segment's last message and the reply (the messages before it may be rewritten)."""
     blob = json.dumps([list(segment[-1:]), reply], ensure_ascii=False, separators=(",", ":"))

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from openclaw_trl.engines.base import Completion
 from openclaw_trl.records import Session, Turn
-from openclaw_trl.sessions.chaining import request_exchanges, turn_keys
+from openclaw_trl.sessions.chaining import request_exchanges, system_text, turn_keys
 from openclaw_trl.sessions.requests import (
     RequestContext,
     SessionConfig,
@@ -104,11 +104,11 @@ class TurnCollector(TurnSignals):
                 and reply_index is None
                 and not continues
                 and not any(m.get("role") == "assistant" for m in messages)
-                and not self.store.session_has_prompt(session.id, prompt_hash)
+                and system_text(messages) != system_text(prev.prompt_messages)
             ):
                 # A request in a conversation that continues none of its turns, holds no reply of its own and
-                # is not an earlier prompt asked again (a regeneration): an unrecognised side call (a summary or
-                # a title request). It leaves the conversation as it is.
+                # comes with another system prompt: an unrecognised side call (a summary or a title request with
+                # its own instructions). It leaves the conversation as it is.
                 turn_type = "side"
             ctx = RequestContext(
                 session_id=session.id,

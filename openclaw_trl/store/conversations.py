@@ -216,11 +216,6 @@ class Conversations:
         params = [*keys, session_id] if session_id is not None else keys
         return [Turn.from_row(row) for row in self._db.conn().execute(sql, params).fetchall()]
 
-    def session_has_prompt(self, session_id: int, history_hash: str) -> bool:
-        """Whether a turn of the session was served for this exact prompt (its ``history_hash``)."""
-        sql = "SELECT 1 FROM turns WHERE session_id = ? AND history_hash = ? LIMIT 1"
-        return self._db.conn().execute(sql, (session_id, history_hash)).fetchone() is not None
-
     def attach_next_state(
         self, turn_id: int, next_state: dict, source: str, now: float | None = None, replace: bool = False
     ) -> bool:
