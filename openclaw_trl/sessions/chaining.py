@@ -101,48 +101,41 @@ def system_text(messages: Sequence[Mapping]) -> str:
     )
 
 
-def _key(segment: Sequence[list], reply: list) -> str:
-    """sha256 of the segment's last message and the reply (the messages before it may be rewritten)."""
-    blob = json.dumps([list(segment[-1:]), reply], ensure_ascii=False, separators=(",", ":"))
+def _key(before: list | None, reply: list) -> str:
+    """sha256 of the normalised message before a reply and the reply."""
+    blob = json.dumps([before, reply], ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-def _last_segment(messages: Sequence[Mapping]) -> list[list]:
-    """The normalised user/tool messages after the last assistant message of ``messages``."""
-    segment: list[list] = []
-    for message in messages:
-        if message.get("role") == "assistant":
-            segment = []
-            continue
-        normal = normal_message(message)
-        if normal is not None:
-            segment.append(normal)
-    return segment
+def _after(last: list | None, message: Mapping) -> list | None:
+    """The last normalised user/tool message since the last assistant message, once ``message`` is read."""
+    if message.get("role") == "assistant":
+        return None
+    return normal_message(message) or last
 
 
 def _reply_key(reply: list) -> str | None:
     if len(reply[1]) < MIN_REPLY_KEY_CHARS and not reply[2]:
         return None
-    return _key([], reply)
+    return _key(None, reply)
 
 
 def turn_keys(prompt_messages: Sequence[Mapping], reply: Mapping) -> tuple[str, str | None]:
     """``(exchange key, reply key)`` of a served turn: its prompt's last user/tool message and the reply as the
     client received it; the reply alone (None for a short reply without tool calls)."""
+    last = None
+    for message in prompt_messages:
+        last = _after(last, message)
     normal = normal_message({**reply, "role": "assistant"})
-    return _key(_last_segment(prompt_messages), normal), _reply_key(normal)
+    return _key(last, normal), _reply_key(normal)
 
 
 def request_exchanges(messages: Sequence[Mapping]) -> list[tuple[int, str, str | None]]:
     """``(index, exchange key, reply key)`` of every assistant message of a request, oldest first."""
-    found, segment = [], []
+    found, last = [], None
     for index, message in enumerate(messages):
         if message.get("role") == "assistant":
             normal = normal_message(message)
-            found.append((index, _key(segment, normal), _reply_key(normal)))
-            segment = []
-            continue
-        normal = normal_message(message)
-        if normal is not None:
-            segment.append(normal)
+            found.append((index, _key(last, normal), _reply_key(normal)))
+        last = _after(last, message)
     return found
