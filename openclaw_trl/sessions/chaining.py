@@ -5,8 +5,8 @@ changes between turns (date, sections that appear or go), per-turn internal-cont
 are joined, reasoning is dropped or moved to another field, tool-call arguments are re-serialised. So a request is
 not compared with a stored prompt byte for byte, nor as a prefix: it is compared *exchange by exchange*.
 
-An **exchange** is an assistant message together with the last user or tool message before it (the last message of
-its *segment*: the messages since the assistant message before it). Both are normalised to what a person saw:
+An **exchange** is an assistant message together with the last user or tool message since the assistant message
+before it (None when there is none). Both are normalised to what a person saw:
 
 * system and developer messages are left out (agents rewrite them between turns);
 * user and tool text: what an agent gateway adds and rewrites between re-sends is removed (OpenClaw's
