@@ -200,7 +200,8 @@ class OpenClawConfig(GRPOConfig):
     vllm_server_urls (`list[str]`, defaults to `[]`):
         Roots (`http(s)://host:port`) of the vLLM servers of `engine: vllm_server` (required there), each
         started as `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve MODEL --enable-lora --max-lora-rank R
-        --logprobs-mode processed_logprobs` on the recipe's `model_name_or_path` (checked at start). Requests
+        --logprobs-mode processed_logprobs --enable-prefix-caching` on the recipe's `model_name_or_path`
+        (checked at start, prefix caching aside: it only saves work). Requests
         go to the server with the fewest in flight; a failing one is out of rotation and retried every 5 s.
     vllm_server_api_key_env (`str` or `None`, defaults to `None`):
         Name of the environment variable holding the servers' bearer key (`vllm serve --api-key`).
