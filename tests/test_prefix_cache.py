@@ -166,3 +166,35 @@ def test_lru_memory_bound_and_prefix_replacement():
     assert len(cache) == 0
     with pytest.raises(ValueError, match="max_bytes"):
         PrefixCache(max_bytes=-1)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"prefix_cache_mb": -1}, "prefix_cache_mb must be an integer >= 0"),
+        ({"prefix_cache_mb": True}, "prefix_cache_mb must be an integer >= 0"),
+        (
+            {"prefix_cache_mb": 512, "engine": "vllm", "temperature": 1.0},
+            "prefix_cache_mb=512 configures engine: hf",
+        ),
+    ],
+)
+def test_recipe_field_is_validated(tmp_path, fields, message):
+    from openclaw_trl.config import OpenClawConfig
+
+    with pytest.raises(ValueError, match=message):
+        OpenClawConfig(output_dir=str(tmp_path), report_to="none", **fields)
+
+
+def test_recipe_field_reaches_the_engine(tmp_path, tiny_model_dir):
+    from openclaw_trl.config import OpenClawConfig
+
+    kwargs = OpenClawConfig(output_dir=str(tmp_path), report_to="none", prefix_cache_mb=0).engine_kwargs()
+    assert kwargs["prefix_cache_mb"] == 0
+    engine = create_engine("hf", tiny_model_dir, **kwargs)
+    try:
+        assert not engine.prefix_cache.enabled
+    finally:
+        engine.close()
+    default = OpenClawConfig(output_dir=str(tmp_path), report_to="none").engine_kwargs()
+    assert default["prefix_cache_mb"] == 4096
