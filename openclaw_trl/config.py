@@ -227,6 +227,16 @@ class OpenClawConfig(GRPOConfig):
     vllm_server_timeout (`float`, defaults to `240`):
         TRL's field, with its meaning: seconds to wait at start for a vLLM server to answer.
 
+    > Parameters that control the memory of an update
+
+    activation_checkpointing (`bool`, defaults to `False`), activation_checkpointing_kwargs (`dict`):
+        The `TrainingArguments` fields (`gradient_checkpointing` is their older name): keep each decoder
+        layer's input in the forward pass and recompute the rest in the backward pass, with the LoRA adapter
+        as without it (the same gradient). About a third more compute, for activation memory that no longer
+        grows with layers x prompt length: it pays for agent-sized prompts (10-30k tokens), whose activations
+        dominate an update's memory; `{"every_n_layers": k}` checkpoints every k-th layer only. Whatever the
+        prompt length, the LM head only runs on the completion positions.
+
     > Parameters that control serving and the sample source
 
     source (`str`, defaults to `"live"`):
