@@ -347,12 +347,14 @@ class HFEngine:
         import torch
 
         if any(self.prefix_cache.applies(p) for p in prompts):
-            key = self.model.weights_key(selected)
-            per_prompt = [self._prefill_one(selected, key, p) for p in prompts]
-            index = torch.tensor(owner, device=self.device)
-            layers = [layers for layers, _ in per_prompt]
+            per_prompt = [self._forward_on_prefix(selected, p, len(p) - 1) for p in prompts]
+            self.stats["prefill_tokens"] += sum(
+                len(p) - reused for p, (_, _, reused) in zip(prompts, per_prompt)
+            )
+            layers = [layers for layers, _, _ in per_prompt]
             cache = left_padded_cache(self.model.lm.config, layers, ids.shape[1], owner)
-            return cache, torch.cat([last for _, last in per_prompt])[index]
+            index = torch.tensor(owner, device=self.device)
+            return cache, torch.cat([hidden[:, -1, :] for _, hidden, _ in per_prompt])[index]
         self.stats["prefill_tokens"] += sum(len(p) for p in prompts)
         cache = self._new_cache()
         hidden = self.model.forward_hidden(
@@ -369,25 +371,32 @@ class HFEngine:
             hidden = hidden[index]
         return cache, hidden
 
-    def _prefill_one(self, selected: str, key: str, prompt: list[int]):
-        """``(per-layer KV of the prompt, its last hidden state [1, H])``: the prompt run alone on top of its
-        longest cached prefix for the weights ``key``, and kept in the prefix cache for the next prompts."""
+    def _forward_on_prefix(self, selected: str, seq: list[int], limit: int, learn: bool = False):
+        """``(per-layer KV of seq, hidden states of seq[reused:], reused)``: ``seq`` run alone on top of its
+        longest prefix (at most ``limit`` tokens) cached for the weights ``selected`` holds, and kept in the
+        prefix cache for the next sequences; ``learn`` waits for its turn first (``_learn_turn``)."""
         import torch
 
-        reused, layers = self.prefix_cache.lookup(key, prompt, limit=len(prompt) - 1)
+        key = self.model.weights_key(selected)
+        reused, layers = self.prefix_cache.lookup(key, seq, limit)
         cache = restored_cache(self.model.lm.config, layers)
-        self.stats["prefill_tokens"] += len(prompt) - reused
-        hidden = self.model.forward_hidden(
-            selected,
-            input_ids=torch.tensor([prompt[reused:]], dtype=torch.long, device=self.device),
-            attention_mask=torch.ones((1, len(prompt)), dtype=torch.long, device=self.device),
-            position_ids=torch.arange(reused, len(prompt), device=self.device)[None],
-            use_cache=True,
-            **{self.model.cache_kw: cache},
-        )
+        if learn:
+            self._learn_turn()
+        try:
+            hidden = self.model.forward_hidden(
+                selected,
+                input_ids=torch.tensor([seq[reused:]], dtype=torch.long, device=self.device),
+                attention_mask=torch.ones((1, len(seq)), dtype=torch.long, device=self.device),
+                position_ids=torch.arange(reused, len(seq), device=self.device)[None],
+                use_cache=True,
+                **{self.model.cache_kw: cache},
+            )
+        finally:
+            if learn:
+                self.model.lock.release()
         layers = cache_layers(cache)
-        self.prefix_cache.store(key, prompt, layers)
-        return layers, hidden[:, -1, :]
+        self.prefix_cache.store(key, seq, layers)
+        return layers, hidden, reused
 
     def _sample_step(self, rows: list[_Row], logits) -> list[int]:
         """Sample the next token of every live row, stream it and check its end; the next input ids."""
@@ -464,28 +473,11 @@ class HFEngine:
     def _score_cached(
         self, selected: str, prompt: list[int], completion: list[int], top_k, temperature, priority
     ):
-        """One pair's ``(logprobs, topk_ids, topk_logprobs)``, its prompt starting from the prefix cache."""
-        import torch
-
-        key = self.model.weights_key(selected)
-        reused, layers = self.prefix_cache.lookup(key, prompt, limit=len(prompt) - 1)
-        cache = restored_cache(self.model.lm.config, layers)
-        seq = prompt + completion
-        if priority == "learn":
-            self._learn_turn()
-        try:
-            hidden = self.model.forward_hidden(
-                selected,
-                input_ids=torch.tensor([seq[reused:]], dtype=torch.long, device=self.device),
-                attention_mask=torch.ones((1, len(seq)), dtype=torch.long, device=self.device),
-                position_ids=torch.arange(reused, len(seq), device=self.device)[None],
-                use_cache=True,
-                **{self.model.cache_kw: cache},
-            )
-        finally:
-            if priority == "learn":
-                self.model.lock.release()
-        self.prefix_cache.store(key, seq, cache_layers(cache))  # the next turn's prompt may go on from it
+        """One pair's ``(logprobs, topk_ids, topk_logprobs)``, its prompt starting from the prefix cache (and
+        the whole sequence cached: the next turn's prompt may go on from it)."""
+        _, hidden, reused = self._forward_on_prefix(
+            selected, prompt + completion, len(prompt) - 1, learn=priority == "learn"
+        )
         return self._completion_scores(hidden, [prompt[reused:]], [completion], top_k, temperature)[0]
 
     def _score_forward(self, selected: str, prompts: list[list[int]], completions: list[list[int]], priority):
