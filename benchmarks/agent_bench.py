@@ -212,6 +212,9 @@ def bench_engine(size: dict, requests, tool_list, repeats: int) -> dict:
             engine.prefix_cache = PrefixCache(0)
             t, plain_out = timed(lambda: prefill(engine, ids[1]))
             plain_s.append(t)
+        print(
+            f"turn 2: {min(reuse_s):.2f} s reusing {reused} tokens, {min(plain_s):.2f} s without", flush=True
+        )
         same = reused_out.token_ids == plain_out.token_ids
         logprob_diff = abs(reused_out.logprobs[0] - plain_out.logprobs[0])
 
@@ -231,6 +234,10 @@ def bench_engine(size: dict, requests, tool_list, repeats: int) -> dict:
             t, cold = timed(lambda: engine.score([teacher], [reply], weights="base"))
             cold_s.append(t)
             forward_s.append(timed(lambda: prefill(engine, teacher + reply, "base"))[0])
+        print(
+            f"teacher: scoring {min(cold_s):.2f} s cold, {warm_s:.2f} s warm; prefill {min(forward_s):.2f} s",
+            flush=True,
+        )
         warm_diff = max(abs(a - b) for a, b in zip(warm.logprobs[0], cold.logprobs[0]))
     finally:
         engine.close()
@@ -330,6 +337,7 @@ def bench_training(size: dict, agent_prompt: int, steps: int, layers: int) -> di
             "prompt": prompt,
             "completion": completion,
         }
+        print(f"update, 4 x {prompt}+{completion} tokens: {out[case]['step_s']:.2f} s", flush=True)
     a, s = out["agent"], out["short"]
     scale = 28 / a["layers"] if size["model"] != "tiny" else 1.0
     return {
