@@ -157,9 +157,10 @@ def model_path(label: str, layers: int | None) -> Path:
     """The cached random model: ``tiny``, the 0.6B shapes, or the 0.6B width with ``layers`` layers."""
     from trainer_bench import model_dir
 
-    if layers is None or label == "tiny":
-        return model_dir(label)
     from openclaw_trl.testing import build_model_dir, build_tiny_tokenizer, qwen3_0_6b_config_kwargs
+
+    if layers in (None, qwen3_0_6b_config_kwargs()["num_hidden_layers"]) or label == "tiny":
+        return model_dir(label)
 
     path = MODEL_CACHE / f"{label}-{layers}l"
     if not (path / "config.json").exists():
