@@ -6,7 +6,8 @@
 
 Each request is what the agent sends: the system prompt, the 12 tools, the history (user messages, assistant
 replies) and a last user message holding a per-turn internal-context block, which the next request drops (so
-request k + 1 extends request k only up to that block). Figures, each a ratio of two timings of this run:
+request k + 1 extends request k only up to that block). Figures, each a ratio of two timings of this run (wall
+time on a GPU; process CPU time on a CPU, where other processes share the cores):
 
 * **turn-2 prefill with prefix reuse / without** (target <= 0.25): the HF engine's prefix cache holds turn 1's
   prompt; turn 2 computes only what follows the shared part. Greedy ids and log-probs are checked equal.
@@ -170,12 +171,17 @@ def model_path(label: str, layers: int | None) -> Path:
 
 
 def timed(fn):
+    """``(seconds, fn())``: wall seconds on a GPU; on a CPU the process CPU time (all threads): the machines
+    this runs on are shared, and other processes only add wall time."""
     import torch
 
+    if not torch.cuda.is_available():
+        t0 = time.process_time()
+        out = fn()
+        return time.process_time() - t0, out
     t0 = time.perf_counter()
     out = fn()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+    torch.cuda.synchronize()
     return time.perf_counter() - t0, out
 
 
@@ -313,7 +319,8 @@ def train_case(args) -> dict:
         trainer.train()
         peak = memory.peak_bytes()
         store.close()
-    steps = timer.times  # the first includes the warm-up; its peak counts only without a later step
+    steps = timer.times if cuda else timer.cpu  # as ``timed``: process CPU time on a CPU
+    # the first step includes the warm-up; its peak counts only without a later step
     return {
         "step_s": min(steps[1:] or steps),
         "steps_s": steps,
@@ -393,6 +400,7 @@ def main(argv: list[str] | None = None) -> dict:
         "train_layers": layers,
         "targets": {k: f"{op} {v}" for k, (op, v) in TARGETS.items()},
         "seconds": time.perf_counter() - t0,
+        "clock": "wall" if cuda else "process CPU time",
     }
     print_report(report)
     write_results(report, "agent_bench", args.out)
@@ -402,7 +410,7 @@ def main(argv: list[str] | None = None) -> dict:
 def print_report(r: dict) -> None:
     e, t = r["engine"], r["training"]
     gib = 2**30
-    print(f"\nagent session ({r['size']}: {r['model']}, {r['device']}; system prompt {r['system_chars']} chars, "
+    print(f"\nagent session ({r['size']}: {r['model']}, {r['device']}, seconds of {r['clock']}; system prompt {r['system_chars']} chars, "
           f"{r['tools']} tools; request tokens {e['prompt_tokens']})")  # fmt: skip
     print(f"  turn-2 prefill with prefix reuse {e['turn2_reuse_s']:.3f} s vs without {e['turn2_plain_s']:.3f} s: "
           f"{e['turn2_reuse_over_plain']:.3f}x (target <= 0.25; {e['turn2_reused_tokens']} of "
