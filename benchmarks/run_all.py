@@ -560,7 +560,7 @@ def agent_rows(agent: dict | None, row) -> None:
     if not agent:
         return
     e, t = agent["engine"], agent["training"]
-    model = f"{agent['model']} ({agent['size']})"
+    model = f"{agent['model']} ({agent['size']}; {agent.get('clock', 'wall')})"
     row(
         "agent turn-2 prefill with prefix reuse vs without (HF)",
         model,
