@@ -46,6 +46,8 @@ TARGETS = {
     "serving_p95_ratio": ("<=", 1.5),
     "card_24gb_fraction": ("<=", 0.95),
     "best_of_n_shared_over_separate": ("<=", 0.75),  # Best-of-4 in one request / 4 separate requests (HF)
+    "agent_turn2_reuse": ("<=", 0.25),  # agent turn-2 prefill with prefix reuse / without (HF)
+    "agent_teacher_prefill_over_score": (">=", 0.9),  # a plain prefill / teacher scoring of the same tokens
     "chat_behind_learning": (
         "<=",
         0.1,
@@ -212,6 +214,9 @@ def plan(args, tmp: Path) -> list[tuple[str, list[str] | None, Path | str, int]]
     stage("judge", "judge_bench.py", ["--turns", "16" if args.quick else "32"], 300)
     stage("priority", "priority_bench.py", ["--rounds", "2" if args.quick else "3"], 300)
     stage("best_of_n", "best_of_n_bench.py", ["--rounds", "3" if args.quick else "5"], 300)
+    # --- agent scale (agent_bench.py): the 40,000-character size needs a GPU; CPU runs take --quick
+    agent_size = "--smoke" if getattr(args, "smoke", False) else "--quick"
+    stage("agent", "agent_bench.py", [agent_size], 1200)
     return stages
 
 
@@ -313,6 +318,8 @@ def gpu_plan(args, tmp: Path, stage, stages: list) -> None:
         stages.append(("qlora", None, why, 0))
     else:
         stage("qlora", "combine_4b_bench.py", [*cache, "--load-in-4bit", *(["--tiny"] if tiny else [])], 120)
+    # --- agent scale (agent_bench.py): the 40,000-character session and agent-length updates on the 0.6B shape
+    stage("agent", "agent_bench.py", ["--smoke"] if tiny else [], 150 * slow)
 
 
 # -------------------------------------------------------------------------------------------- summary
@@ -534,6 +541,7 @@ def summarize(reports: dict) -> list[dict]:
                 f"micro {g['micro']}, activation checkpointing {'on' if c['activation_checkpointing'] else 'OFF'}; "
                 "ratio = reserved peak / 24 GB",
             )
+    agent_rows(reports.get("agent"), row)
     learning = reports.get("learning") or {}
     for name, a in learning.get("aggregate", {}).items():
         row(
@@ -545,6 +553,45 @@ def summarize(reports: dict) -> list[dict]:
             note=f"{learning.get('seconds', 0):.0f}s for all methods",
         )
     return rows
+
+
+def agent_rows(agent: dict | None, row) -> None:
+    """The agent-scale figures of ``agent_bench.py``."""
+    if not agent:
+        return
+    e, t = agent["engine"], agent["training"]
+    model = f"{agent['model']} ({agent['size']}; {agent.get('clock', 'wall')})"
+    row(
+        "agent turn-2 prefill with prefix reuse vs without (HF)",
+        model,
+        f"{e['turn2_reuse_s']:.3f} s",
+        f"{e['turn2_plain_s']:.3f} s",
+        e["turn2_reuse_over_plain"],
+        "agent_turn2_reuse",
+        f"{e['turn2_reused_tokens']} of {e['prompt_tokens'][1]} tokens reused; system prompt "
+        f"{agent['system_chars']} chars, {agent['tools']} tools; same greedy token: {e['turn2_same_greedy_token']}",
+    )
+    row(
+        "agent teacher scoring: plain prefill / scoring of the same tokens, no cached prefix (HF)",
+        model,
+        f"{e['score_cold_s']:.3f} s",
+        f"{e['plain_prefill_s']:.3f} s",
+        e["prefill_over_score_cold"],
+        "agent_teacher_prefill_over_score",
+        f"{e['teacher_tokens']} tokens; with the served turn's prefix cached {e['score_warm_s']:.3f} s "
+        f"(prefill / score {e['prefill_over_score_warm']:.1f}, {e['teacher_shared_prefix']} tokens shared)",
+    )
+    a, s = t["agent"], t["short"]
+    row(
+        f"one Combine update, 4 agent samples ({a['prompt']}+{a['completion']}) vs 4 of {s['prompt'] + s['completion']} tokens",
+        f"{model}, {a['layers']} layers",
+        f"{a['step_s']:.2f} s, peak {a['peak_bytes'] / 2**30:.2f} GiB",
+        f"{s['step_s']:.2f} s, peak {s['peak_bytes'] / 2**30:.2f} GiB",
+        t["agent_over_short_s"],
+        note=f"{t['tokens_ratio']:.1f}x the tokens, {t['agent_over_short_peak']:.2f}x the peak; LoRA r=16, activation "
+        f"checkpointing; scaled to 28 layers {t['agent_step_s_scaled_28_layers']:.1f} s vs "
+        f"{t['short_step_s_scaled_28_layers']:.1f} s",
+    )
 
 
 def markdown(info: dict, rows: list[dict], args, wall: float, stages: dict, skipped: dict) -> str:

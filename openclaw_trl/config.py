@@ -26,6 +26,7 @@ from openclaw_trl.config_trl import (
     refuse_inapplicable_trl_fields,
     set_live_training_defaults,
 )
+from openclaw_trl.engines.prefix_cache import DEFAULT_PREFIX_CACHE_MB
 from openclaw_trl.judge import JUDGE_BACKENDS, METHODS
 from openclaw_trl.judging import MAX_BEST_OF_N, JudgeConfig, QuickJudgeConfig
 from openclaw_trl.serving.openai_schema import RequestLimits
@@ -209,10 +210,21 @@ class OpenClawConfig(GRPOConfig):
     engine_max_batch_size (`int`, defaults to `16`):
         Concurrent requests batched into one generation pass of `engine: hf`; refused with `engine: vllm`,
         which batches requests itself (continuous batching).
+    prefix_cache_mb (`int`, defaults to `4096`):
+        Memory (MiB, on the engine's device) of `engine: hf`'s prompt KV cache; `0` turns it off. The turns
+        of one conversation share most of their prompt (an agent re-sends its system prompt, tools and
+        history every turn): a prompt of at least 256 tokens starts from the KV of the longest prefix it
+        shares with a prompt computed before on the same weights (the base model, or one published adapter
+        version), so a turn and its teacher scoring only compute their new tokens. Results are the same
+        with and without it. Least recently used prompts go first; ~10k tokens of a 4B model take ~1.5 GB
+        in bfloat16 (twice that in float32): lower it on a small GPU. The vLLM engines cache prefixes
+        themselves (colocated: always on; servers: `vllm serve --enable-prefix-caching`), so it is refused
+        with them.
     vllm_server_urls (`list[str]`, defaults to `[]`):
         Roots (`http(s)://host:port`) of the vLLM servers of `engine: vllm_server` (required there), each
         started as `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve MODEL --enable-lora --max-lora-rank R
-        --logprobs-mode processed_logprobs` on the recipe's `model_name_or_path` (checked at start). Requests
+        --logprobs-mode processed_logprobs --enable-prefix-caching` on the recipe's `model_name_or_path`
+        (checked at start, prefix caching aside: it only saves work). Requests
         go to the server with the fewest in flight; a failing one is out of rotation and retried every 5 s.
     vllm_server_api_key_env (`str` or `None`, defaults to `None`):
         Name of the environment variable holding the servers' bearer key (`vllm serve --api-key`).
@@ -226,6 +238,16 @@ class OpenClawConfig(GRPOConfig):
         Judge votes and teacher pairs in flight per server; chat requests are never held back by them.
     vllm_server_timeout (`float`, defaults to `240`):
         TRL's field, with its meaning: seconds to wait at start for a vLLM server to answer.
+
+    > Parameters that control the memory of an update
+
+    activation_checkpointing (`bool`, defaults to `False`), activation_checkpointing_kwargs (`dict`):
+        The `TrainingArguments` fields (`gradient_checkpointing` is their older name): keep each decoder
+        layer's input in the forward pass and recompute the rest in the backward pass, with the LoRA adapter
+        as without it (the same gradient). About a third more compute, for activation memory that no longer
+        grows with layers x prompt length: it pays for agent-sized prompts (10-30k tokens), whose activations
+        dominate an update's memory; `{"every_n_layers": k}` checkpoints every k-th layer only. Whatever the
+        prompt length, the LM head only runs on the completion positions.
 
     > Parameters that control serving and the sample source
 
@@ -439,6 +461,10 @@ class OpenClawConfig(GRPOConfig):
     # Engine
     engine: str = field(default="hf", metadata={"help": "hf, vllm or vllm_server.", "choices": ENGINES})
     engine_max_batch_size: int = field(default=16, metadata={"help": "Requests per generation pass (hf)."})
+    prefix_cache_mb: int = field(
+        default=DEFAULT_PREFIX_CACHE_MB,
+        metadata={"help": "MiB of the hf engine's prompt KV cache (0 = off)."},
+    )
     vllm_server_urls: list[str] = field(
         default_factory=list, metadata={"help": "vllm_server: roots of the vLLM servers (http://host:port)."}
     )
@@ -594,6 +620,13 @@ class OpenClawConfig(GRPOConfig):
             (self.engine in ENGINES, f"engine must be one of {ENGINES}, got {self.engine!r}"),
             (self.kd_topk_source in KD_TOPK_SOURCES, f"kd_topk_source must be one of {KD_TOPK_SOURCES}"),
             (self.batch_size >= 1, "batch_size must be >= 1"),
+            (
+                isinstance(self.prefix_cache_mb, int)
+                and not isinstance(self.prefix_cache_mb, bool)
+                and self.prefix_cache_mb >= 0,
+                f"prefix_cache_mb must be an integer >= 0 (MiB; 0 turns the prefix cache off), got "
+                f"{self.prefix_cache_mb!r}",
+            ),
             (
                 self.max_staleness is None
                 or (isinstance(self.max_staleness, int) and self.max_staleness >= 0),
@@ -831,7 +864,12 @@ class OpenClawConfig(GRPOConfig):
                 "max_learn_requests": self.vllm_server_max_learn_requests,
             }
         if self.engine == "hf":
-            return {"lora_config": lora_config, "dtype": dtype, "max_batch_size": self.engine_max_batch_size}
+            return {
+                "lora_config": lora_config,
+                "dtype": dtype,
+                "max_batch_size": self.engine_max_batch_size,
+                "prefix_cache_mb": self.prefix_cache_mb,
+            }
         kwargs = {
             "lora_config": lora_config,
             "dtype": dtype,

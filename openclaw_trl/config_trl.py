@@ -122,7 +122,7 @@ def refuse_fields_of_the_other_engine(config) -> None:
     the HF batch size, each with any other engine."""
     owners = [("vllm", name) for name in VLLM_ONLY_FIELDS]
     owners += [("vllm_server", name) for name in VLLM_SERVER_FIELDS]
-    owners += [("hf", "engine_max_batch_size")]
+    owners += [("hf", "engine_max_batch_size"), ("hf", "prefix_cache_mb")]
     for engine, name in owners:
         if config.engine != engine and getattr(config, name) != _default(config, name):
             raise ValueError(

@@ -84,3 +84,13 @@ def test_gpu_check_without_a_gpu_says_how_to_rehearse(tmp_path):
     assert proc.returncode == 2
     log = (tmp_path / "gpu_check.log").read_text()
     assert "no nvidia-smi" in log and "--device cpu --tiny" in log
+
+
+def test_agent_stage_runs_full_size_on_the_gpu_and_smoke_in_the_rehearsal(tmp_path):
+    """agent_bench.py: the 40,000-character session on the GPU, the tiny model in the CPU rehearsal, --quick on
+    the CPU suite."""
+    gpu = gpu_stages(tmp_path)["agent"][0]
+    assert gpu[1].endswith("agent_bench.py") and not {"--smoke", "--quick"} & set(gpu)
+    assert "--smoke" in gpu_stages(tmp_path, device="cpu", tiny=True)["agent"][0]
+    cpu = gpu_stages(tmp_path, gpu=False, quick=True)["agent"][0]
+    assert "--quick" in cpu

@@ -112,6 +112,7 @@ def test_engine_arguments_are_explicit_per_engine(tmp_path):
         "lora_config": "lora",
         "dtype": None,
         "max_batch_size": 8,
+        "prefix_cache_mb": 4096,
     }
     vllm = OpenClawConfig(
         output_dir=str(tmp_path),

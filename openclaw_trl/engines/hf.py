@@ -22,6 +22,11 @@ Concurrency model:
   forward (a decode step or a score chunk) holds the model lock and selects its weights right before
   running; a ``learn`` chunk (the teacher) first waits until no ``serve`` generation is queued or running,
   so a chat request waits for at most one scoring chunk.
+* Prefix reuse (``prefix_cache``): with ``prefix_cache_mb > 0`` a prompt of at least
+  ``prefix_cache_min_tokens`` tokens (generation or scoring) starts from the KV of the longest prefix it shares
+  with a prompt computed before on the same weights, and its own KV is kept for the next one (bounded, LRU).
+  Each such prompt is then prefilled on its own (a batch gathers the prompts' caches, left-padded); shorter
+  prompts keep the batched prefill.
 * ``publish_adapter`` never touches weights that are in use: the engine owns its own model copy with two
   adapter slots (a double buffer, ``hf_model.SlottedModel``); requests in flight finish on the weights they
   started with. The trainer trains its own model copy; nothing is shared with it.
@@ -57,6 +62,15 @@ from openclaw_trl.engines.hf_decode import (
     split_flat,
 )
 from openclaw_trl.engines.hf_model import SlottedModel
+from openclaw_trl.engines.prefix_cache import (
+    DEFAULT_PREFIX_CACHE_MB,
+    DEFAULT_PREFIX_CACHE_MIN_TOKENS,
+    PrefixCache,
+    cache_layers,
+    left_padded_cache,
+    restored_cache,
+    supported,
+)
 from openclaw_trl.engines.worker import EngineWorker, Job, Pending
 
 logger = logging.getLogger(__name__)
@@ -90,6 +104,8 @@ class HFEngine:
         score_batch_tokens: padded tokens per scoring forward (bounds activation memory).
         score_logits_elems: most ``positions x vocab`` logits materialised at once while scoring.
         tokenizer: an already loaded tokenizer (default: loaded from ``model_path``).
+        prefix_cache_mb: memory of the prompt KV cache in MiB (0 = off; see ``prefix_cache``).
+        prefix_cache_min_tokens: shortest prompt that uses the prefix cache.
     """
 
     def __init__(
@@ -104,6 +120,8 @@ class HFEngine:
         score_batch_tokens: int = 8192,
         score_logits_elems: int = 1 << 26,
         tokenizer=None,
+        prefix_cache_mb: int = DEFAULT_PREFIX_CACHE_MB,
+        prefix_cache_min_tokens: int = DEFAULT_PREFIX_CACHE_MIN_TOKENS,
     ) -> None:
         import torch
 
@@ -127,7 +145,12 @@ class HFEngine:
             "requests": 0,
             "decode_steps": 0,
             "prefill_rows": 0,
+            "prefill_tokens": 0,  # prompt tokens run through the model (prefills and scoring forwards)
         }  # for tests, benchmarks
+        self.prefix_cache = PrefixCache(int(prefix_cache_mb) * 2**20, prefix_cache_min_tokens)
+        if self.prefix_cache.enabled and not supported(self._new_cache()):
+            logger.info("prefix cache off: this model's KV cache has sliding-window or recurrent layers")
+            self.prefix_cache.disable()
         self._pending = Pending()  # rows admitted by the worker, not decoded yet (worker thread only)
         self._serving = 0  # serve generate calls queued or decoding (under _serve_cond)
         self._serve_cond = threading.Condition()
@@ -152,6 +175,7 @@ class HFEngine:
         """Make ``adapter`` (a PEFT state dict or a ``save_pretrained`` directory) the ``policy`` atomically:
         blocks until the inactive slot is free (at most one batch or score chunk) and the copy is done."""
         self.model.publish(adapter, version)
+        self.prefix_cache.retain(self.model.served_keys())
 
     # ------------------------------------------------------------------ generation
     def generate(
@@ -287,46 +311,108 @@ class HFEngine:
         ``yield_to_serving``: after every step, decode the ``serve`` requests that arrived (``_serve_first``).
         """
         import torch
-        from transformers import DynamicCache
 
         ids, mask = padded_batch([r.request.prompt_ids for r in rows], self.pad_id, self.device, left=True)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.model.lm.config)
         for row in rows:
             if row.request.sampling.max_new_tokens <= 0:
                 row.finish_reason = "length"
         owner, first = shared_prefill([r.request.prompt_ids for r in rows])
-        step_ids, step_mask, step_pos = ids[first], mask[first], positions[first]
         self.stats["prefill_rows"] += len(first)
+        cache, step_ids, step_pos = None, None, positions
         for step in range(max(r.request.sampling.max_new_tokens for r in rows)):
             if all(r.finish_reason is not None for r in rows):
                 break
             self.stats["decode_steps"] += 1
-            kwargs = {self.model.cache_kw: cache}
-            hidden = self.model.forward_hidden(
-                selected,
-                input_ids=step_ids,
-                attention_mask=step_mask,
-                position_ids=step_pos,
-                use_cache=True,
-                **kwargs,
-            )
-            if step == 0 and len(first) < len(rows):
-                index = torch.tensor(owner, device=self.device)
-                cache.batch_select_indices(index)
-                hidden, step_pos = hidden[index], positions
+            if step == 0:
+                prompts = [rows[u].request.prompt_ids for u in first]
+                cache, hidden = self._prefill(
+                    selected, prompts, owner, ids[first], mask[first], positions[first]
+                )
+            else:
+                hidden = self.model.forward_hidden(
+                    selected,
+                    input_ids=step_ids,
+                    attention_mask=mask,
+                    position_ids=step_pos,
+                    use_cache=True,
+                    **{self.model.cache_kw: cache},
+                )[:, -1, :]
             with torch.inference_mode():
-                logits = self.model.logits(hidden[:, -1, :])
+                logits = self.model.logits(hidden)
             step_ids = torch.tensor(self._sample_step(rows, logits), dtype=torch.long, device=self.device)[
                 :, None
             ]
             step_pos = step_pos[:, -1:] + 1
             mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=self.device)], dim=1)
-            step_mask = mask
             if yield_to_serving and any(r.finish_reason is None for r in rows):
                 self._serve_first()
                 if self._closing:
                     raise RuntimeError("HFEngine closed")
+
+    def _new_cache(self):
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.lm.config)
+
+    def _prefill(self, selected: str, prompts: list[list[int]], owner: list[int], ids, mask, positions):
+        """``(KV cache of the batch, last hidden state of each row [B, H])`` for the distinct ``prompts``
+        (row ``b`` holds ``prompts[owner[b]]``; ``ids``, ``mask`` and ``positions`` are the left-padded
+        distinct prompts): one batched forward, or with the prefix cache one forward per prompt on top of
+        its longest cached prefix."""
+        import torch
+
+        if any(self.prefix_cache.applies(p) for p in prompts):
+            per_prompt = [self._forward_on_prefix(selected, p, len(p) - 1) for p in prompts]
+            self.stats["prefill_tokens"] += sum(
+                len(p) - reused for p, (_, _, reused) in zip(prompts, per_prompt)
+            )
+            layers = [layers for layers, _, _ in per_prompt]
+            cache = left_padded_cache(self.model.lm.config, layers, ids.shape[1], owner)
+            index = torch.tensor(owner, device=self.device)
+            return cache, torch.cat([hidden[:, -1, :] for _, hidden, _ in per_prompt])[index]
+        self.stats["prefill_tokens"] += sum(len(p) for p in prompts)
+        cache = self._new_cache()
+        hidden = self.model.forward_hidden(
+            selected,
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            **{self.model.cache_kw: cache},
+        )[:, -1, :]
+        if len(prompts) < len(owner):
+            index = torch.tensor(owner, device=self.device)
+            cache.batch_select_indices(index)
+            hidden = hidden[index]
+        return cache, hidden
+
+    def _forward_on_prefix(self, selected: str, seq: list[int], limit: int, learn: bool = False):
+        """``(per-layer KV of seq, hidden states of seq[reused:], reused)``: ``seq`` run alone on top of its
+        longest prefix (at most ``limit`` tokens) cached for the weights ``selected`` holds, and kept in the
+        prefix cache for the next sequences; ``learn`` waits for its turn first (``_learn_turn``)."""
+        import torch
+
+        key = self.model.weights_key(selected)
+        reused, layers = self.prefix_cache.lookup(key, seq, limit)
+        cache = restored_cache(self.model.lm.config, layers)
+        if learn:
+            self._learn_turn()
+        try:
+            hidden = self.model.forward_hidden(
+                selected,
+                input_ids=torch.tensor([seq[reused:]], dtype=torch.long, device=self.device),
+                attention_mask=torch.ones((1, len(seq)), dtype=torch.long, device=self.device),
+                position_ids=torch.arange(reused, len(seq), device=self.device)[None],
+                use_cache=True,
+                **{self.model.cache_kw: cache},
+            )
+        finally:
+            if learn:
+                self.model.lock.release()
+        layers = cache_layers(cache)
+        self.prefix_cache.store(key, seq, layers)
+        return layers, hidden, reused
 
     def _sample_step(self, rows: list[_Row], logits) -> list[int]:
         """Sample the next token of every live row, stream it and check its end; the next input ids."""
@@ -375,13 +461,28 @@ class HFEngine:
         Logits are only computed for completion positions (``completion_positions``). ``top_k > 0`` adds the K
         most likely ids and their log-probs at every completion position. Pairs are sorted by length and packed
         into forwards of at most ``score_batch_tokens`` padded tokens. A ``learn`` call waits before each forward
-        until no ``serve`` generation is queued or running.
+        until no ``serve`` generation is queued or running. With the prefix cache, a pair whose prompt uses it
+        is run alone on top of the longest cached prefix of its prompt (the teacher's hint-augmented prompt
+        shares everything before its last user message with the turns before), and its prompt is cached.
         """
         check_score_args(prompt_ids, completion_ids, weights, top_k, temperature, priority)
         per_pair: list[tuple[list, list, list]] = [([], [], []) for _ in prompt_ids]
+        cached = [
+            i
+            for i, (p, c) in enumerate(zip(prompt_ids, completion_ids))
+            if c and self.prefix_cache.applies(p)
+        ]
+        rest = sorted(set(range(len(prompt_ids))) - set(cached))
         selected, _ = self.model.pin(weights)
         try:
-            for chunk in pack_score_chunks(prompt_ids, completion_ids, self.score_batch_tokens):
+            for i in cached:
+                per_pair[i] = self._score_cached(
+                    selected, list(prompt_ids[i]), list(completion_ids[i]), top_k, temperature, priority
+                )
+            packed = pack_score_chunks(
+                [prompt_ids[i] for i in rest], [completion_ids[i] for i in rest], self.score_batch_tokens
+            )
+            for chunk in ([rest[j] for j in part] for part in packed):
                 prompts = [prompt_ids[i] for i in chunk]
                 completions = [list(completion_ids[i]) for i in chunk]
                 hidden = self._score_forward(selected, prompts, completions, priority)
@@ -392,6 +493,16 @@ class HFEngine:
         finally:
             self.model.unpin(selected)
         return Scores.from_pairs(per_pair, top_k)
+
+    def _score_cached(
+        self, selected: str, prompt: list[int], completion: list[int], top_k, temperature, priority
+    ):
+        """One pair's ``(logprobs, topk_ids, topk_logprobs)``, its prompt starting from the prefix cache (and
+        the whole sequence cached: the next turn's prompt may go on from it)."""
+        _, hidden, reused = self._forward_on_prefix(
+            selected, prompt + completion, len(prompt) - 1, learn=priority == "learn"
+        )
+        return self._completion_scores(hidden, [prompt[reused:]], [completion], top_k, temperature)[0]
 
     def _score_forward(self, selected: str, prompts: list[list[int]], completions: list[list[int]], priority):
         """Hidden states of the right-padded ``prompt + completion`` rows; ``learn`` waits for its turn."""

@@ -46,6 +46,8 @@ class SlottedModel:
         self._cond = threading.Condition()
         self._active: str | None = None  # None = no adapter yet, `policy` serves the base weights
         self._slot_version = dict.fromkeys(SLOTS, 0)
+        self._slot_serial = dict.fromkeys(SLOTS, 0)  # which publish filled each slot (the prefix cache's key)
+        self._publishes = 0
         self._pins = dict.fromkeys(SLOTS, 0)
         self.policy_version = 0
         self._publish_lock = threading.Lock()
@@ -126,6 +128,19 @@ class SlottedModel:
                 self._pins[slot] += 1
             return (slot or BASE), self.policy_version if slot is None else self._slot_version[slot]
 
+    def weights_key(self, selected: str) -> str:
+        """A name of the weights ``selected`` holds now, different for every publish into a slot: what KV
+        states computed with them are valid for (``prefix_cache``). Stable while ``selected`` is pinned."""
+        if selected == BASE:
+            return BASE
+        with self._cond:
+            return f"{selected}#{self._slot_serial[selected]}"
+
+    def served_keys(self) -> set[str]:
+        """The ``weights_key`` of the base weights and of the adapter that serves ``policy`` now."""
+        with self._cond:
+            return {BASE} | ({self.weights_key(self._active)} if self._active is not None else set())
+
     def unpin(self, selected: str) -> None:
         if selected != BASE:
             with self._cond:
@@ -165,6 +180,8 @@ class SlottedModel:
                     self._cond.wait()
             self._copy_into(target, state_dict)
             with self._cond:
+                self._publishes += 1
+                self._slot_serial[target] = self._publishes
                 self._slot_version[target] = int(version)
                 self._active = target
                 self.policy_version = int(version)

@@ -132,6 +132,7 @@ def serve_command(
     argv += ["--max-lora-rank", str(vllm_max_lora_rank(max_lora_rank)), "--max-loras", "2"]
     argv += ["--lora-target-modules", "qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
     argv += ["--logprobs-mode", "processed_logprobs", "--max-logprobs", str(max_logprobs)]
+    argv += ["--enable-prefix-caching"]  # the turns of one conversation share their prompt's prefix
     if served_model_name:
         argv += ["--served-model-name", served_model_name]
     return argv + list(extra or [])

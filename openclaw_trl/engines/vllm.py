@@ -18,6 +18,9 @@ Why it is built this way:
 * **Several candidates per prompt** (``SamplingParams.n``): one vLLM request with vLLM's own ``n``, whose
   outputs carry the candidate index; each candidate is finished (and re-scored when truncated sampling needs
   it) on its own, and the request's result is complete once all ``n`` are.
+* **Prefix caching on** (``enable_prefix_caching``): the turns of one conversation (an agent's system prompt,
+  tools and history) share most of their prompt, and vLLM reuses the KV blocks of a shared prefix for the same
+  weights (the same LoRA adapter, or none), so a turn only pays for its new tokens.
 * **Full fine-tuning (``enable_lora=False``).** ``publish_adapter(full_state_dict, version)`` waits until no
   request is running, then pushes the HF-named tensors in place with vLLM's ``reload_weights`` (which redoes
   the post-load processing, e.g. the CPU oneDNN repacking) and resets the prefix cache. There is only one set
@@ -148,6 +151,7 @@ class VLLMEngine:
             enable_sleep_mode=enable_sleep_mode,
             max_logprobs=max_logprobs,
             logprobs_mode="processed_logprobs",
+            enable_prefix_caching=True,  # an agent's turns share their system prompt, tools and history
         )
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len

@@ -16,6 +16,8 @@ What it overrides, and nothing else:
   ``beta > 0`` (the reference log-probs come from the policy with its adapter disabled, as TRL does with
   PEFT) and sees a zero mask on truncated completions when ``mask_truncated_completions`` is on (from the
   stored ``finish_reason``);
+* how the per-token log-probs are computed: TRL's fused LM head, run on the completion positions only
+  (``trainer.logps``: a 20k-token agent prompt costs no LM head work);
 * what the loss adds: with ``w_kd > 0`` the top-K distillation term (``trainer.distill``), computed on the
   hidden states of the PPO loss forward;
 * what happens after an optimizer step: the adapter is published to the serving engine (policy
@@ -74,6 +76,7 @@ from openclaw_trl.trainer.distill import (
     teacher_weights,
     topk_distillation,
 )
+from openclaw_trl.trainer.logps import completion_logps, transformer_body
 from openclaw_trl.trainer.versions import InitialCheckpoint, record_version, roll_back
 
 logger = logging.getLogger(__name__)
@@ -422,12 +425,49 @@ class OpenClawTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------- loss
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        logps, entropies, aux = self._completion_logps(*args, **kwargs)
         self._last_logps = logps.detach()
         inputs = self._loss_inputs
         if inputs is not None and "is_sampling_logprobs" in inputs and torch.is_grad_enabled():
             self._weight_advantages(inputs, self._last_logps)  # before _compute_loss reads the advantages
         return logps, entropies, aux
+
+    def _completion_logps(
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size=None,
+        compute_entropy=False,
+        compute_aux_loss=False,
+        **multimodal,
+    ):
+        """TRL's per-token log-probs, with the LM head on the completion positions only (``trainer.logps``);
+        TRL's own path for multimodal inputs."""
+        body = transformer_body(self.accelerator.unwrap_model(model))
+        if body is None or any(value is not None for value in multimodal.values()):
+            return super()._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size,
+                compute_entropy,
+                compute_aux_loss,
+                **multimodal,
+            )
+        return completion_logps(
+            model,
+            body,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            batch_size,
+            compute_entropy,
+            compute_aux_loss,
+            self.accelerator.autocast,
+        )
 
     def _weight_advantages(self, inputs, old: torch.Tensor) -> None:
         """This micro-batch's advantages against the old log-probs ``old`` (``_advantages``), times the
