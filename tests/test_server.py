@@ -254,7 +254,10 @@ def test_trainable_turns_are_sampled_from_the_full_distribution(stack, client, m
 
     assert ask(**{"X-Session-Id": "trunc-main"}) == (1.0, 0)
     assert ask() == (1.0, 0)  # anonymous: trained on as a conversation recognised by its history
-    assert ask(**{"X-Session-Id": "trunc-private", "X-Session-Private": "true"}) == (0.5, 3)  # never trained on
+    assert ask(**{"X-Session-Id": "trunc-private", "X-Session-Private": "true"}) == (
+        0.5,
+        3,
+    )  # never trained on
     assert ask(**{"X-Session-Id": "trunc-side", "X-Turn-Type": "side"}) == (0.5, 3)
 
 
