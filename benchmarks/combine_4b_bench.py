@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _results import write_results  # noqa: E402  (benchmarks/ is on sys.path from here on)
+from _smoke import parse_args  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -234,7 +235,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--model-cache", default=os.environ.get("OPENCLAW_BENCH_MODELS", "/tmp/openclaw-bench-models")
     )
     ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
+    args = parse_args(ap, argv, smoke=dict(tiny=True, steps=2, batch=4, micro=2))
     if args.steps < 1:
         ap.error("--steps must be at least 1")
     if args.load_in_4bit:
