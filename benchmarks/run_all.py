@@ -144,17 +144,21 @@ def run_stage(
             proc = subprocess.run(
                 cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env=env, timeout=timeout
             )
-        ok = proc.returncode == 0
-        why = f"exit code {proc.returncode}"
+        why = f"exit code {proc.returncode}" if proc.returncode else None
     except subprocess.TimeoutExpired:
-        ok, why = False, f"timed out after {timeout}s"
+        why = f"timed out after {timeout}s"
     wall = time.perf_counter() - t0
-    if not ok or not out.exists():
+    report = None
+    if why is None:
+        try:
+            report = json.loads(out.read_text())
+        except (OSError, ValueError) as err:
+            why = f"exit code 0, but its report {out} is missing or not JSON: {err}"
+    if why is not None:
         tail = log.read_text(errors="replace").splitlines()[-25:]
         print(f"--- {name} FAILED ({why}); last lines:\n" + "\n".join(tail), flush=True)
         return None
     print(f"--- {name} done in {wall:.0f}s", flush=True)
-    report = json.loads(out.read_text())
     if isinstance(report, dict):
         report["_wall_s"] = wall
     return report
