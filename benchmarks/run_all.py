@@ -1,24 +1,33 @@
-"""Run every benchmark and write one JSON + one Markdown table, with the targets of issue 9 marked PASS/FAIL.
+"""Run every benchmark and write one JSON + one Markdown table, with the performance targets marked PASS/FAIL.
 
     .venv/bin/python benchmarks/run_all.py --quick     # 2-core CPU: about 10 minutes
     .venv/bin/python benchmarks/run_all.py             # CPU, more steps and rounds
     .venv/bin/python benchmarks/run_all.py --full      # + 0.6B-shaped update ratio, KD step, vLLM engine
     python benchmarks/run_all.py --gpu                 # one GPU: 0.6B / 4B shapes in bf16 (gpu_check.sh)
     python benchmarks/run_all.py --gpu --device cpu --tiny   # the same stages on the tiny model (rehearsal)
+    .venv/bin/python benchmarks/run_all.py --smoke     # every stage with --smoke: that each one runs (~3 min)
 
 Stages (each in its own process, so one failing or running out of memory leaves the others standing):
 ``engine_bench.py`` (generate / score / plain forward tokens/s, adapter publish; vLLM through ``.venv-vllm``
-when that venv exists and ``vllm`` does not import here), ``trainer_bench.py`` (update time vs TRL's
-``GRPOTrainer``, peak memory, publish vs merge-and-push), ``serving_bench.py`` (p50/p95 latency idle vs during
-LoRA updates) and ``judge_bench.py`` (judge cost per turn, scorer turns/s with m = 1 and 3). ``--gpu`` adds
+when that venv exists and ``vllm`` does not import here), ``server_bench.py`` (``engine: vllm_server``, same
+condition), ``trainer_bench.py`` (update time vs TRL's ``GRPOTrainer``, peak memory, publish vs
+merge-and-push), ``serving_bench.py`` (p50/p95 latency idle vs during LoRA updates), ``judge_bench.py`` (judge
+cost per turn, scorer turns/s with m = 1 and 3), ``priority_bench.py`` (chat latency behind queued learning
+work) and ``best_of_n_bench.py`` (a Best-of-4 turn in one request vs 4). ``--gpu`` adds
 ``combine_4b_bench.py`` (one Combine update of a Qwen3-4B-shaped model beside the colocated engine: seconds and
 peak memory; its QLoRA variant where bitsandbytes imports) and ``learning/run.py --quick``; a stage whose
 package (vllm, bitsandbytes) is missing is skipped with one line.
 
+``--smoke`` (also with ``--gpu``) runs every stage script with ``--smoke`` in place of its size arguments:
+the tiny model and a few steps, so that a benchmark that no longer runs is caught in seconds; its figures
+mean nothing and no target is checked. Every stage script accepts ``--smoke`` and ``--out PATH`` (see
+``_smoke.py``). Exit status: 1 when a stage that could run did not finish (it failed, timed out, wrote no
+JSON report, or ``--budget-s`` left it no time), else 0; a stage skipped with its reason does not count.
+
 Every comparison is a ratio of two figures measured in the same run, on the same machine, so that a shared or
-throttled CPU moves both sides. Output: ``benchmarks/results/run_all_<time>.{json,md}`` (git-ignored; ``--results-dir`` moves them and the
-stage logs elsewhere);
-``benchmarks/RESULTS.md`` holds a committed copy of a reference run.
+throttled CPU moves both sides. Output: ``benchmarks/results/run_all_<time>.{json,md}`` (git-ignored;
+``--results-dir`` moves them and the stage logs elsewhere); ``benchmarks/RESULTS.md`` holds a committed copy
+of a reference run.
 """
 
 from __future__ import annotations
