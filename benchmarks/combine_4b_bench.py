@@ -129,7 +129,7 @@ def build_trainer(path: Path, geometry: dict, steps: int, tmp: str, engine, time
     """``OpenClawTrainer`` (Combine) on a store holding the samples of ``steps`` updates, publishing to
     ``engine``."""
     import torch
-    from trainer_bench import _common_args, checkpointing_args, lora_config, make_samples
+    from trainer_bench import checkpointing_args, lora_config, make_samples, openclaw_args
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from openclaw_trl.config import OpenClawConfig
@@ -140,13 +140,7 @@ def build_trainer(path: Path, geometry: dict, steps: int, tmp: str, engine, time
     store = Store(Path(tmp) / "store.sqlite")
     for s in make_samples(steps * geometry["batch"], geometry, min(len(tokenizer), 2000)):
         store.add_sample(s)
-    args = _common_args(geometry, steps, tmp)
-    args.update(
-        batch_size=geometry["batch"],
-        method="combine",
-        store_path=str(Path(tmp) / "store.sqlite"),
-        **checkpointing_args(True),
-    )
+    args = {**openclaw_args(geometry, steps, tmp), **checkpointing_args(True)}
     cuda = torch.cuda.is_available()
     load = {"dtype": torch.bfloat16 if cuda else torch.float32}
     if load_in_4bit:

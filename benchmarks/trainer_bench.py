@@ -307,6 +307,19 @@ def _common_args(geometry: dict, steps: int, out_dir: str) -> dict:
     )
 
 
+def openclaw_args(geometry: dict, steps: int, out_dir: str) -> dict:
+    """``OpenClawConfig`` arguments: the shared ones plus its own (Combine on the store in ``out_dir``;
+    ``adapter_history=0``: no checkpoint per update, as the peer saves nothing either)."""
+    args = _common_args(geometry, steps, out_dir)
+    args.update(
+        batch_size=geometry["batch"],
+        method="combine",
+        store_path=str(Path(out_dir) / "store.sqlite"),
+        adapter_history=0,
+    )
+    return args
+
+
 def _load_model(path: Path):
     import torch
     from transformers import AutoModelForCausalLM
@@ -325,13 +338,7 @@ def build_openclaw(path: Path, samples: list, geometry: dict, steps: int, tmp: s
     store = Store(Path(tmp) / "store.sqlite")
     for s in samples[: steps * geometry["batch"]]:
         store.add_sample(s)
-    args = _common_args(geometry, steps, tmp)
-    args.update(
-        batch_size=geometry["batch"],
-        method="combine",
-        store_path=str(Path(tmp) / "store.sqlite"),
-        adapter_history=0,  # no adapter checkpoints: GRPOTrainer saves nothing either (save_strategy "no")
-    )
+    args = openclaw_args(geometry, steps, tmp)
     if kd_topk:
         args.update(w_kd=0.1, kd_topk=kd_topk)
     return OpenClawTrainer(
