@@ -141,6 +141,7 @@ $(GPU_REHEARSAL_VENV)/.installed:
 	$(GPU_REHEARSAL_VENV)/bin/python -m pip uninstall -y -q $(GPU_IMAGE_LACKS) 2>/dev/null
 	touch $@
 
+# GPU_REHEARSAL_FLAGS="--device cpu --tiny --smoke": every stage with --smoke (what .ci/run runs).
 GPU_REHEARSAL_FLAGS ?= --device cpu --tiny
 test-gpu-rehearsal: $(GPU_REHEARSAL_VENV)/.installed
 	$(MAKE) gpu-wheels GPU_WHEELS_PY=$$($(GPU_REHEARSAL_VENV)/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
