@@ -634,12 +634,6 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--results-dir", default=None, help="where the JSON, table and stage logs go")
     ap.add_argument("--no-vllm", action="store_true", help="skip the vLLM engine stage on CPU")
     ap.add_argument(
-        "--timeout-factor",
-        type=float,
-        default=1.0,
-        help="multiply every stage's timeout (a CPU shared with other work: 2-4)",
-    )
-    ap.add_argument(
         "--budget-s", type=float, default=None, help="stop starting stages / cut their timeouts to fit this"
     )
     ap.add_argument(
