@@ -110,3 +110,9 @@ def test_run_all_exits_zero_when_every_stage_that_could_run_finished(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "=== engine_vllm: skipped, --no-vllm" in proc.stdout  # skipped with a reason: not a failure
     assert "--- judge done" in proc.stdout
+
+
+def test_timeout_factor_must_be_positive():
+    with pytest.raises(SystemExit) as exc:
+        run_all.main(["--timeout-factor", "0"])
+    assert exc.value.code == 2
