@@ -37,6 +37,7 @@ import importlib.metadata as md
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -149,11 +150,17 @@ def run_stage(
         env["CUDA_VISIBLE_DEVICES"] = ""
     t0 = time.perf_counter()
     try:
-        with log.open("w") as fh:
-            proc = subprocess.run(
-                cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env=env, timeout=timeout
+        with log.open("w") as fh:  # its own process group: a timeout ends the servers it started too
+            proc = subprocess.Popen(
+                cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
-        why = f"exit code {proc.returncode}" if proc.returncode else None
+            try:
+                returncode = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                raise
+        why = f"exit code {returncode}" if returncode else None
     except subprocess.TimeoutExpired:
         why = f"timed out after {timeout}s"
     wall = time.perf_counter() - t0

@@ -116,3 +116,23 @@ def test_timeout_factor_must_be_positive():
     with pytest.raises(SystemExit) as exc:
         run_all.main(["--timeout-factor", "0"])
     assert exc.value.code == 2
+
+
+HANGING = """import subprocess, sys, time
+from pathlib import Path
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+Path(__file__).with_name("child.pid").write_text(str(child.pid))
+time.sleep(120)
+"""
+
+
+def test_a_stage_past_its_timeout_fails_and_its_children_end_with_it(tmp_path):
+    proc = _run_all_on(
+        tmp_path,
+        {"judge_bench.py": HANGING},
+        *("--smoke", "--no-vllm", "--only", "judge", "--timeout-factor", "0.02"),
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "--- judge FAILED (timed out after 6s)" in proc.stdout  # 300 s x 0.02
+    child = int((tmp_path / "benchmarks" / "child.pid").read_text())
+    assert not Path(f"/proc/{child}").exists() or "zombie" in Path(f"/proc/{child}/status").read_text()
