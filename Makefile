@@ -12,7 +12,8 @@ export HF_HUB_DISABLE_TELEMETRY ?= 1
 export GRADIO_ANALYTICS_ENABLED ?= False
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install run test lint format test-vllm test-openclaw bench bench-learning clean gpu-wheels test-gpu-rehearsal
+.PHONY: install run test lint format test-vllm test-openclaw bench bench-smoke bench-learning clean gpu-wheels \
+	test-gpu-rehearsal
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -101,6 +102,13 @@ $(VLLM_VENV)/.installed: pyproject.toml
 test-vllm: $(VLLM_VENV)/.installed $(VENV)/.installed
 	OPENCLAW_TRL_APP_PYTHON=$(CURDIR)/$(PY) PYTHONPATH=$(CURDIR) $(VLLM_PY) -m pytest -m vllm -p no:cacheprovider $(PYTEST_ARGS) tests/vllm_engine
 
+# Every benchmark of `make bench` with --smoke: tiny sizes, a few steps, no target checked -- that each one
+# still runs (about 3 minutes on 2 idle cores; the vLLM stages with .venv-vllm). Fails when a stage did not finish.
+BENCH_SMOKE_OUT ?= .bench-smoke-out
+bench-smoke: $(VENV)/.installed $(VLLM_VENV)/.installed
+	rm -rf $(BENCH_SMOKE_OUT)
+	$(PY) benchmarks/run_all.py --smoke --results-dir $(BENCH_SMOKE_OUT)
+
 # --- The GPU check (benchmarks/gpu_check.sh) on the lent GPU machine. Its image has Python 3.12 with torch,
 # transformers, accelerate, peft, safetensors, tokenizers, pyarrow, httpx, numpy and pytest, but none of the
 # packages below, and it cannot download: `make gpu-wheels` fetches them here as cp312 manylinux wheels, without
@@ -155,8 +163,10 @@ $(GPU_REHEARSAL_VENV)/.installed:
 	$(GPU_REHEARSAL_VENV)/bin/python -m pip uninstall -y -q $(GPU_IMAGE_LACKS) 2>/dev/null
 	touch $@
 
+# GPU_REHEARSAL_FLAGS="--device cpu --tiny --smoke": every stage with --smoke (what .ci/run runs).
+GPU_REHEARSAL_FLAGS ?= --device cpu --tiny
 test-gpu-rehearsal: $(GPU_REHEARSAL_VENV)/.installed
 	$(MAKE) gpu-wheels GPU_WHEELS_PY=$$($(GPU_REHEARSAL_VENV)/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 	rm -rf $(GPU_REHEARSAL_OUT) && mkdir -p $(GPU_REHEARSAL_OUT)
 	OUT=$(CURDIR)/$(GPU_REHEARSAL_OUT) PYTHON=$(CURDIR)/$(GPU_REHEARSAL_VENV)/bin/python GPU_CHECK_BUDGET_S=1500 \
-		OPENCLAW_BENCH_MODELS=$(GPU_REHEARSAL_MODELS) bash benchmarks/gpu_check.sh --device cpu --tiny
+		OPENCLAW_BENCH_MODELS=$(GPU_REHEARSAL_MODELS) bash benchmarks/gpu_check.sh $(GPU_REHEARSAL_FLAGS)

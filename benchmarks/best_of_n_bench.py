@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _results import write_results  # noqa: E402  (benchmarks/ is on sys.path from here on)
+from _smoke import parse_args  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--threads", type=int, default=1, help="torch threads (1: steadier numbers on a shared machine)"
     )
     parser.add_argument("--out", default=None)
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv, smoke=dict(rounds=1, prompt_tokens=32, new_tokens=4))
 
     import torch
 

@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _results import write_results  # noqa: E402  (benchmarks/ is on sys.path from here on)
+from _smoke import parse_args  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -128,7 +129,7 @@ def build_trainer(path: Path, geometry: dict, steps: int, tmp: str, engine, time
     """``OpenClawTrainer`` (Combine) on a store holding the samples of ``steps`` updates, publishing to
     ``engine``."""
     import torch
-    from trainer_bench import _common_args, checkpointing_args, lora_config, make_samples
+    from trainer_bench import checkpointing_args, lora_config, make_samples, openclaw_args
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from openclaw_trl.config import OpenClawConfig
@@ -139,13 +140,7 @@ def build_trainer(path: Path, geometry: dict, steps: int, tmp: str, engine, time
     store = Store(Path(tmp) / "store.sqlite")
     for s in make_samples(steps * geometry["batch"], geometry, min(len(tokenizer), 2000)):
         store.add_sample(s)
-    args = _common_args(geometry, steps, tmp)
-    args.update(
-        batch_size=geometry["batch"],
-        method="combine",
-        store_path=str(Path(tmp) / "store.sqlite"),
-        **checkpointing_args(True),
-    )
+    args = {**openclaw_args(geometry, steps, tmp), **checkpointing_args(True)}
     cuda = torch.cuda.is_available()
     load = {"dtype": torch.bfloat16 if cuda else torch.float32}
     if load_in_4bit:
@@ -234,7 +229,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--model-cache", default=os.environ.get("OPENCLAW_BENCH_MODELS", "/tmp/openclaw-bench-models")
     )
     ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
+    args = parse_args(ap, argv, smoke=dict(tiny=True, steps=2, batch=4, micro=2))
     if args.steps < 1:
         ap.error("--steps must be at least 1")
     if args.load_in_4bit:

@@ -9,6 +9,7 @@
 #
 #   bash benchmarks/gpu_check.sh                       # on the GPU machine (uses python3, or $PYTHON)
 #   bash benchmarks/gpu_check.sh --device cpu --tiny   # the CPU rehearsal: tiny model, float32
+#   bash benchmarks/gpu_check.sh --device cpu --tiny --smoke   # ... every stage with --smoke: that it runs
 #
 # Packages the interpreter lacks (trl, datasets, fastapi, pydantic, uvicorn, ...) come from the wheelhouse
 # that `make gpu-wheels` builds (.gpu-wheels/cp<python version>/, or $GPU_WHEELS): they are installed with
@@ -16,7 +17,8 @@
 # interpreter's own torch and transformers are never touched. Everything this writes goes to $OUT when
 # that is set (else benchmarks/results/); models are cached in $OPENCLAW_BENCH_MODELS
 # (/tmp/openclaw-bench-models). The last lines printed are the results table.
-# Exit status: 0 when every stage that could run finished, 1 when one failed, 2 when the check cannot start.
+# Exit status: 0 when every stage that could run finished, 1 when one failed, 2 when the check cannot start;
+# before any stage runs it imports every openclaw_trl module the stage scripts import (found in their source).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -24,12 +26,14 @@ PY="${PYTHON:-$(command -v python3 || command -v python || echo python3)}"
 BUDGET_S="${GPU_CHECK_BUDGET_S:-480}"
 DEVICE=cuda
 TINY=()
+SMOKE=()
 while (( $# )); do
   case "$1" in
     --device) DEVICE="${2:?--device needs cuda or cpu}"; shift 2 ;;
     --tiny) TINY=(--tiny); shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
-    *) echo "gpu_check: unknown argument '$1' (expected --device cuda|cpu, --tiny)" >&2; exit 2 ;;
+    --smoke) SMOKE=(--smoke); shift ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    *) echo "gpu_check: unknown argument '$1' (expected --device cuda|cpu, --tiny, --smoke)" >&2; exit 2 ;;
   esac
 done
 [[ "$DEVICE" == cuda || "$DEVICE" == cpu ]] || { echo "gpu_check: --device is cuda or cpu, not '$DEVICE'" >&2; exit 2; }
@@ -100,18 +104,33 @@ except ImportError:
     fail("torch is not installed in this interpreter")
 if os.environ["DEVICE"] == "cuda" and not torch.cuda.is_available():
     fail(f"torch {torch.__version__} sees no CUDA device (a CPU build of torch?)")
-try:
-    import openclaw_trl.commands.serve  # noqa: F401
-    import openclaw_trl.engines.hf  # noqa: F401
-    import openclaw_trl.runtime  # noqa: F401
-    import openclaw_trl.server  # noqa: F401
-    import openclaw_trl.trainer  # noqa: F401
-    import trl  # noqa: F401
-except ImportError as err:
-    fail(f"{err} -- add the missing package to GPU_WHEELS_PKGS in the Makefile and run make gpu-wheels")
+# every openclaw_trl module (and name) a stage script imports, found in their source, so that a module
+# renamed or removed fails here, before any stage runs; plus the serving entry point and TRL
+import ast
+import importlib
+from pathlib import Path
+
+wanted = {"openclaw_trl.commands.serve": [], "openclaw_trl.runtime": [], "openclaw_trl.trainer": [],
+          "openclaw_trl.engines.hf": [], "trl": []}
+for script in sorted(Path("benchmarks").rglob("*.py")):
+    for node in ast.walk(ast.parse(script.read_text(), str(script))):
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("openclaw_trl"):
+            wanted.setdefault(node.module, []).extend(a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            wanted.update({a.name: [] for a in node.names if a.name.startswith("openclaw_trl")})
+for name, attributes in sorted(wanted.items()):
+    try:
+        module = importlib.import_module(name)
+    except ImportError as err:
+        fail(f"import {name}: {err} -- a missing package: add it to GPU_WHEELS_PKGS in the Makefile and run "
+             "make gpu-wheels; a missing openclaw_trl module: fix the benchmark that imports it")
+    missing = [a for a in attributes if not hasattr(module, a) and importlib.util.find_spec(f"{name}.{a}") is None]
+    if missing:
+        fail(f"{name} has no {', '.join(missing)} (imported by a benchmark script)")
+print(f"gpu_check: the {len(wanted)} openclaw_trl / trl modules the stages import all import")
 lazy = [m for m in ("gradio", "vllm") if m in sys.modules]
 if lazy:
-    fail(f"importing the trainer / server / engine pulled in {lazy}: those imports must stay lazy")
+    fail(f"importing the stages' modules pulled in {lazy}: those imports must stay lazy")
 
 def version(name):
     try:
@@ -141,7 +160,7 @@ LEFT=$(( BUDGET_S - ($(date +%s) - START) ))
 # Live: the stage lines and the log tail of any stage that failed (the whole output is in run_all.log; the
 # table follows at the end).
 set +e
-"$PY" benchmarks/run_all.py --gpu --device "$DEVICE" "${TINY[@]}" --budget-s "$LEFT" --results-dir "$RESULTS" 2>&1 \
+"$PY" benchmarks/run_all.py --gpu --device "$DEVICE" "${TINY[@]}" "${SMOKE[@]}" --budget-s "$LEFT" --results-dir "$RESULTS" 2>&1 \
   | tee "$RESULTS/run_all.log" \
   | stage_lines
 STATUS=${PIPESTATUS[0]}

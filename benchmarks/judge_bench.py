@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _results import write_results  # noqa: E402  (benchmarks/ is on sys.path from here on)
+from _smoke import parse_args  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     ap.add_argument("--m", default="1,3", help="comma list of votes per judge")
     ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
+    args = parse_args(ap, argv, smoke=dict(turns=2, completion_len=8, judge_max_tokens=4))
 
     if args.model_dir:
         path = Path(args.model_dir)

@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _results import write_results  # noqa: E402  (benchmarks/ is on sys.path from here on)
+from _smoke import parse_args  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--pairs", type=int, default=32)
     parser.add_argument("--judge-rows", type=int, default=8)
     parser.add_argument("--out", default=None)
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv, smoke=dict(rounds=1, score_calls=1, pairs=4, judge_rows=2))
 
     from openclaw_trl.engines.hf import HFEngine
     from openclaw_trl.testing import build_tiny_model

@@ -38,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from _results import write_results  # noqa: E402
+from _smoke import parse_args  # noqa: E402
 
 from openclaw_trl.engines import GenerationRequest, SamplingParams  # noqa: E402
 
@@ -234,7 +235,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--publish-every", type=float, default=0.2)
     ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
+    args = parse_args(ap, argv, smoke=dict(repeats=1, pairs=2, sessions=2, turns=1, max_tokens=4))
 
     from openclaw_trl.engines.vllm_server import VLLMServerEngine
 

@@ -33,6 +33,8 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from _smoke import parse_args  # noqa: E402  (this script's folder is on sys.path)
+
 RESULTS = Path(__file__).parent / "results"
 TOPICS = ["apples", "homework", "the weather", "python code", "books", "a price", "a week plan", "music"]
 
@@ -252,7 +254,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--out", default=None, help="JSON path (default: benchmarks/results/serving_<shape>.json)"
     )
-    args = parser.parse_args(argv)
+    args = parse_args(
+        parser,
+        argv,
+        smoke=dict(sessions=2, turns=1, max_tokens=4, train_batch=2, train_seq_len=32, repeats=1),
+    )
 
     import torch
 

@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/trainer_bench.py --quick    # tiny + a short 0.6B-shaped run (~2-4 min, 2 cores)
     .venv/bin/python benchmarks/trainer_bench.py            # tiny (more steps) + 0.6B-shaped publish only
     .venv/bin/python benchmarks/trainer_bench.py --full     # + 0.6B-shaped update ratio and KD step (~5 min)
+    .venv/bin/python benchmarks/trainer_bench.py --smoke    # tiny, 3 small steps: that it runs (~20 s)
     python benchmarks/trainer_bench.py --gpu                # 0.6B-shaped, batch 16 x 512 tokens, on the GPU
 
 Why these peers:
@@ -63,6 +64,7 @@ GEOMETRY = {
     "tiny": dict(batch=16, micro=4, prompt_len=96, completion_len=64),
     "qwen3-0.6b-shaped": dict(batch=4, micro=2, prompt_len=64, completion_len=32),
     "qwen3-0.6b-shaped-gpu": dict(batch=16, micro=4, prompt_len=256, completion_len=256),
+    "tiny-smoke": dict(batch=4, micro=2, prompt_len=32, completion_len=16),
 }
 # What each mode runs: (model, geometry, steps per run, rounds, top-K of the KD run or 0, stale run?, publish?).
 PLANS = {
@@ -76,6 +78,7 @@ PLANS = {
         ("qwen3-0.6b-shaped", "qwen3-0.6b-shaped", 5, 1, 20, False, True),
     ],
     "gpu": [("qwen3-0.6b-shaped", "qwen3-0.6b-shaped-gpu", 8, 2, 20, True, True)],
+    "smoke": [("tiny", "tiny-smoke", 3, 1, 4, True, True)],  # every code path, seconds: no figure to read
 }
 
 
@@ -295,7 +298,6 @@ def _common_args(geometry: dict, steps: int, out_dir: str) -> dict:
         temperature=1.0,
         max_completion_length=1024,
         save_strategy="no",
-        adapter_history=0,
         report_to="none",
         logging_steps=1,
         disable_tqdm=True,
@@ -305,11 +307,17 @@ def _common_args(geometry: dict, steps: int, out_dir: str) -> dict:
     )
 
 
-def _load_model(path: Path):
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+def openclaw_args(geometry: dict, steps: int, out_dir: str) -> dict:
+    """``OpenClawConfig`` arguments: the shared ones plus its own (Combine on the store in ``out_dir``;
+    ``adapter_history=0``: no checkpoint per update, as the peer saves nothing either)."""
+    args = _common_args(geometry, steps, out_dir)
+    args.update(
+        batch_size=geometry["batch"],
+        method="combine",
+        store_path=str(Path(out_dir) / "store.sqlite"),
+        adapter_history=0,
+    )
+    return args
 
 
 def _load_model(path: Path):
@@ -330,8 +338,7 @@ def build_openclaw(path: Path, samples: list, geometry: dict, steps: int, tmp: s
     store = Store(Path(tmp) / "store.sqlite")
     for s in samples[: steps * geometry["batch"]]:
         store.add_sample(s)
-    args = _common_args(geometry, steps, tmp)
-    args.update(batch_size=geometry["batch"], method="combine", store_path=str(Path(tmp) / "store.sqlite"))
+    args = openclaw_args(geometry, steps, tmp)
     if kd_topk:
         args.update(w_kd=0.1, kd_topk=kd_topk)
     return OpenClawTrainer(
@@ -667,6 +674,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument(
         "--tiny", action="store_true", help="the tiny model in place of the chosen mode's models (rehearsal)"
     )
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the tiny model, batch 4, 3 steps, one round, KD and stale runs included: that every path runs "
+        "(seconds; the figures mean nothing); overrides --quick/--full/--gpu",
+    )
     ap.add_argument("--models", default=None, help="comma list: only these models of the chosen mode")
     ap.add_argument("--steps", type=int, default=None, help="optimizer steps per run (first = warm-up)")
     ap.add_argument("--rounds", type=int, default=None, help="alternated OpenClaw/GRPO runs per model")
@@ -675,7 +688,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
 
-    mode = "gpu" if args.gpu else "full" if args.full else "quick" if args.quick else "default"
+    flags = {"smoke": args.smoke, "gpu": args.gpu, "full": args.full, "quick": args.quick}
+    mode = next((name for name, on in flags.items() if on), "default")
     report: dict = {"mode": mode, "update": [], "publish": []}
     plan = PLANS[mode]
     if args.tiny:

@@ -17,7 +17,9 @@ import run_all  # noqa: E402
 
 
 def gpu_stages(tmp_path, **kw):
-    args = argparse.Namespace(gpu=True, device="cuda", tiny=False, quick=False, full=False, no_vllm=False)
+    args = argparse.Namespace(
+        gpu=True, device="cuda", tiny=False, quick=False, full=False, no_vllm=False, smoke=False
+    )
     for key, value in kw.items():
         setattr(args, key, value)
     return {name: (cmd, out, timeout) for name, cmd, out, timeout in run_all.plan(args, tmp_path)}

@@ -3,7 +3,8 @@
     python benchmarks/learning/run.py                        # every method row x 5 seeds, judge noise 0
     python benchmarks/learning/run.py --judge-noise 0 0.2    # ... at two judge-noise levels
     python benchmarks/learning/run.py --methods combine+bo4 --judge-noise 0 0.2   # add rows to the report
-    python benchmarks/learning/run.py --quick                # 1 seed, 8 updates: a smoke run
+    python benchmarks/learning/run.py --quick                # 1 seed, 8 updates: ~1 min
+    python benchmarks/learning/run.py --smoke                # a few-second model, 2 updates of 2: that it runs
 
 Everything goes through the real serving path, wired by ``openclaw_trl.runtime``: the OpenAI-compatible
 server over HTTP (session headers), the store, the turn collector, the background scorer (``callable``
@@ -52,7 +53,8 @@ Output: every finished run is cached as ``benchmarks/results/learning_runs/<row>
 can be added without rerunning the others (``--rerun`` runs them again). The report covers every cached
 run: ``benchmarks/results/learning.json`` (git-ignored), ``learning.png`` (the curves) and
 ``learning_summary.md`` (the tables the README quotes). ``--quick`` uses ``learning_runs_quick/`` and
-``learning_quick.*``. Server-side sampling is not seeded (as in live use), so reruns differ a little.
+``learning_quick.*`` (``--smoke``: ``learning_runs_smoke/``, ``learning_smoke.*``). Server-side sampling is
+not seeded (as in live use), so reruns differ a little.
 """
 
 from __future__ import annotations
@@ -406,7 +408,13 @@ def write_report(report: dict, out: Path, stem: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="1 seed, 8 updates: a smoke run")
+    parser.add_argument("--quick", action="store_true", help="1 seed, 8 updates")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="that it runs, in seconds: 1 seed, 2 updates of 2 samples, a toy model pre-trained for 30 steps "
+        "(nothing is learnt); writes learning_smoke.*",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
     parser.add_argument("--methods", nargs="+", default=list(ROWS), choices=list(ROWS), help="rows to run")
     parser.add_argument("--judge-noise", type=float, nargs="+", default=[0.0], help="levels p to run at")
@@ -420,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true", help="no runs: the report of the cached ones")
     parser.add_argument("--model-dir", default=None, help="default: the toy model in the user cache")
     parser.add_argument("--out", default=str(RESULTS), help="where learning.json / .png / _summary.md go")
-    parser.add_argument("--cache-dir", default=None, help="default: <out>/learning_runs[_quick]")
+    parser.add_argument("--cache-dir", default=None, help="default: <out>/learning_runs[_quick|_smoke]")
     parser.add_argument(
         "--from-json", default=None, help="only redraw the plot and summary of a saved report"
     )
@@ -439,9 +447,12 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("httpx", "openclaw_trl", "transformers", "trl", "accelerate"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     settings = BenchSettings()
-    seeds = args.seeds or ([0] if args.quick else [0, 1, 2, 3, 4])
+    seeds = args.seeds or ([0] if args.quick or args.smoke else [0, 1, 2, 3, 4])
     if args.quick:
         settings.updates, settings.eval_per_topic = 8, 4
+    if args.smoke:
+        settings.updates, settings.batch_size, settings.eval_per_topic, settings.max_tokens = 2, 2, 1, 12
+        settings.sample_timeout_s = 120.0
     settings.updates = args.updates or settings.updates
     settings.batch_size = args.batch_size or settings.batch_size
     settings.learning_rate = args.learning_rate or settings.learning_rate
@@ -449,11 +460,12 @@ def main(argv: list[str] | None = None) -> int:
     settings.w_rl = settings.w_rl if args.w_rl is None else args.w_rl
     settings.w_opd = settings.w_opd if args.w_opd is None else args.w_opd
 
+    model_settings = pretrain.TINY if args.smoke else pretrain.PretrainSettings()
     if args.model_dir:
-        model_dir = pretrain.pretrain(args.model_dir, log=log.info, progress=True)
+        model_dir = pretrain.pretrain(args.model_dir, model_settings, log=log.info, progress=True)
     else:
-        model_dir = pretrain.toy_model(log=log.info)
-    suffix = "_quick" if args.quick else ""
+        model_dir = pretrain.toy_model(model_settings, log=log.info)
+    suffix = "_smoke" if args.smoke else "_quick" if args.quick else ""
     out = Path(args.out)
     cache = RunCache(Path(args.cache_dir or out / f"learning_runs{suffix}"), settings, model_dir)
     if args.report_only:
@@ -465,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         report = run_benchmark(model_dir, settings, seeds, args.methods, args.judge_noise, cache, args.rerun)
     report["quick"] = args.quick
+    report["smoke"] = args.smoke
     report["command"] = " ".join(
         ["python benchmarks/learning/run.py", *(argv if argv is not None else sys.argv[1:])]
     )

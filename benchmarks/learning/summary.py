@@ -208,13 +208,18 @@ def summary_markdown(report: dict, labels: dict[str, str] | None = None) -> str:
     if gap:
         lines.append(
             "Teacher - student log-prob of a sampled bare answer (summed over its tokens, the OPD advantage): "
-            f"{gap['preferred_style']:+.2f} for answers in the preferred style, "
-            f"{gap['other_styles']:+.2f} for the others."
+            f"{_signed(gap['preferred_style'])} for answers in the preferred style, "
+            f"{_signed(gap['other_styles'])} for the others."
         )
     for skipped in report.get("skipped", []):
         lines.append(f"Not run: {skipped}")
     lines += ["", "Interpretation: README.md, section on the learning benchmark.", ""]
     return "\n".join(lines)
+
+
+def _signed(x: float | None) -> str:
+    """``+0.12``; ``-`` where the model drew no answer of that kind (nothing to average)."""
+    return "-" if x is None else f"{x:+.2f}"
 
 
 def plot(report: dict, path, labels: dict[str, str] | None = None) -> None:
