@@ -43,7 +43,10 @@ class Conversation:
     def __init__(self, store: Store, tokenizer, clock: Clock):
         self.tok = tokenizer
         self.col = TurnCollector(
-            store, SessionConfig(session_idle_timeout=600), tokenizer=tokenizer, clock=clock
+            store,
+            SessionConfig(session_idle_timeout=600, train_anonymous=False),
+            tokenizer=tokenizer,
+            clock=clock,
         )
         self.turns: dict[str, int] = {}
 

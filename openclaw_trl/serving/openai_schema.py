@@ -265,18 +265,19 @@ class RequestLimits:
 # Text: every string of a body (field names included) is Unicode the store, tokenizer and errors can carry
 # --------------------------------------------------------------------------------------------------
 
-_BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
-"""NUL and UTF-16 surrogate code points: JSON can spell them (``\\u0000``, a lone ``\\ud800``), but no UTF-8
-text holds a lone surrogate (SQLite, the tokenizer and a JSON error body all refuse it) and NUL is no text."""
+_BAD_CHARS = re.compile("[\ud800-\udfff]")
+"""UTF-16 surrogate code points: JSON can spell one alone (``\\ud800``), but no UTF-8 text holds a lone surrogate
+(SQLite, the tokenizer and a JSON error body all refuse it). NUL is accepted: it is valid text, and a model's own
+reply (which clients send back) may hold one."""
 
 
-_RAW_SUSPECT = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
-"""How a NUL or a surrogate is spelled in raw JSON (a body without it cannot hold either once parsed)."""
+_RAW_SUSPECT = re.compile(rb"\\u[dD][89a-fA-F]")
+"""How a surrogate is spelled in raw JSON (a body without it cannot hold one once parsed)."""
 
 
 def check_text(value: Any, param: str = "", raw: bytes | None = None) -> None:
     """400 for the first string in ``value`` (a parsed JSON body: dicts, lists, scalars) that holds a lone
-    UTF-16 surrogate or a NUL character, in a value or in an object key; the error names where it is.
+    UTF-16 surrogate, in a value or in an object key; the error names where it is.
 
     A JSON body can only carry a surrogate as a ``\\uXXXX`` escape: a well-formed pair decodes to one
     character, so any surrogate left in a Python string is a lone one. The common case costs one ``json.dumps``
@@ -301,11 +302,11 @@ def check_text(value: Any, param: str = "", raw: bytes | None = None) -> None:
 
 
 def _clean_json(value: Any) -> bool:
-    """True when ``value`` surely holds no lone surrogate and no NUL (``json.dumps`` escapes NUL as
-    ``\\u0000`` and keeps a surrogate, which then fails to encode as UTF-8); False when it may."""
+    """True when ``value`` surely holds no lone surrogate (``json.dumps`` keeps a surrogate, which then fails to
+    encode as UTF-8); False when it may."""
     try:
         flat = json.dumps(value, ensure_ascii=False)
-        return "\\u0000" not in flat and (flat.isascii() or bool(flat.encode("utf-8")))
+        return flat.isascii() or bool(flat.encode("utf-8"))
     except (TypeError, ValueError):  # not a JSON value, or a surrogate (UnicodeEncodeError is a ValueError)
         return False
 
@@ -315,12 +316,12 @@ def _check_string(text: str, param: str, of: str = "") -> None:
     if found is None:
         return
     char = found.group()
-    what = "a NUL character (U+0000)" if char == "\x00" else f"a lone UTF-16 surrogate (U+{ord(char):04X})"
+    what = f"a lone UTF-16 surrogate (U+{ord(char):04X})"
     param = ascii(param)[1:-1][:200]  # the field's name may itself hold the character: escape it
     raise ApiError(
         400,
         f"{of + ' ' if of else ''}'{param}' contains {what} at position {found.start()}: text must be valid Unicode (a surrogate "
-        "only as half of a pair, which JSON writes as two escapes) and hold no NUL. Remove the character.",
+        "only as half of a pair, which JSON writes as two escapes). Remove the character.",
         "invalid_text",
         param,
     )

@@ -63,7 +63,8 @@ def _tool_calls(message: Mapping) -> list[list[str]]:
     """A message's tool calls as ``[name, canonical arguments]`` pairs."""
     calls = []
     for call in message.get("tool_calls") or []:
-        function = (call.get("function") or {}) if isinstance(call, Mapping) else {}
+        function = call.get("function") if isinstance(call, Mapping) else None
+        function = function if isinstance(function, Mapping) else {"name": function}
         arguments = function.get("arguments")
         if isinstance(arguments, str):
             try:
