@@ -272,12 +272,12 @@ def train_case(args) -> dict:
     """One process, one case: ``--steps`` Combine updates on 4 samples of ``prompt + completion`` tokens."""
     import torch
     from trainer_bench import (
-        _common_args,
         _Memory,
         _step_timer,
         checkpointing_args,
         lora_config,
         make_samples,
+        openclaw_args,
     )
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -300,8 +300,7 @@ def train_case(args) -> dict:
                 if values is not None:
                     setattr(s, name, (values + [-1.0] * args.completion)[: args.completion])
             store.add_sample(s)
-        config = _common_args(geometry, args.steps, tmp)
-        config.update(batch_size=4, method="combine", store_path=str(Path(tmp) / "store.sqlite"))
+        config = openclaw_args(geometry, args.steps, tmp)  # Combine, no checkpoint per update
         config.update(checkpointing_args(True))
         cuda = torch.cuda.is_available()
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16 if cuda else torch.float32)

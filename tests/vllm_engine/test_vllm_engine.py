@@ -100,7 +100,7 @@ def test_sleep_and_wake(engine, tiny_tokenizer):
 
 def test_trainable_turns_use_the_training_temperature_so_the_teacher_scores_them(engine, tmp_path):
     """A client asking T = 0.7 on a trainable session is sampled at the recipe's T = 1, which the vLLM
-    teacher scores exactly even with capped log-probs; an anonymous request keeps its own temperature."""
+    teacher scores exactly even with capped log-probs; a side turn (never trained on) keeps its own temperature."""
     import openai
 
     from openclaw_trl.judging import JudgeConfig, Scorer
@@ -119,8 +119,8 @@ def test_trainable_turns_use_the_training_temperature_so_the_teacher_scores_them
             m += [{"role": "assistant", "content": first.choices[0].message.content or ""}]
             m += [{"role": "user", "content": "hmm, make it about cats and shorter"}]
             client.chat.completions.create(messages=m, extra_headers=h, **kw)
-            anonymous = client.chat.completions.create(messages=m[:1], **kw)
-            assert anonymous.model_extra["openclaw"]["temperature"] == 0.7
+            side = client.chat.completions.create(messages=m[:1], extra_headers={"X-Turn-Type": "side"}, **kw)
+            assert side.model_extra["openclaw"]["temperature"] == 0.7  # never trained on: sampled as asked
             config = JudgeConfig(method="opd", backend="callable", callable="_scorer_rules:rule_judge")
             scorer = Scorer(stack.store, config, engine=engine)
             assert scorer.run_until_idle() == 1
