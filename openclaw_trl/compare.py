@@ -1,7 +1,8 @@
 """Did it learn for me? Your recent prompts replayed through two policies, side by side, with the same seed.
 
 The prompts are the token ids of the most recent main turns of conversations not marked private ("don't
-learn from this conversation"), exactly as the engine saw them (``Store.recent_prompt_turns``). Each prompt is
+learn from this conversation"), exactly as the engine saw them (``Store.recent_prompt_turns``; ``distinct_prompt_turns`` keeps one turn per
+prompt text, so a question asked in many conversations is replayed once). Each prompt is
 generated once per side with the same sampling parameters and the same seed (``seed + i`` for the i-th
 prompt), so a difference between the two replies comes from the weights, not from the dice.
 
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from openclaw_trl.chat import decode_completion
-from openclaw_trl.engines.base import GenerationRequest, SamplingParams, Weights
+from openclaw_trl.engines.base import GenerationRequest, Priority, SamplingParams, Weights
 from openclaw_trl.records import Turn
 
 
@@ -44,15 +45,34 @@ def prompt_text(turn: Turn) -> str:
     return ""
 
 
-def replay(engine, turns: list[Turn], weights: Weights, sampling: SamplingParams) -> list[str]:
-    """The reply to each turn's prompt ids with ``weights``; the i-th prompt sampled with seed ``seed + i``."""
+def replay(
+    engine, turns: list[Turn], weights: Weights, sampling: SamplingParams, priority: Priority = "serve"
+) -> list[str]:
+    """The reply to each turn's prompt ids with ``weights``; the i-th prompt sampled with seed ``seed + i``.
+    ``priority``: ``serve`` when a person waits for the replies (a button), ``learn`` for background checks
+    (chat turns are decoded first)."""
     seed = sampling.seed or 0
     requests = [
         GenerationRequest(t.prompt_ids, dataclasses.replace(sampling, seed=seed + i), weights)
         for i, t in enumerate(turns)
     ]
-    completions = engine.generate(requests, priority="serve")
+    completions = engine.generate(requests, priority=priority)
     return [_reply_text(engine.tokenizer, c.token_ids) for c in completions]
+
+
+def distinct_prompt_turns(store, n: int, scan: int = 16) -> list[Turn]:
+    """The ``n`` most recent main turns of non-private conversations whose prompts (:func:`prompt_text`, the
+    person's last message) differ, newest first, found among the ``n * scan`` most recent distinct prompts:
+    a person who asks the same question in many conversations gets it once, and the others as well."""
+    seen, out = set(), []
+    for turn in store.recent_prompt_turns(n * scan):
+        text = prompt_text(turn).strip()
+        if text not in seen:
+            seen.add(text)
+            out.append(turn)
+        if len(out) == n:
+            break
+    return out
 
 
 def _reply_text(tokenizer, token_ids: list[int]) -> str:
