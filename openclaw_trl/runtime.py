@@ -171,6 +171,7 @@ class Runtime:
     app: object | None = None
     learning: object | None = None  # the LearningControl (pause, rollback, history) of the main process
     server: object | None = None
+    model_id: str | None = None  # the recipe's model_name_or_path (the UI's header names it)
     threads: list[threading.Thread] = field(default_factory=list)
     stop_event: threading.Event = field(default_factory=threading.Event)
 
@@ -215,6 +216,7 @@ def build_runtime(
     peft_config = lora_config(model_args)
     tokenizer = _load_tokenizer(model_path)
     runtime = Runtime(config, model_path, tokenizer, store, None, None, None)
+    runtime.model_id = model_args.model_name_or_path
     if state.is_main_process:
         _build_serving_side(runtime, start, peft_config, model_args.dtype)
     if train:
@@ -301,6 +303,7 @@ def start_server(runtime: Runtime, port: int | None = None, ui: bool = True):
     from openclaw_trl.serving.app import ServerThread, create_app
 
     settings = runtime.config.server_settings(port=port, ui=ui)
+    settings.model_id = runtime.model_id
     runtime.app = create_app(
         runtime.engine,
         runtime.collector,

@@ -43,6 +43,9 @@ class ServerSettings:
             never kept for retrieval by id); off, their conversation is flagged private (stored, never learned from).
         generation_threads: threads running blocking engine calls (concurrent requests batch there).
         ui: mount the Gradio UI at ``/``.
+        model_id: what serves, as the recipe names it (``model_name_or_path``) or the model directory: the UI's
+            header shows it, and the offline toy model (``openclaw-trl/toy``) gets its guide (what it knows,
+            what to type). ``None``: the engine's model path.
     """
 
     host: str = "127.0.0.1"
@@ -60,6 +63,7 @@ class ServerSettings:
     learn_unstored_responses: bool = True
     generation_threads: int = 32
     ui: bool = True
+    model_id: str | None = None
 
     def __post_init__(self) -> None:
         if not self.model_names:

@@ -44,76 +44,30 @@ from openclaw_trl.serving.ui_chat import (
     with_content,
     without_after,
 )
+from openclaw_trl.serving.ui_guide import Guide, controls_markdown, correction_prompt, guide_for
+from openclaw_trl.serving.ui_panel import PanelViews, WhatChanged
 from openclaw_trl.serving.ui_versions import VersionControls
 
-INTRO = (
-    "Talk to the model: every reply teaches it. On any answer: 👍/👎 rates it, ✎ edits it into what it "
-    "should have said (a correction). On the last one: ↻ asks for another answer (this one is rejected), "
-    "↶ undoes the exchange without teaching anything. The correction box applies to the answer you rated "
-    "last, else to the latest one."
-)
 STATUS_EVERY_S = 2.0
-# the trainer logs dozens of metrics (TRL names); the panel shows these when present
-PANEL_METRICS = (
-    "step",
-    "loss",
-    "reward",
-    "opd/hint_accept_rate",
-    "grad_norm",
-    "samples/staleness",
-    "step_time",
-)
+FOCUS_CORRECTION_JS = """() => {
+  const prompt = document.getElementById('correction-prompt');
+  const box = document.querySelector('#correction textarea');
+  if (prompt && box && prompt.innerText.trim()) {
+    box.scrollIntoView({block: 'nearest'});
+    box.focus();
+  }
+}"""
+"""After a 👎: bring the correction box into view and focus it (the prompt line is shown only then)."""
 
 
-def _metric(name: str, value) -> str:
-    return (
-        f"{name} = {value:.4g}"
-        if isinstance(value, int | float) and not isinstance(value, bool)
-        else f"{name} = {value}"
-    )
-
-
-def _status_views(status: dict):
-    """The learning panel: a summary line, the last hints, and the per-update curves."""
-    import pandas as pd
-
-    version = status.get("policy_version", 0)
-    waiting, batch = status.get("samples_waiting"), status.get("batch_size")
-    lines = [f"**Policy version:** v{version}"]
-    if waiting is not None:
-        lines.append(f"**Samples waiting:** {waiting}" + (f" / {batch} per update" if batch else ""))
-    failed, teacherless = status.get("turns_failed"), status.get("teacher_failed")
-    if failed or teacherless:
-        lines.append(
-            f"**Not learned from:** {failed or 0} turns failed judging, {teacherless or 0} lost their teacher"
-        )
-    metrics = status.get("last_metrics") or {}
-    if metrics:
-        keys = [k for k in PANEL_METRICS if k in metrics] or list(metrics)[:8]
-        shown = ", ".join(_metric(k, metrics[k]) for k in keys)
-        lines.append(f"**Last update:** {shown}")
-    hints = status.get("last_hints") or []
-    hints_md = (
-        "\n".join(f"- {html.escape(str(h))[:300]}" for h in hints[-5:])
-        if hints
-        else "_No hints extracted yet: correct an answer or keep chatting._"
-    )
-    history = status.get("history") or []
-    frame = pd.DataFrame(
-        [
-            {
-                "step": h.get("step", i + 1),
-                "reward_mean": h.get("reward_mean"),
-                "hint_accept_rate": h.get("hint_accept_rate"),
-            }
-            for i, h in enumerate(history)
-        ],
-        columns=["step", "reward_mean", "hint_accept_rate"],
-    )
-    # Logged metrics can arrive as strings, and an empty frame has object columns: either would be plotted as
-    # categories (an unordered axis), so the curves are floats from the first, empty, view on.
-    frame = frame.apply(pd.to_numeric, errors="coerce").astype("float64")
-    return "  \n".join(lines), hints_md, frame, frame
+def correction_window_s(service: ChatService) -> float | None:
+    """How long the server keeps a rating from training while a correction may follow (the session config's
+    ``correction_window_s``); ``None`` when it keeps none."""
+    for config in (getattr(service.collector, "config", None), service.settings):
+        window = getattr(config, "correction_window_s", None)
+        if isinstance(window, int | float) and window > 0:
+            return float(window)
+    return None
 
 
 def _chat(history: list, conv: dict):
@@ -124,9 +78,12 @@ def _chat(history: list, conv: dict):
 class UiHandlers:
     """The UI's events, each a method on the shared ``ChatService`` (the conversation is Gradio state)."""
 
-    def __init__(self, service: ChatService):
-        self.service = service
+    def __init__(self, service: ChatService, guide: Guide, learning=None):
+        self.service, self.guide = service, guide
         self.model = service.settings.model_names[0]
+        self.window_s = correction_window_s(service)
+        self.panel = PanelViews(service.store, learning)
+        self.changed = WhatChanged(service) if guide.toy else None
 
     async def respond(self, text: str, history: list, conv: dict, private: bool):
         """Send a message; the answer streams into the chat, then the conversation records its turn."""
@@ -137,6 +94,12 @@ class UiHandlers:
         messages = conv["messages"] + [{"role": "user", "content": text}]
         history = history + [{"role": "user", "content": text}]
         async for update in self._answer(messages, history, conv, private, restore=text):
+            yield update
+
+    async def on_example(self, history: list, conv: dict, private: bool, data: gr.SelectData):
+        """A clicked example prompt: sent as if typed."""
+        text = (data.value or {}).get("text", "") if isinstance(data.value, dict) else str(data.value or "")
+        async for update in self.respond(text, history, conv, private):
             yield update
 
     async def _answer(self, messages: list[dict], history: list, conv: dict, private: bool, restore: str):
@@ -191,29 +154,27 @@ class UiHandlers:
         return history + [m for _, m in shown], conv, note
 
     def on_like(self, conv: dict, data: gr.LikeData):
-        """👍/👎 on any answer: the explicit next state of its turn."""
+        """👍/👎 on any answer: the explicit next state of its turn. After a 👎 the correction box is offered
+        (the prompt line; ``FOCUS_CORRECTION_JS`` then focuses the box). Returns (conversation, notice,
+        correction prompt)."""
         turn = conv["turn_of"].get(str(event_index(data)))
         if turn is None:
-            return conv, "That message has no recorded turn."
+            return conv, "That message has no recorded turn.", ""
         if data.liked not in (True, False):  # the thumb clicked again: Gradio clears it, the server keeps it
-            return conv, f"The rating recorded for turn {turn} stays; rate again to change it."
+            return conv, f"The rating recorded for turn {turn} stays; rate again to change it.", ""
         rating = 1 if data.liked else -1
         try:
             result = self.service.feedback(turn, rating, None, session=conv["session_id"])
         except ApiError as err:
-            return conv, f"Feedback not recorded: {err.message}"
+            return conv, f"Feedback not recorded: {err.message}", ""
         thumb = "👍" if rating > 0 else "👎"
         rated = dict(conv["rated"], **{str(turn): "Like" if rating > 0 else "Dislike"})
         conv = dict(conv, target=turn, rated=rated)
         if not result.attached:
-            return conv, f"{thumb} recorded for turn {turn} (not learned from: {result.reason})."
+            return conv, f"{thumb} recorded for turn {turn} (not learned from: {result.reason}).", ""
         if rating > 0:
-            return conv, f"👍 recorded for turn {turn}."
-        return (
-            conv,
-            f"👎 recorded for turn {turn}. Edit the answer (✎), or write below what it should have said, to "
-            "teach the model.",
-        )
+            return conv, f"👍 recorded for turn {turn}.", ""
+        return conv, f"👎 recorded for turn {turn}.", correction_prompt(turn, self.window_s)
 
     def on_edit(self, history: list, conv: dict, data: gr.EditData):
         """An edited answer is a correction of its turn; edits of anything else are put back."""
@@ -247,20 +208,23 @@ class UiHandlers:
         return _chat(history, conv), conv, note
 
     def on_correct(self, text: str, conv: dict):
-        """A typed correction of the answer rated last (else the latest answer)."""
+        """A typed correction of the answer rated last (else the latest answer). Returns (box, conversation,
+        notice, correction prompt: cleared once a correction is recorded)."""
         text = (text or "").strip()
         turn = conv.get("target") or conv.get("last_turn")
         if not text:
-            return gr.skip(), conv, "Write a correction first."
+            return gr.skip(), conv, "Write a correction first.", gr.skip()
         if turn is None:
-            return gr.skip(), conv, "There is no answer to correct yet."
+            return gr.skip(), conv, "There is no answer to correct yet.", gr.skip()
         try:
             result = self.service.correct(turn, text, session=conv["session_id"])
         except ApiError as err:
-            return gr.skip(), conv, f"Correction not recorded: {err.message}"
+            return gr.skip(), conv, f"Correction not recorded: {err.message}", gr.skip()
         if not result.attached:
-            return "", conv, f"✍️ Correction recorded for turn {turn} (not learned from: {result.reason})."
-        return "", conv, f"✍️ Correction recorded for turn {turn}: the model will learn from it."
+            note = f"✍️ Correction recorded for turn {turn} (not learned from: {result.reason})."
+        else:
+            note = f"✍️ Correction recorded for turn {turn}: it is what the model learns from that answer."
+        return "", conv, note, ""
 
     async def on_retry(self, history: list, conv: dict, private: bool, data: gr.RetryData):
         """Retry the last answer: its turn is rejected, and a new answer (a new turn) takes its place."""
@@ -311,7 +275,7 @@ class UiHandlers:
             self.service.end_session(conv["session_id"])
         except Exception as exc:  # ending is bookkeeping; a new conversation must still start
             gr.Warning(f"could not close the previous session: {exc}")
-        return [], new_conversation(), False, "New conversation."
+        return [], new_conversation(), False, "New conversation.", ""
 
     def on_private(self, private: bool, conv: dict):
         self.service.set_private(conv["session_id"], bool(private))
@@ -322,11 +286,24 @@ class UiHandlers:
         )
 
     def refresh(self):
-        """The learning panel's views, refreshed every ``STATUS_EVERY_S``."""
+        """The learning panel's views (``_Components.panel``), refreshed every ``STATUS_EVERY_S``: a chart
+        shows once it has data."""
         try:
-            return _status_views(self.service.status())
+            status = self.service.status()
+            summary, hints, rewards, hint_rates = self.panel(status)
         except Exception as exc:  # a status hiccup must not spam error toasts every tick
-            return _status_views({"policy_version": "?", "last_metrics": {"status error": str(exc)}})
+            return [f"_Learning status unavailable: {html.escape(str(exc))}_"] + [gr.skip()] * (
+                3 + (self.changed is not None)
+            )
+        views = [
+            summary,
+            hints,
+            gr.update(value=rewards, visible=not rewards.empty),
+            gr.update(value=hint_rates, visible=not hint_rates.empty),
+        ]
+        if self.changed is not None:
+            views.append(self.changed.markdown(int(status.get("policy_version") or 0)))
+        return views
 
 
 @dataclass
@@ -339,23 +316,30 @@ class _Components:
     send: Any
     new: Any
     private: Any
+    correction_prompt: Any
     correction: Any
     correct: Any
     notice: Any
-    panel: list  # summary, hints, reward plot, hint-rate plot: what ``_status_views`` returns, in order
+    panel: (
+        list  # summary, hints, reward plot, hint-rate plot (+ what changed): ``UiHandlers.refresh``, in order
+    )
 
 
-def _chat_column() -> dict:
-    """The chat, the message box, the conversation controls and the correction box."""
+def _chat_column(guide: Guide) -> dict:
+    """The chat (with the example prompts), the message box, the conversation controls, the correction box
+    and one line per control on what it teaches."""
     c = {
         "chatbot": gr.Chatbot(
             label="Chat",
+            show_label=False,
             height=460,
             elem_id="chat",
             feedback_options=("Like", "Dislike"),
             editable="all",  # Gradio has no "assistant only": edits of your own messages are put back
             buttons=["copy", "copy_all"],  # no "share" (to Hugging Face Spaces discussions)
             autoscroll=True,
+            examples=[{"text": text} for text in guide.examples] or None,
+            placeholder=guide.placeholder,
         )
     }
     with gr.Row():
@@ -366,40 +350,64 @@ def _chat_column() -> dict:
     with gr.Row():
         c["new"] = gr.Button("New conversation", elem_id="new-conversation")
         c["private"] = gr.Checkbox(label="Don't learn from this conversation", value=False, elem_id="private")
+    c["correction_prompt"] = gr.Markdown("", elem_id="correction-prompt")
     with gr.Row():
         c["correction"] = gr.Textbox(
-            placeholder="Correct this answer: what should it have said?",
+            placeholder="Correct the answer you rated last: what should it have said?",
             show_label=False,
             scale=5,
             elem_id="correction",
         )
         c["correct"] = gr.Button("Send correction", scale=1, elem_id="send-correction")
     c["notice"] = gr.Markdown("", elem_id="notice")
+    with gr.Accordion("What each control teaches", open=False, elem_id="controls-help"):
+        gr.Markdown(controls_markdown())
     return c
 
 
-def _learning_panel() -> list:
-    """The status panel: the summary, the last hints and the per-update curves."""
+def _learning_panel(guide: Guide) -> list:
+    """The status panel: the summary in words, the hints learned, the curves (hidden until they have data)
+    and, for the toy model, what changed in its answers."""
     gr.Markdown("### Learning")
     summary = gr.Markdown("", elem_id="learning-status")
-    gr.Markdown("**Last hints extracted**")
+    changed = None
+    if guide.toy:
+        gr.Markdown("**What changed**")
+        changed = gr.Markdown("", elem_id="what-changed")
+    gr.Markdown("**Hints learned**")
     hints = gr.Markdown("", elem_id="hints")
-    reward_plot = gr.LinePlot(x="step", y="reward_mean", title="Reward per update", height=200, y_lim=[-1, 1])
-    hint_plot = gr.LinePlot(
-        x="step", y="hint_accept_rate", title="Accepted-hint rate per update", height=200, y_lim=[0, 1]
+    reward_plot = gr.LinePlot(
+        x="step",
+        y="reward",
+        color="series",
+        title="Average reward per update",
+        height=220,
+        y_lim=[-1, 1],
+        visible=False,
+        elem_id="reward-chart",
     )
-    return [summary, hints, reward_plot, hint_plot]
+    hint_plot = gr.LinePlot(
+        x="step",
+        y="hint_accept_rate",
+        title="Hints the teacher accepted, per update",
+        height=200,
+        y_lim=[0, 1],
+        visible=False,
+        elem_id="hint-chart",
+    )
+    return [summary, hints, reward_plot, hint_plot] + ([changed] if changed is not None else [])
 
 
-def _layout(title: str, versions: VersionControls | None = None) -> _Components:
-    """The page: a title, the chat column on the left, the learning panel (and ``versions``) on the right."""
+def _layout(guide: Guide, versions: VersionControls | None = None) -> _Components:
+    """The page: the guide's header, the chat column on the left, the learning panel (and ``versions``) on
+    the right."""
     conv = gr.State(new_conversation())
-    gr.Markdown(f"## {html.escape(title)}\n{INTRO}")
+    gr.Markdown(guide.header, elem_id="header")
     with gr.Row():
         with gr.Column(scale=3):
-            chat = _chat_column()
+            chat = _chat_column(guide)
         with gr.Column(scale=2):
-            panel = _learning_panel()
+            panel = _learning_panel(guide)
             if versions is not None:
                 versions.build()
     return _Components(conv=conv, panel=panel, **chat)
@@ -410,14 +418,19 @@ def _wire(demo, c: _Components, on: UiHandlers) -> None:
     chat_io = dict(inputs=[c.box, c.chatbot, c.conv, c.private], outputs=[c.box, c.chatbot, c.conv, c.notice])
     c.box.submit(on.respond, **chat_io)
     c.send.click(on.respond, **chat_io)
-    c.chatbot.like(on.on_like, inputs=[c.conv], outputs=[c.conv, c.notice])
+    c.chatbot.example_select(on.on_example, inputs=[c.chatbot, c.conv, c.private], outputs=chat_io["outputs"])
+    c.chatbot.like(on.on_like, inputs=[c.conv], outputs=[c.conv, c.notice, c.correction_prompt]).then(
+        None, js=FOCUS_CORRECTION_JS
+    )
     c.chatbot.edit(on.on_edit, inputs=[c.chatbot, c.conv], outputs=[c.chatbot, c.conv, c.notice])
     c.chatbot.retry(on.on_retry, inputs=[c.chatbot, c.conv, c.private], outputs=chat_io["outputs"])
     c.chatbot.undo(on.on_undo, inputs=[c.chatbot, c.conv], outputs=[c.box, c.chatbot, c.conv, c.notice])
-    correct_io = dict(inputs=[c.correction, c.conv], outputs=[c.correction, c.conv, c.notice])
+    correct_io = dict(
+        inputs=[c.correction, c.conv], outputs=[c.correction, c.conv, c.notice, c.correction_prompt]
+    )
     c.correct.click(on.on_correct, **correct_io)
     c.correction.submit(on.on_correct, **correct_io)
-    new_io = dict(inputs=[c.conv], outputs=[c.chatbot, c.conv, c.private, c.notice])
+    new_io = dict(inputs=[c.conv], outputs=[c.chatbot, c.conv, c.private, c.notice, c.correction_prompt])
     c.new.click(on.on_new, **new_io)
     c.chatbot.clear(on.on_new, **new_io)  # the chat's 🗑: a new conversation, as the button
     c.private.input(on.on_private, inputs=[c.private, c.conv], outputs=[c.notice])
@@ -425,13 +438,19 @@ def _wire(demo, c: _Components, on: UiHandlers) -> None:
     demo.load(on.refresh, outputs=c.panel)
 
 
-def build_ui(service: ChatService, title: str = "openclaw-trl", learning=None):
+def build_ui(service: ChatService, title: str | None = None, learning=None):
     """The ``gr.Blocks`` app (mounted at ``/`` by ``openclaw_trl.serving.app.create_app``); ``learning`` (a
-    ``LearningControl``) backs the panel's version controls (``serving.ui_versions``)."""
-    handlers = UiHandlers(service)
+    ``LearningControl``) backs the panel's version controls (``serving.ui_versions``). ``title``: the
+    browser tab's title (default: the guide's, ``serving.ui_guide``)."""
+    status = service.status()
+    guide = guide_for(
+        service.settings.model_id or getattr(service.engine, "model_path", None),
+        status.get("batch_size"),
+    )
+    handlers = UiHandlers(service, guide, learning)
     versions = VersionControls(service, learning)
-    with gr.Blocks(title=title) as demo:
-        _wire(demo, _layout(title, versions), handlers)
+    with gr.Blocks(title=title or guide.title) as demo:
+        _wire(demo, _layout(guide, versions), handlers)
         versions.wire(demo)
     demo.queue(default_concurrency_limit=16)
     return demo

@@ -11,10 +11,15 @@ import uuid
 from openclaw_trl.judge import flatten_content
 
 REASONING_TITLE = "💭 Reasoning"
-VERSION_CLASS = "policy-version"  # the muted line under each answer
+VERSION_PREFIX = "policy v"
+"""How the muted line under each answer starts: plain text (a screen reader reads each message's text as its
+label, so no markup), muted by ``UI_CSS`` through that label."""
 UI_CSS = f"""
-#chat .{VERSION_CLASS} {{ font-size: 0.78em; opacity: 0.6; }}
+#chat [aria-label^="bot's message: {VERSION_PREFIX}"] {{ font-size: 0.78em; opacity: 0.6; }}
+#chat .bubble-wrap {{ padding-top: 2.5rem; }}
 """
+"""The version line muted; room above the first message for the chat's toolbar (🗑, copy), which floats over
+the top of the chat."""
 
 
 def new_conversation() -> dict:
@@ -33,7 +38,7 @@ def new_conversation() -> dict:
 
 def version_line(version, edited: bool = False) -> str:
     note = " · ✍️ edited: your version is its correction" if edited else ""
-    return f'<span class="{VERSION_CLASS}">policy v{version}{note}</span>'
+    return f"{VERSION_PREFIX}{version}{note}"
 
 
 def display_assistant(message: dict, version=None) -> list[tuple[str, dict]]:
