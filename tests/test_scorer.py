@@ -395,7 +395,7 @@ def test_poison_turn_is_set_aside_after_max_attempts_while_later_turns_are_judge
     from openclaw_trl.config import OpenClawConfig
     from openclaw_trl.export import collect_rows
     from openclaw_trl.runtime import Runtime
-    from openclaw_trl.serving.ui import _status_views
+    from openclaw_trl.serving.ui_panel import PanelViews
 
     path = tmp_path / "s.db"
     with Store(path) as store:
@@ -418,7 +418,7 @@ def test_poison_turn_is_set_aside_after_max_attempts_while_later_turns_are_judge
         assert row["status"] == "failed" and row["judge_error"] == p1.judge_error
         status = Runtime(OpenClawConfig(output_dir=str(tmp_path)), "", None, store, None, None, None).status()
         assert (status["turns_failed"], status["teacher_failed"]) == (1, 0)
-        assert "1 turns failed judging" in _status_views(status)[0]
+        assert "1 answer the judge could not score" in PanelViews(store)(status)[0]
 
 
 def test_turns_that_lose_their_teacher_are_counted(tmp_path, tiny_tokenizer, engine):
@@ -523,16 +523,15 @@ def test_judge_and_teacher_prompts_are_bounded(tmp_path, tiny_tokenizer, engine)
 
 
 def test_status_curves_are_numeric_even_when_metrics_arrive_as_strings():
-    from openclaw_trl.serving.ui import _status_views
+    from openclaw_trl.serving.ui_panel import hint_frame, reward_frame
 
-    status = {
-        "history": [
-            {"step": 1, "reward_mean": "-1"},
-            {"step": 2, "reward_mean": "0.5", "hint_accept_rate": "1"},
-        ]
-    }
-    _, _, frame, _ = _status_views(status)
-    assert frame["reward_mean"].tolist() == [-1.0, 0.5]
-    assert frame["reward_mean"].dtype.kind == "f" and frame["hint_accept_rate"].dtype.kind == "f"
-    (_, _, empty, _) = _status_views({})
-    assert empty["reward_mean"].dtype.kind == "f"  # the first view fixes the axis type in the browser
+    history = [
+        {"step": 1, "reward_mean": "-1"},
+        {"step": 2, "reward_mean": "0.5", "hint_accept_rate": "1"},
+    ]
+    rewards, hints = reward_frame(history, set(), []), hint_frame(history)
+    assert rewards["reward"].tolist() == [-1.0, 0.5]
+    assert rewards["reward"].dtype.kind == "f" and hints["hint_accept_rate"].dtype.kind == "f"
+    empty = reward_frame([], set(), [])
+    assert empty.empty and empty["reward"].dtype.kind == "f"  # the first view fixes the axis type
+    assert hint_frame([{"step": 1, "reward_mean": 1.0, "hint_accept_rate": 0.0}]).empty  # no hints: no chart

@@ -376,20 +376,27 @@ def _learning_panel(guide: Guide) -> list:
         changed = gr.Markdown("", elem_id="what-changed")
     gr.Markdown("**Hints learned**")
     hints = gr.Markdown("", elem_id="hints")
-    reward_plot = gr.LinePlot(
+    # points, not lines: a line needs two updates to show, and an undone update is a point of its own colour
+    reward_plot = gr.ScatterPlot(
         x="step",
         y="reward",
         color="series",
         title="Average reward per update",
+        x_title="update",
+        y_title="average reward",
+        x_axis_format="d",
         height=220,
         y_lim=[-1, 1],
         visible=False,
         elem_id="reward-chart",
     )
-    hint_plot = gr.LinePlot(
+    hint_plot = gr.ScatterPlot(
         x="step",
         y="hint_accept_rate",
-        title="Hints the teacher accepted, per update",
+        title="Share of hints the teacher accepted, per update",
+        x_title="update",
+        y_title="accepted",
+        x_axis_format="d",
         height=200,
         y_lim=[0, 1],
         visible=False,

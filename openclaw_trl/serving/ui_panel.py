@@ -105,7 +105,7 @@ def summary_markdown(status: dict, feedback: FeedbackCounts, trained: int, undon
     failed, teacherless = status.get("turns_failed"), status.get("teacher_failed")
     if failed or teacherless:
         lines.append(
-            f"**Not learned from:** {failed or 0} answers the judge could not score, "
+            f"**Not learned from:** {_plural(failed or 0, 'answer')} the judge could not score, "
             f"{teacherless or 0} without a teacher."
         )
     return "  \n".join(lines)
@@ -215,6 +215,15 @@ def style_of(answer: str) -> str:
     return next((s.name for s in world.STYLES if s.matches(answer)), "other")
 
 
+def _changed_style(now: StyleCounts, base: StyleCounts | None) -> str:
+    """The style to report: the one whose share grew most since before learning (``base``), else the most
+    common now."""
+    common = [style for style, _ in now.counts.most_common()]
+    if base is None:
+        return common[0]
+    return max(common, key=lambda style: (now.counts[style] - base.counts[style], now.counts[style]))
+
+
 class WhatChanged:
     """The toy model's "What changed": styles of sampled answers per version (module docstring)."""
 
@@ -245,13 +254,14 @@ class WhatChanged:
         return "  \n".join(self._line(r, before, version, previous) for r in result)
 
     def _line(self, now: StyleCounts, before: list[StyleCounts], version: int, previous: int | None) -> str:
-        style, count = now.counts.most_common(1)[0]
+        base = self._base.get(now.prompt)
+        style = _changed_style(now, base)
+        count = now.counts[style]
         words = STYLE_WORDS.get(style, (style, ""))[0]
         parts = [
             f"answers to *{html.escape(now.prompt)}* are now {words} in {count} of {now.samples} samples"
         ]
         earlier = [f"v{previous}: {c.counts[style]}" for c in before if c.prompt == now.prompt]
-        base = self._base.get(now.prompt)
         if base is not None:
             earlier.append(f"before learning: {base.counts[style]}")
         tail = f" ({', '.join(earlier)} of {now.samples})" if earlier else ""
@@ -276,7 +286,7 @@ class WhatChanged:
         sampling = SamplingParams(
             temperature=service.settings.train_temperature,
             max_new_tokens=min(service.settings.default_max_tokens, CHANGE_MAX_TOKENS),
-            seed=version,
+            seed=0,  # the same dice for every version and the base model: differences come from the weights
         )
         batch = [t for t in turns for _ in range(self.samples)]
         answers = replay(service.engine, batch, "policy", sampling, priority="learn")

@@ -12,7 +12,7 @@ import time
 
 import gradio as gr
 
-from openclaw_trl.compare import compare_base_and_policy, markdown_table
+from openclaw_trl.compare import compare_base_and_policy, distinct_prompt_turns, markdown_table
 from openclaw_trl.engines.base import SamplingParams
 from openclaw_trl.serving.chat_service import ChatService
 from openclaw_trl.trainer.control import (
@@ -23,7 +23,7 @@ from openclaw_trl.trainer.control import (
 )
 
 COMPARE_PROMPTS = 3
-"""Recent prompts the "Did it learn for me?" button replays."""
+"""Recent distinct prompts the "Did it learn for me?" button replays (each once, however often it was asked)."""
 COMPARE_MAX_TOKENS = 96
 """Tokens per replayed reply (at most the server's default ``max_tokens``)."""
 REFRESH_S = 2.0
@@ -36,7 +36,7 @@ def versions_markdown(versions: list, paused: bool, trainer_state: str | None, w
     if not versions:
         lines.append("_No adapter versions yet: the first one is saved when training starts._")
         return "  \n".join(lines)
-    lines += ["", "| version | saved | samples | reward | |", "|---|---|---|---|---|"]
+    lines += ["", "| version | saved | samples | reward | state |", "|---|---|---|---|---|"]
     for v in versions:
         name = f"v{v.version}" + (f" = v{v.restored_from}" if v.restored_from is not None else "")
         if v.version == 0:
@@ -69,12 +69,13 @@ class VersionControls:
 
     def build(self) -> None:
         gr.Markdown("### Adapter versions")
-        self.table = gr.Markdown("", elem_id="versions")
+        table, choices, _ = self.refresh()
+        self.table = gr.Markdown(table, elem_id="versions")
         with gr.Row(equal_height=True):
             self.choice = gr.Dropdown(
                 label="Roll back to",
-                choices=[],
-                value=None,
+                choices=choices.get("choices", []),
+                value=choices.get("value"),
                 scale=3,
                 elem_id="rollback-version",
                 interactive=True,
@@ -88,7 +89,7 @@ class VersionControls:
         self.note = gr.Markdown("", elem_id="versions-notice")
         gr.Markdown("### Did it learn for me?")
         gr.Markdown(
-            f"Your last {COMPARE_PROMPTS} prompts (not the private ones) answered by the base model and by the "
+            f"Your last {COMPARE_PROMPTS} different prompts (not the private ones) answered by the base model and by the "
             "current adapter, with the same seed."
         )
         self.compare = gr.Button("Did it learn for me?", elem_id="did-it-learn")
@@ -96,16 +97,20 @@ class VersionControls:
 
     def wire(self, demo) -> None:
         listing = [self.table, self.choice, self.pause]
-        gr.Timer(REFRESH_S).tick(self.refresh, outputs=listing, show_progress="hidden", queue=False)
-        demo.load(self.refresh, outputs=listing)
+        gr.Timer(REFRESH_S).tick(
+            self.refresh, inputs=[self.choice], outputs=listing, show_progress="hidden", queue=False
+        )
+        demo.load(self.refresh, inputs=[self.choice], outputs=listing)
         self.rollback.click(self.on_rollback, inputs=[self.choice], outputs=[self.note, *listing])
+        # the listing keeps the version the person chose while it stays restorable
         self.pause.input(self.on_pause, inputs=[self.pause], outputs=[self.note])
         self.compare.click(self.on_compare, outputs=[self.comparison])
 
     # -- events ------------------------------------------------------------------------------------
 
-    def refresh(self, reset_choice: bool = False):
-        """The version list, the rollback choices (restorable versions but the serving one), the switch."""
+    def refresh(self, chosen=None):
+        """The version list, the rollback choices (restorable versions but the serving one, newest first)
+        with ``chosen`` kept while it is one of them, else the newest (one update back), and the switch."""
         if self.learning is None:
             note = "_This server does not train: no versions to list, roll back or pause._"
             return note, gr.update(choices=[], interactive=False), gr.update(interactive=False)
@@ -120,8 +125,9 @@ class VersionControls:
         ]
         waiting = self.service.store.count_waiting()
         table = versions_markdown(versions, paused, self.learning.trainer_state, waiting)
-        choice = gr.update(choices=choices, value=None) if reset_choice else gr.update(choices=choices)
-        return table, choice, gr.update(value=paused)
+        values = [value for _, value in choices]
+        value = chosen if chosen in values else (values[0] if values else None)
+        return table, gr.update(choices=choices, value=value), gr.update(value=paused)
 
     async def on_rollback(self, version):
         if self.learning is None:
@@ -137,7 +143,7 @@ class VersionControls:
             f"training continues from them. {result.samples_rolled_back} samples of the undone updates will not "
             "be trained on again."
         )
-        return note, *self.refresh(reset_choice=True)
+        return note, *self.refresh()
 
     def on_pause(self, paused: bool):
         if self.learning is None:
@@ -148,7 +154,7 @@ class VersionControls:
         return "Learning resumed: the next batch of judged samples updates the adapter."
 
     async def on_compare(self):
-        turns = await asyncio.to_thread(self.service.store.recent_prompt_turns, COMPARE_PROMPTS)
+        turns = await asyncio.to_thread(distinct_prompt_turns, self.service.store, COMPARE_PROMPTS)
         if not turns:
             return '_No prompts yet: chat first (conversations marked "don\'t learn" are left out)._'
         settings = self.service.settings
