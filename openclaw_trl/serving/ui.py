@@ -70,6 +70,12 @@ def correction_window_s(service: ChatService) -> float | None:
     return None
 
 
+def _steps_axis(frame) -> list[float]:
+    """The update axis from 0 to at least 10: whole numbers get the ticks (a narrower axis ticks at 1.5)."""
+    last = frame["step"].max() if not frame.empty else 0
+    return [0, max(10.0, float(last) + 1)]
+
+
 def _chat(history: list, conv: dict):
     """The chat with each answer's 👍/👎 as recorded: Gradio clears the thumbs whenever its value changes."""
     return gr.Chatbot(value=history, feedback_value=feedback_values(conv))
@@ -298,8 +304,8 @@ class UiHandlers:
         views = [
             summary,
             hints,
-            gr.update(value=rewards, visible=not rewards.empty),
-            gr.update(value=hint_rates, visible=not hint_rates.empty),
+            gr.update(value=rewards, visible=not rewards.empty, x_lim=_steps_axis(rewards)),
+            gr.update(value=hint_rates, visible=not hint_rates.empty, x_lim=_steps_axis(hint_rates)),
         ]
         if self.changed is not None:
             views.append(self.changed.markdown(int(status.get("policy_version") or 0)))

@@ -256,16 +256,17 @@ class WhatChanged:
     def _line(self, now: StyleCounts, before: list[StyleCounts], version: int, previous: int | None) -> str:
         base = self._base.get(now.prompt)
         style = _changed_style(now, base)
-        count = now.counts[style]
-        words = STYLE_WORDS.get(style, (style, ""))[0]
-        parts = [
-            f"answers to *{html.escape(now.prompt)}* are now {words} in {count} of {now.samples} samples"
-        ]
+        count, words = now.counts[style], STYLE_WORDS.get(style, (style, ""))[0]
+        prompt = f"answers to *{html.escape(now.prompt)}*"
+        if base is not None and base.counts[style] == count:
+            return (
+                f"v{version}: {prompt} are {words} in {count} of {now.samples} samples, as before learning."
+            )
         earlier = [f"v{previous}: {c.counts[style]}" for c in before if c.prompt == now.prompt]
         if base is not None:
             earlier.append(f"before learning: {base.counts[style]}")
         tail = f" ({', '.join(earlier)} of {now.samples})" if earlier else ""
-        return f"v{version}: {parts[0]}{tail}."
+        return f"v{version}: {prompt} are now {words} in {count} of {now.samples} samples{tail}."
 
     def _check(self, version: int) -> None:
         try:
