@@ -14,11 +14,13 @@ from openclaw_trl.serving.ui import correction_window_s
 from openclaw_trl.serving.ui_guide import correction_prompt, guide_for
 from openclaw_trl.serving.ui_panel import (
     ROLLBACK,
+    SERIES,
     UNDONE,
     FeedbackCounts,
     PanelViews,
     StyleCounts,
     WhatChanged,
+    has_points,
     reward_frame,
     style_of,
     summary_markdown,
@@ -108,13 +110,10 @@ def test_rolled_back_updates_are_marked_on_the_reward_curve(tmp_path):
         history = [{"step": s, "reward_mean": r} for s, r in ((1, -0.5), (2, 0.5), (4, 1.0))]
         assert undone_steps(store, 4, [1, 2, 4]) == {2}
         frame = reward_frame(history, {2}, [(3, 1)])
-        rows = list(zip(frame["step"], frame["reward"], frame["series"], strict=True))
-        assert rows == [
-            (1, -0.5, "update"),
-            (2, 0.5, UNDONE),
-            (3, -0.5, f"{ROLLBACK} to v1"),
-            (4, 1.0, "update"),
-        ]
+        assert list(frame["series"][:3]) == list(SERIES) and frame["step"][:3].isna().all()  # fixed colours
+        rows = list(zip(frame["step"][3:], frame["reward"][3:], frame["series"][3:], strict=True))
+        assert rows == [(1, -0.5, "update"), (2, 0.5, UNDONE), (4, 1.0, "update"), (3, -0.5, ROLLBACK)]
+        assert has_points(frame) and not has_points(reward_frame([], set(), []))
         panel = PanelViews(store)
         store.add_feedback(_turn(store, store.open_session("a"), "hi"), 1, None, True, "rating")
         summary, hints, rewards, _ = panel({"policy_version": 4, "history": history})

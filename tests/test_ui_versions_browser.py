@@ -55,7 +55,11 @@ def test_rollback_and_pause_from_the_panel(tmp_path, driver):  # noqa: F811
     wait.until(lambda d: "Rolled back to v1" in text("versions-notice"))
     assert run.version == 3 and "serve as v3" in text("versions-notice")
     wait.until(lambda d: "v3 = v1" in text("versions"))
-    driver.execute_script("document.getElementById('versions').scrollIntoView({block: 'center'})")
+    # the panel marks the undone update, and the next rollback is offered one update back (v0, not the undone v2)
+    wait.until(lambda d: "1 of them undone by a rollback" in text("learning-status"))
+    choice = driver.find_element(By.CSS_SELECTOR, "#rollback-version input")
+    wait.until(lambda d: choice.get_attribute("value") == "v0 (initial)")
+    driver.execute_script("document.getElementById('reward-chart').scrollIntoView({block: 'start'})")
     driver.save_screenshot(str(ARTIFACTS / "ui_versions_rollback.png"))
 
     # Pause: samples queue, no update; the chat still answers; then resume and the update runs.

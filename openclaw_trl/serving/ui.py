@@ -45,7 +45,7 @@ from openclaw_trl.serving.ui_chat import (
     without_after,
 )
 from openclaw_trl.serving.ui_guide import Guide, controls_markdown, correction_prompt, guide_for
-from openclaw_trl.serving.ui_panel import PanelViews, WhatChanged
+from openclaw_trl.serving.ui_panel import PanelViews, WhatChanged, has_points
 from openclaw_trl.serving.ui_versions import VersionControls
 
 STATUS_EVERY_S = 2.0
@@ -68,12 +68,6 @@ def correction_window_s(service: ChatService) -> float | None:
         if isinstance(window, int | float) and window > 0:
             return float(window)
     return None
-
-
-def _steps_axis(frame) -> list[float]:
-    """The update axis from 0 to at least 10: whole numbers get the ticks (a narrower axis ticks at 1.5)."""
-    last = frame["step"].max() if not frame.empty else 0
-    return [0, max(10.0, float(last) + 1)]
 
 
 def _chat(history: list, conv: dict):
@@ -304,8 +298,10 @@ class UiHandlers:
         views = [
             summary,
             hints,
-            gr.update(value=rewards, visible=not rewards.empty, x_lim=_steps_axis(rewards)),
-            gr.update(value=hint_rates, visible=not hint_rates.empty, x_lim=_steps_axis(hint_rates)),
+            # the value and visibility only: an update of any other property of a plot makes Gradio draw only its
+            # last point
+            gr.update(value=rewards, visible=has_points(rewards)),
+            gr.update(value=hint_rates, visible=not hint_rates.empty),
         ]
         if self.changed is not None:
             views.append(self.changed.markdown(int(status.get("policy_version") or 0)))
@@ -382,7 +378,8 @@ def _learning_panel(guide: Guide) -> list:
         changed = gr.Markdown("", elem_id="what-changed")
     gr.Markdown("**Hints learned**")
     hints = gr.Markdown("", elem_id="hints")
-    # points, not lines: a line needs two updates to show, and an undone update is a point of its own colour
+    # points, not lines: a line needs two updates to show, and an undone update is a point of its own colour;
+    # "~g": updates read 1, 2, 3 (not 1.000000)
     reward_plot = gr.ScatterPlot(
         x="step",
         y="reward",
@@ -390,7 +387,7 @@ def _learning_panel(guide: Guide) -> list:
         title="Average reward per update",
         x_title="update",
         y_title="average reward",
-        x_axis_format="d",
+        x_axis_format="~g",
         height=220,
         y_lim=[-1, 1],
         visible=False,
@@ -402,7 +399,7 @@ def _learning_panel(guide: Guide) -> list:
         title="Share of hints the teacher accepted, per update",
         x_title="update",
         y_title="accepted",
-        x_axis_format="d",
+        x_axis_format="~g",
         height=200,
         y_lim=[0, 1],
         visible=False,

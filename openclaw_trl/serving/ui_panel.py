@@ -29,8 +29,9 @@ from openclaw_trl.toy import world
 
 logger = logging.getLogger(__name__)
 
-KEPT, UNDONE, ROLLBACK = "update", "undone by a rollback", "rollback"
-"""The series of the reward chart."""
+KEPT, UNDONE, ROLLBACK = "update", "undone by a rollback", "rollback (to an earlier version)"
+SERIES = (KEPT, UNDONE, ROLLBACK)
+"""The series of the reward chart, in the order of their colours."""
 CHANGE_SAMPLES = 10
 """Answers sampled per prompt by "What changed" (per version, in the background)."""
 CHANGE_PROMPTS = 2
@@ -128,27 +129,34 @@ def hints_markdown(hints: list) -> str:
 
 def reward_frame(history: list[dict], undone: set[int], rollbacks: list[tuple[int, int]]):
     """Reward per update (``step``, ``reward``, ``series``): kept updates, those a rollback undid, and one
-    point per rollback ``(version, restored_from)`` at the reward of the update it went back to."""
+    point per rollback ``(version, restored_from)`` at the reward of the update it went back to.
+
+    Every frame starts with one empty row (no step, no reward: not drawn) per series, in a fixed order:
+    Gradio's chart fixes its colours to the series of the first data it draws, and would leave a series that
+    appears later undrawn."""
     import pandas as pd
 
-    rows = [
-        {"step": h.get("step", i + 1), "reward": h.get("reward_mean")}
-        for i, h in enumerate(history)
-        if h.get("reward_mean") is not None
-    ]
-    by_step = {r["step"]: r["reward"] for r in rows}
-    for r in rows:
-        r["series"] = UNDONE if r["step"] in undone else KEPT
+    rows = [{"step": None, "reward": None, "series": series} for series in SERIES]
+    by_step = {}
+    for i, h in enumerate(history):
+        if h.get("reward_mean") is not None:
+            step = h.get("step", i + 1)
+            by_step[step] = h["reward_mean"]
+            rows.append(
+                {"step": step, "reward": h["reward_mean"], "series": UNDONE if step in undone else KEPT}
+            )
     for version, restored in rollbacks:
-        rows.append(
-            {"step": version, "reward": by_step.get(restored, 0.0), "series": f"{ROLLBACK} to v{restored}"}
-        )
+        rows.append({"step": version, "reward": by_step.get(restored, 0.0), "series": ROLLBACK})
     frame = pd.DataFrame(rows, columns=["step", "reward", "series"])
     # logged metrics can arrive as strings: plotted as categories (an unordered axis) unless numeric
-    frame[["step", "reward"]] = (
-        frame[["step", "reward"]].apply(pd.to_numeric, errors="coerce").astype("float64")
-    )
-    return frame.sort_values("step")
+    numbers = frame[["step", "reward"]].apply(pd.to_numeric, errors="coerce").astype("float64")
+    frame[["step", "reward"]] = numbers
+    return frame
+
+
+def has_points(frame) -> bool:
+    """Whether a chart's frame has a point to draw (the empty rows of ``reward_frame`` are none)."""
+    return bool(frame["step"].notna().any())
 
 
 def hint_frame(history: list[dict]):
