@@ -114,10 +114,14 @@ def test_rolled_back_updates_are_marked_on_the_reward_curve(tmp_path):
         rows = list(zip(frame["step"][3:], frame["reward"][3:], frame["series"][3:], strict=True))
         assert rows == [(1, -0.5, "update"), (2, 0.5, UNDONE), (4, 1.0, "update"), (3, -0.5, ROLLBACK)]
         assert has_points(frame) and not has_points(reward_frame([], set(), []))
-        panel = PanelViews(store)
+        rolled = SimpleNamespace(version=3, restored_from=1)
+        panel = PanelViews(
+            store, SimpleNamespace(versions=lambda: [SimpleNamespace(version=4, restored_from=None), rolled])
+        )
         store.add_feedback(_turn(store, store.open_session("a"), "hi"), 1, None, True, "rating")
         summary, hints, rewards, _ = panel({"policy_version": 4, "history": history})
         assert "after 3 updates, 1 of them undone by a rollback" in summary and "1 👍" in summary
+        assert "**Last rollback:** v3 serves v1's weights again." in summary
         assert "No hints learned yet" in hints and UNDONE in set(rewards["series"])
 
 

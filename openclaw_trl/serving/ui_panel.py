@@ -82,9 +82,11 @@ def undone_steps(store, serving: int, steps: list[int]) -> set[int]:
     return {s for s in steps if s not in path and s <= serving}
 
 
-def summary_markdown(status: dict, feedback: FeedbackCounts, trained: int, undone: int) -> str:
+def summary_markdown(
+    status: dict, feedback: FeedbackCounts, trained: int, undone: int, rollback: tuple[int, int] | None = None
+) -> str:
     """The panel's summary in words: ``status`` (``learning_status``), the person's ``feedback``, the
-    answers ``trained`` on, and the updates a rollback ``undone``."""
+    answers ``trained`` on, the updates a rollback ``undone`` and the last ``rollback`` (version, restored)."""
     version = status.get("policy_version", 0)
     history = status.get("history") or []
     updates = len(history)
@@ -97,6 +99,8 @@ def summary_markdown(status: dict, feedback: FeedbackCounts, trained: int, undon
     else:
         lines = [f"**Serving v{version}**: the model as it started, no update yet."]
         lines.append(f"**Your feedback so far:** {feedback.words()}.")
+    if rollback is not None:
+        lines.append(f"**Last rollback:** v{rollback[0]} serves v{rollback[1]}'s weights again.")
     lines.append(_next_update(status))
     reward = history[-1].get("reward_mean") if history else None
     if isinstance(reward, int | float):
@@ -194,7 +198,8 @@ class PanelViews:
             if v.restored_from is not None
         ]
         trained = self.store.training_totals()["turns"]
-        summary = summary_markdown(status, self.feedback_counts(), trained, len(undone))
+        last = max(rollbacks, default=None)
+        summary = summary_markdown(status, self.feedback_counts(), trained, len(undone), last)
         return (
             summary,
             hints_markdown(status.get("last_hints") or []),
