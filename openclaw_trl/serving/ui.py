@@ -4,7 +4,10 @@ Every conversation is one session (a fresh id per "New conversation"). Each mess
 next state of the previous answer. The chatbot's own events are per-message signals on the turn that
 message belongs to (the server-side rules are in ``openclaw_trl.sessions.signals``):
 
-* 👍/👎 on any answer: that turn's explicit next state;
+* 👍/👎 on any answer: that turn's explicit next state; after a 👎 the correction box is offered right
+  there (a line saying a correction replaces the 👎, quoting the server's ``correction_window_s`` when its
+  session config has one, and the box focused);
+* a clicked example prompt (shown while the chat is empty): sent as if typed;
 * editing an answer (the pencil): a correction of that turn, the edited text being what it should have
   said (as the correction box does); the conversation goes on from the model's own answer;
 * retry (the last answer): that turn is rejected (a 👎 without text) and a new answer is sampled in its
@@ -15,6 +18,9 @@ message belongs to (the server-side rules are in ``openclaw_trl.sessions.signals
 Under each answer a muted line names the policy version that wrote it (display only: never part of the
 conversation or the stored turn). The UI calls the server's ``ChatService`` in-process: the same
 template, engine, collector and store as the OpenAI API.
+
+The page's words (title, header, examples, what each control teaches) come from ``serving.ui_guide``
+(the offline toy model gets its own), the learning panel's from ``serving.ui_panel``.
 
 ``build_ui`` = the layout (``_layout``: the chat column, the learning panel) + the event handlers
 (``UiHandlers``, one method per event) + the wiring between them (``_wire``). This module imports gradio;

@@ -10,6 +10,7 @@ guide is text, laid out by ``openclaw_trl.serving.ui``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from openclaw_trl.toy import TOY_MODEL_ID, world
 
@@ -55,11 +56,12 @@ class Guide:
 
 
 def guide_for(model_id: str | None, batch_size: int | None = None) -> Guide:
-    """The guide of the model ``model_id`` names (a recipe's ``model_name_or_path`` or a model directory);
+    """The guide of the model ``model_id`` names (a recipe's ``model_name_or_path``, or a model directory:
+    shown by its folder name);
     ``batch_size``: the rated answers per update, quoted in the toy's header."""
     if model_id == TOY_MODEL_ID:
         return _toy_guide(batch_size)
-    name = model_id or "the model"
+    name = (Path(model_id).name if Path(model_id).is_dir() else model_id) if model_id else "the model"
     return Guide(
         title=f"Chat with {name}: it learns from you",
         header=(
