@@ -180,7 +180,9 @@ class UiHandlers:
             return conv, f"{thumb} recorded for turn {turn} (not learned from: {result.reason}).", ""
         if rating > 0:
             return conv, f"👍 recorded for turn {turn}.", ""
-        return conv, f"👎 recorded for turn {turn}.", correction_prompt(turn, self.window_s)
+        # a server with a correction window says how long this 👎 waits; else the configured window, if any
+        window = getattr(result, "correction_seconds_left", None) or self.window_s
+        return conv, f"👎 recorded for turn {turn}.", correction_prompt(turn, window)
 
     def on_edit(self, history: list, conv: dict, data: gr.EditData):
         """An edited answer is a correction of its turn; edits of anything else are put back."""

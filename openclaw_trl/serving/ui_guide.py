@@ -107,7 +107,7 @@ def correction_prompt(turn: int, window_s: float | None) -> str:
     keeps a rating from training while a correction may follow (``None``: it keeps none, and a correction
     replaces the 👎 as long as the turn was not trained on yet)."""
     if window_s:
-        when = f"within {window_s:g} s"
+        when = f"within {round(window_s):d} s (and before your next message)"
     else:
         when = "before the next update trains on it"
     return (
