@@ -180,9 +180,14 @@ class UiHandlers:
             return conv, f"{thumb} recorded for turn {turn} (not learned from: {result.reason}).", ""
         if rating > 0:
             return conv, f"👍 recorded for turn {turn}.", ""
-        # a server with a correction window says how long this 👎 waits; else the configured window, if any
-        window = getattr(result, "correction_seconds_left", None) or self.window_s
-        return conv, f"👎 recorded for turn {turn}.", correction_prompt(turn, window)
+        return conv, f"👎 recorded for turn {turn}.", correction_prompt(turn, self._seconds_left(result))
+
+    def _seconds_left(self, result) -> float | None:
+        """How long this 👎 waits for its correction: what the result reports (``correction_seconds_left``,
+        a method or a value), else the configured window; None when the server keeps none."""
+        left = getattr(result, "correction_seconds_left", None)
+        left = left() if callable(left) else left
+        return left if isinstance(left, int | float) and left > 0 else self.window_s
 
     def on_edit(self, history: list, conv: dict, data: gr.EditData):
         """An edited answer is a correction of its turn; edits of anything else are put back."""
