@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from openclaw_trl.compare import distinct_prompt_turns
 from openclaw_trl.records import Feedback
-from openclaw_trl.serving.ui import correction_window_s
+from openclaw_trl.serving.ui import UiHandlers, correction_window_s
 from openclaw_trl.serving.ui_guide import correction_prompt, guide_for
 from openclaw_trl.serving.ui_panel import (
     ROLLBACK,
@@ -51,6 +51,11 @@ def test_the_correction_prompt_quotes_the_window_only_when_the_server_has_one():
     assert correction_window_s(service) == 20.0
     service.collector.config.correction_window_s = 0  # 0: no window
     assert correction_window_s(service) is None
+    # what a 👎's result reports wins over the configured window: a value or a method
+    handlers = SimpleNamespace(window_s=60.0)
+    assert UiHandlers._seconds_left(handlers, SimpleNamespace(correction_seconds_left=lambda: 42.0)) == 42.0
+    assert UiHandlers._seconds_left(handlers, SimpleNamespace(correction_seconds_left=None)) == 60.0
+    assert UiHandlers._seconds_left(handlers, SimpleNamespace()) == 60.0
 
 
 def _turn(store: Store, session: int, text: str) -> int:
