@@ -22,7 +22,7 @@ template, engine, collector and store as the OpenAI API.
 The page's words (title, header, examples, what each control teaches) come from ``serving.ui_guide``
 (the offline toy model gets its own), the learning panel's from ``serving.ui_panel``.
 
-``build_ui`` = the layout (``_layout``: the chat column, the learning panel) + the event handlers
+``build_ui`` = the layout (``serving.ui_layout``: the chat column, the learning panel) + the event handlers
 (``UiHandlers``, one method per event) + the wiring between them (``_wire``). This module imports gradio;
 ``openclaw_trl.serving.app`` imports it only when it mounts the UI. No ``from __future__ import annotations``
 here: Gradio reads the ``gr.LikeData`` annotation at runtime to inject the event data.
@@ -30,7 +30,6 @@ here: Gradio reads the ``gr.LikeData`` annotation at runtime to inject the event
 
 import asyncio
 import html
-from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
@@ -50,7 +49,8 @@ from openclaw_trl.serving.ui_chat import (
     with_content,
     without_after,
 )
-from openclaw_trl.serving.ui_guide import Guide, controls_markdown, correction_prompt, guide_for
+from openclaw_trl.serving.ui_guide import Guide, correction_prompt, guide_for
+from openclaw_trl.serving.ui_layout import Components, layout
 from openclaw_trl.serving.ui_panel import PanelViews, WhatChanged, has_points
 from openclaw_trl.serving.ui_versions import VersionControls
 
@@ -299,7 +299,7 @@ class UiHandlers:
         )
 
     def refresh(self):
-        """The learning panel's views (``_Components.panel``), refreshed every ``STATUS_EVERY_S``: a chart
+        """The learning panel's views (``ui_layout.Components.panel``), refreshed every ``STATUS_EVERY_S``: a chart
         shows once it has data."""
         try:
             status = self.service.status()
@@ -321,122 +321,7 @@ class UiHandlers:
         return views
 
 
-@dataclass
-class _Components:
-    """The components the events read and write."""
-
-    conv: Any
-    chatbot: Any
-    box: Any
-    send: Any
-    new: Any
-    private: Any
-    correction_prompt: Any
-    correction: Any
-    correct: Any
-    notice: Any
-    panel: (
-        list  # summary, hints, reward plot, hint-rate plot (+ what changed): ``UiHandlers.refresh``, in order
-    )
-
-
-def _chat_column(guide: Guide) -> dict:
-    """The chat (with the example prompts), the message box, the conversation controls, the correction box
-    and one line per control on what it teaches."""
-    c = {
-        "chatbot": gr.Chatbot(
-            label="Chat",
-            show_label=False,
-            height=460,
-            elem_id="chat",
-            feedback_options=("Like", "Dislike"),
-            editable="all",  # Gradio has no "assistant only": edits of your own messages are put back
-            buttons=["copy", "copy_all"],  # no "share" (to Hugging Face Spaces discussions)
-            autoscroll=True,
-            examples=[{"text": text} for text in guide.examples] or None,
-            placeholder=guide.placeholder,
-        )
-    }
-    with gr.Row():
-        c["box"] = gr.Textbox(
-            placeholder="Message the model…", show_label=False, scale=5, elem_id="msg", autofocus=True
-        )
-        c["send"] = gr.Button("Send", variant="primary", scale=1, elem_id="send")
-    with gr.Row():
-        c["new"] = gr.Button("New conversation", elem_id="new-conversation")
-        c["private"] = gr.Checkbox(label="Don't learn from this conversation", value=False, elem_id="private")
-    c["correction_prompt"] = gr.Markdown("", elem_id="correction-prompt")
-    with gr.Row():
-        c["correction"] = gr.Textbox(
-            placeholder="Correct the answer you rated last: what should it have said?",
-            show_label=False,
-            scale=5,
-            elem_id="correction",
-        )
-        c["correct"] = gr.Button("Send correction", scale=1, elem_id="send-correction")
-    c["notice"] = gr.Markdown("", elem_id="notice")
-    with gr.Accordion("What each control teaches", open=False, elem_id="controls-help"):
-        gr.Markdown(controls_markdown())
-    return c
-
-
-def _learning_panel(guide: Guide) -> list:
-    """The status panel: the summary in words, the hints learned, the curves (hidden until they have data)
-    and, for the toy model, what changed in its answers."""
-    gr.Markdown("### Learning")
-    summary = gr.Markdown("", elem_id="learning-status")
-    changed = None
-    if guide.toy:
-        gr.Markdown("**What changed**")
-        changed = gr.Markdown("", elem_id="what-changed")
-    gr.Markdown("**Hints learned**")
-    hints = gr.Markdown("", elem_id="hints")
-    # points, not lines: a line needs two updates to show, and an undone update is a point of its own colour;
-    # "~g": updates read 1, 2, 3 (not 1.000000)
-    reward_plot = gr.ScatterPlot(
-        x="step",
-        y="reward",
-        color="series",
-        title="Average reward per update",
-        x_title="update",
-        y_title="average reward",
-        x_axis_format="~g",
-        height=220,
-        y_lim=[-1, 1],
-        visible=False,
-        elem_id="reward-chart",
-    )
-    hint_plot = gr.ScatterPlot(
-        x="step",
-        y="hint_accept_rate",
-        title="Share of hints the teacher accepted, per update",
-        x_title="update",
-        y_title="accepted",
-        x_axis_format="~g",
-        height=200,
-        y_lim=[0, 1],
-        visible=False,
-        elem_id="hint-chart",
-    )
-    return [summary, hints, reward_plot, hint_plot] + ([changed] if changed is not None else [])
-
-
-def _layout(guide: Guide, versions: VersionControls | None = None) -> _Components:
-    """The page: the guide's header, the chat column on the left, the learning panel (and ``versions``) on
-    the right."""
-    conv = gr.State(new_conversation())
-    gr.Markdown(guide.header, elem_id="header")
-    with gr.Row():
-        with gr.Column(scale=3):
-            chat = _chat_column(guide)
-        with gr.Column(scale=2):
-            panel = _learning_panel(guide)
-            if versions is not None:
-                versions.build()
-    return _Components(conv=conv, panel=panel, **chat)
-
-
-def _wire(demo, c: _Components, on: UiHandlers) -> None:
+def _wire(demo, c: Components, on: UiHandlers) -> None:
     """Connect each component's events to its handler; the panel refreshes on load and on a timer."""
     chat_io = dict(inputs=[c.box, c.chatbot, c.conv, c.private], outputs=[c.box, c.chatbot, c.conv, c.notice])
     c.box.submit(on.respond, **chat_io)
@@ -473,7 +358,7 @@ def build_ui(service: ChatService, title: str | None = None, learning=None):
     handlers = UiHandlers(service, guide, learning)
     versions = VersionControls(service, learning)
     with gr.Blocks(title=title or guide.title) as demo:
-        _wire(demo, _layout(guide, versions), handlers)
+        _wire(demo, layout(guide, versions), handlers)
         versions.wire(demo)
     demo.queue(default_concurrency_limit=16)
     return demo
