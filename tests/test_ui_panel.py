@@ -5,6 +5,7 @@ prompts "Did it learn for me?" replays. Real SQLite stores; the browser flows ar
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from types import SimpleNamespace
 
@@ -24,6 +25,7 @@ from openclaw_trl.serving.ui_panel import (
     reward_frame,
     style_of,
     summary_markdown,
+    taught_style,
     undone_steps,
 )
 from openclaw_trl.store import Store
@@ -58,12 +60,14 @@ def test_the_correction_prompt_quotes_the_window_only_when_the_server_has_one():
     assert UiHandlers._seconds_left(handlers, SimpleNamespace()) == 60.0
 
 
-def _turn(store: Store, session: int, text: str) -> int:
+def _turn(store: Store, session: int, text: str, answer: str = "- a.") -> int:
     messages = [{"role": "user", "content": text}]
     ids = [ord(c) % 200 for c in text]
+    reply = {"role": "assistant", "content": answer}
     return store.add_turn(
-        session, "main", messages, None, ids, [1, 2], [-0.1, -0.2], "- a.", 1.0, 0, "stop", True
-    )
+        session, "main", messages, None, ids, [1, 2], [-0.1, -0.2], answer, 1.0, 0, "stop", True,
+        response_message=reply,
+    )  # fmt: skip
 
 
 def test_did_it_learn_shows_each_recent_prompt_once(tmp_path):
@@ -131,9 +135,9 @@ def test_rolled_back_updates_are_marked_on_the_reward_curve(tmp_path):
 
 
 def test_what_changed_reports_the_style_that_grew():
-    assert [
-        style_of(world.render_answer(s, "apples", __import__("random").Random(0))) for s in world.STYLE_NAMES
-    ] == list(world.STYLE_NAMES)
+    assert [style_of(world.render_answer(s, "apples", random.Random(0))) for s in world.STYLE_NAMES] == list(
+        world.STYLE_NAMES
+    )
     assert style_of("Apples are nice.") == "other"
     changed = WhatChanged(service=None)
     prompt = "Tell me about apples."
@@ -144,3 +148,24 @@ def test_what_changed_reports_the_style_that_grew():
         "v2: answers to *Tell me about apples.* are now bulleted in 8 of 10 samples (v1: 5, before learning: 2 of 10)."
     )
     assert "After the first update" in changed.markdown(0)
+    changed._taught = "casual"  # the person's feedback teaches the casual style: its count is reported
+    assert "are now casual in 2 of 10 samples (v1: 4, before learning: 5 of 10)" in changed.markdown(2)
+
+
+def test_the_taught_style_comes_from_ratings_and_corrections(tmp_path):
+    rng = random.Random(0)
+    with Store(tmp_path / "s.db") as store:
+        session = store.open_session("a")
+
+        def answered(style: str) -> int:
+            return _turn(store, session, "Tell me about apples.", world.render_answer(style, "apples", rng))
+
+        assert taught_style(store) is None
+        store.add_feedback(answered("casual"), 1, None, True, "rating")
+        assert taught_style(store) == "casual"
+        store.add_feedback(answered("formal"), -1, None, True, "rating")
+        request = world.style_request("bullets")
+        store.add_feedback(answered("formal"), -1, f"No, not like that. {request}", True, "correction")
+        store.add_feedback(answered("numbered"), -1, "- Apples grow on trees.", True, "edit")
+        store.add_feedback(answered("numbered"), -1, None, True, "reject")
+        assert taught_style(store) == "bullets"  # bullets 2 (a request, an edit), casual 1

@@ -9,7 +9,8 @@
 * :class:`WhatChanged` (the offline toy model): after each update, a few answers of the serving version to
   the person's recent prompts are sampled in the background (``learn`` priority: chat turns go first) and
   classified by the toy world's style patterns, once per version: "answers to *Tell me about apples.* are
-  now bulleted in 8 of 10 samples (before learning: 3 of 10)".
+  now bulleted in 8 of 10 samples (before learning: 3 of 10)", for the style the person's 👍/👎 and
+  corrections teach (``taught_style``).
 
 No Gradio here: ``openclaw_trl.serving.ui`` lays these out.
 """
@@ -228,9 +229,29 @@ def style_of(answer: str) -> str:
     return next((s.name for s in world.STYLES if s.matches(answer)), "other")
 
 
-def _changed_style(now: StyleCounts, base: StyleCounts | None) -> str:
-    """The style to report: the one whose share grew most since before learning (``base``), else the most
-    common now."""
+def taught_style(store) -> str | None:
+    """The style the person teaches, from their feedback: +1 for the style of an answer they 👍, -1 for one
+    they 👎, +1 for the style a correction is written in or asks for (the toy world's request sentences);
+    the best-scoring style when its score is positive, else None."""
+    score: Counter = Counter()
+    for f in store.iter_feedback():
+        if f.kind in ("correction", "edit") and f.text:
+            asked = [s.name for s in world.STYLES if s.request in f.text or s.matches(f.text)]
+            score.update(asked[:1])
+        elif f.rating is not None and f.kind in (None, "rating", "reject"):
+            turn = store.get_turn(f.turn_id)
+            answer = (turn.response_message or {}).get("content") if turn is not None else None
+            score[style_of(answer or "")] += 1 if f.rating > 0 else -1
+    score.pop("other", None)
+    best = score.most_common(1)
+    return best[0][0] if best and best[0][1] > 0 else None
+
+
+def _changed_style(now: StyleCounts, base: StyleCounts | None, taught: str | None = None) -> str:
+    """The style to report: the one the person teaches (``taught``), else the one whose share grew most
+    since before learning (``base``), else the most common now."""
+    if taught is not None:
+        return taught
     common = [style for style, _ in now.counts.most_common()]
     if base is None:
         return common[0]
@@ -246,6 +267,7 @@ class WhatChanged:
         self._by_version: dict[int, list[StyleCounts]] = {}
         self._base: dict[str, StyleCounts] = {}  # prompt text -> the base model's styles (sampled once)
         self._running: int | None = None
+        self._taught: str | None = None  # the style the person's feedback teaches (``taught_style``)
 
     def markdown(self, version: int) -> str:
         """The view for the serving ``version``; starts the background check when it has none yet."""
@@ -268,7 +290,7 @@ class WhatChanged:
 
     def _line(self, now: StyleCounts, before: list[StyleCounts], version: int, previous: int | None) -> str:
         base = self._base.get(now.prompt)
-        style = _changed_style(now, base)
+        style = _changed_style(now, base, self._taught)
         count, words = now.counts[style], STYLE_WORDS.get(style, (style, ""))[0]
         prompt = f"answers to *{html.escape(now.prompt)}*"
         if base is not None and base.counts[style] == count:
@@ -297,6 +319,7 @@ class WhatChanged:
     def _sample(self, version: int) -> list[StyleCounts] | None:
         service = self.service
         turns = distinct_prompt_turns(service.store, self.prompts)
+        self._taught = taught_style(service.store)
         sampling = SamplingParams(
             temperature=service.settings.train_temperature,
             max_new_tokens=min(service.settings.default_max_tokens, CHANGE_MAX_TOKENS),
