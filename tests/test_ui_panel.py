@@ -168,4 +168,4 @@ def test_the_taught_style_comes_from_ratings_and_corrections(tmp_path):
         store.add_feedback(answered("formal"), -1, f"No, not like that. {request}", True, "correction")
         store.add_feedback(answered("numbered"), -1, "- Apples grow on trees.", True, "edit")
         store.add_feedback(answered("numbered"), -1, None, True, "reject")
-        assert taught_style(store) == "bullets"  # bullets 2 (a request, an edit), casual 1
+        assert taught_style(store) == "bullets"  # bullets 4 (a request, an edit), casual 1

@@ -231,13 +231,14 @@ def style_of(answer: str) -> str:
 
 def taught_style(store) -> str | None:
     """The style the person teaches, from their feedback: +1 for the style of an answer they 👍, -1 for one
-    they 👎, +1 for the style a correction is written in or asks for (the toy world's request sentences);
-    the best-scoring style when its score is positive, else None."""
+    they 👎, +2 for the style a correction is written in or asks for (the toy world's request sentences: a
+    correction says what is wanted, a 👍 only that one answer was good enough); the best-scoring style when
+    its score is positive, else None."""
     score: Counter = Counter()
     for f in store.iter_feedback():
         if f.kind in ("correction", "edit") and f.text:
             asked = [s.name for s in world.STYLES if s.request in f.text or s.matches(f.text)]
-            score.update(asked[:1])
+            score.update({name: 2 for name in asked[:1]})
         elif f.rating is not None and f.kind in (None, "rating", "reject"):
             turn = store.get_turn(f.turn_id)
             answer = (turn.response_message or {}).get("content") if turn is not None else None
