@@ -329,7 +329,19 @@ class OpenClawConfig(GRPOConfig):
         `run_name`, and needs no network: nothing goes to the Hub unless `trackio_space_id` names a Space.
         A restarted run logs on to the same Trackio run. `trackio show --project openclaw-trl` opens the
         dashboard. Without the `trackio` package installed, `report_to: trackio` is refused. `tensorboard`
-        and `wandb` work as in TRL.
+        and `wandb` work as in TRL. Whatever the trackers, every logged metrics dict is also appended, one
+        JSON object per line with its `step` and Unix `time`, to `<output_dir>/metrics.jsonl` (kept across
+        restarts; `logging_steps` says how often).
+    log_level (`str`, defaults to `"passive"`):
+        What the terminal shows (TrainingArguments' field). `passive`: the served URL, what starting up does,
+        one line per update (`update 3 from 2 ratings (👍 1, 👎 1) · mean reward +0.00 · now serving v3`), a
+        rollback or a resume, and the warnings and errors of every library (a repeated Python warning is shown
+        once). `info` adds the INFO messages of the libraries (transformers, one uvicorn line per HTTP
+        request, ...) and their progress bars; `debug` adds everything. `warning`, `error` and `critical`
+        show only messages of that level or above (no update lines).
+    disable_tqdm (`bool`, defaults to `True`):
+        Always true: live learning runs until it is stopped, so transformers' progress bar towards
+        `max_steps` (a billion when unset) would have no end; `false` is refused.
 
     > Parameters that bound requests and work
 
@@ -583,6 +595,9 @@ class OpenClawConfig(GRPOConfig):
         default=1, metadata={"help": "Checkpoint every N updates (1 with adapter_history > 0)."}
     )
     project: str = field(default="openclaw-trl", metadata={"help": "Tracker project (trackio)."})
+    disable_tqdm: bool | None = field(
+        default=True, metadata={"help": "Always true: one log line per update instead of a progress bar."}
+    )
 
     def __post_init__(self):
         self._validate_openclaw_fields()

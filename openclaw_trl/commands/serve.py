@@ -65,7 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from openclaw_trl.console import configure_console
+
+    configure_console()
     if bool(args.config) == bool(args.model_dir):
         raise UserError("give exactly one of --config RECIPE (serve + train) or --model-dir DIR (serve only)")
     if args.share and not args.api_key_env:
@@ -95,12 +97,14 @@ def run(args: argparse.Namespace) -> int:
         train_temperature=0.7 if args.temperature is None else args.temperature,
         ui=not args.no_ui,
     )
+    from openclaw_trl.console import serving_line
     from openclaw_trl.runtime import build_serving
     from openclaw_trl.serving.app import open_share_link
 
     serving = build_serving(model_dir, args.store, settings)
-    server = ServerThread(serving.app, host=settings.host, port=settings.port, log_level="info").start()
-    logger.info("serving %s on %s (UI at /, API at /v1); Ctrl-C to stop", model_dir, server.url)
+    server = ServerThread(serving.app, host=settings.host, port=settings.port).start()
+    logger.info("%s", serving_line(str(model_dir), server.url, settings.ui, settings.model_names[0]))
+    logger.info("collecting every turn into %s (no training); Ctrl-C stops", args.store)
     if args.share:
         logger.info("public link: %s", open_share_link(settings.host, server.port))
     import signal
@@ -150,6 +154,9 @@ def _run_recipe(args: argparse.Namespace) -> int:
     if args.model_name is not None:
         argv += ["--served_model_name", args.model_name]
     config, model_args, recipe_yaml = rt.load_recipe(argv)
+    from openclaw_trl.console import configure_console
+
+    configure_console(config.log_level)
     runtime = rt.build_runtime(config, model_args, recipe_yaml)
     rt.run(runtime, share=args.share)
     return 0

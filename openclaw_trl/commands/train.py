@@ -13,7 +13,6 @@ fetched ends with a one-line error.
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from pathlib import Path
 
@@ -80,12 +79,14 @@ def choose_recipe(argv: list[str]) -> list[str]:
 
 
 def run_argv(argv: list[str]) -> int:
+    from openclaw_trl.console import configure_console
     from openclaw_trl.runtime import build_runtime, load_recipe, run
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_console()  # until the recipe's log_level is known
     argv = choose_recipe(argv)
     share = "--share" in argv  # a public Gradio link (live source; needs api_key_env)
     config, model_args, recipe_yaml = load_recipe([a for a in argv if a != "--share"])
+    configure_console(config.log_level)
     runtime = build_runtime(config, model_args, recipe_yaml)
     try:
         metrics = run(runtime, share=share)
