@@ -53,8 +53,8 @@ class ConsoleFormatter(logging.Formatter):
         when = self.formatTime(record, self.datefmt)
         if record.levelno < logging.WARNING:
             return f"{when} {text}"
-        library = getattr(record, "library", None) or record.name.split(".")[0]
-        source = "" if library == PACKAGE_LOGGER else f" {library}"
+        library = getattr(record, "library", record.name.split(".")[0])
+        source = "" if library in ("", PACKAGE_LOGGER) else f" {library}"
         return f"{when} {record.levelname}{source}: {text}"
 
 
@@ -106,12 +106,13 @@ class _ShowOnce:
 
 
 def _library(filename: str) -> str:
-    """The top-level package a file belongs to (``transformers`` for ``.../site-packages/transformers/x.py``)."""
+    """The installed package a file belongs to (``transformers`` for ``.../site-packages/transformers/x.py``),
+    else ``""`` (this package, or a script)."""
     parts = Path(filename).parts
     for marker in ("site-packages", "dist-packages"):
         if marker in parts and parts.index(marker) + 1 < len(parts):
             return Path(parts[parts.index(marker) + 1]).stem
-    return PACKAGE_LOGGER if PACKAGE_LOGGER in parts else "python"
+    return ""
 
 
 def uvicorn_log_level(log_level: str) -> str:
@@ -168,7 +169,9 @@ def learning_line(config, metrics_path) -> str:
             "callable": config.judge_callable,
         }.get(config.judge_backend, config.judge_backend)
         signals = f"replies judged from the user's next message ({judge})"
-    stop = "Ctrl-C stops" if config.max_steps >= 10**9 else f"stops after update {config.max_steps} (or Ctrl-C)"
+    stop = (
+        "Ctrl-C stops" if config.max_steps >= 10**9 else f"stops after update {config.max_steps} (or Ctrl-C)"
+    )
     return (
         f"learning: one update every {config.batch_size} {signals} · metrics in {metrics_path} · "
         f"{stop} and keeps a checkpoint"

@@ -155,7 +155,11 @@ def remove_console_callbacks(trainer) -> None:
     from transformers import trainer as hf_trainer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    kinds = {PrinterCallback, ProgressCallback, getattr(hf_trainer, "DEFAULT_PROGRESS_CALLBACK", ProgressCallback)}
+    kinds = {
+        PrinterCallback,
+        ProgressCallback,
+        getattr(hf_trainer, "DEFAULT_PROGRESS_CALLBACK", ProgressCallback),
+    }
     for kind in kinds:
         while any(isinstance(cb, kind) for cb in trainer.callback_handler.callbacks):
             trainer.remove_callback(kind)
