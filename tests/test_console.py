@@ -151,7 +151,7 @@ class App:
         )
         self.lines: list[str] = []
         self.reader = threading.Thread(
-            target=lambda: self.lines.extend(l.rstrip("\n") for l in self.proc.stdout)
+            target=lambda: self.lines.extend(line.rstrip("\n") for line in self.proc.stdout)
         )
         self.reader.start()  # drained all along: a full pipe would block the app
         serving = self.wait_for(

@@ -142,7 +142,9 @@ def test_app_without_a_recipe_falls_back_to_the_toy_demo_offline(toy_demo_model,
         url, deadline = None, time.monotonic() + 300
         while url is None and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
-            found = [m.group(1) for line in list(lines) if (m := re.search(r"OpenAI API at (http://\S+)/v1", line))]
+            found = [
+                m.group(1) for line in list(lines) if (m := re.search(r"OpenAI API at (http://\S+)/v1", line))
+            ]
             url = found[0] if found else None
         assert url, "\n".join(lines[-30:])
         assert FALLBACK_LINE in lines and not any("Traceback" in line for line in lines)

@@ -309,7 +309,11 @@ class AppProcess:
         self.client = openai.OpenAI(base_url=f"{self._url()}/v1", api_key="unused", max_retries=0)
 
     def _url(self) -> str | None:
-        found = [m.group(1) for line in list(self.lines) if (m := re.search(r"OpenAI API at (http://\S+)/v1", line))]
+        found = [
+            m.group(1)
+            for line in list(self.lines)
+            if (m := re.search(r"OpenAI API at (http://\S+)/v1", line))
+        ]
         return found[0] if found else None
 
     def status(self) -> dict:
