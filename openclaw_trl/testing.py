@@ -98,6 +98,7 @@ def build_tiny_tokenizer(vocab_size: int = 2048, corpus: list[str] | None = None
         vocab_size=vocab_size,
         special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,  # its bars print empty lines when stderr is not a terminal
     )
     tok.train_from_iterator(corpus if corpus is not None else _training_corpus(), trainer)
     fast = PreTrainedTokenizerFast(
