@@ -38,6 +38,7 @@ ENGINES = ("hf", "vllm", "vllm_server")
 KD_TOPK_SOURCES = ("teacher", "student")
 ADVANTAGE_BASELINES = ("none", "session_mean")
 OPD_KD_SCHEDULES = ("constant", "switch", "ramp")
+LOG_LEVELS = ("passive", "debug", "info", "warning", "error", "critical")
 
 
 @dataclass
@@ -651,6 +652,11 @@ class OpenClawConfig(GRPOConfig):
                 not self.prm_monitor or self.method == "opd",
                 f"prm_monitor monitors the PRM reward under method opd; method {self.method} already trains on "
                 "it (its metrics are rl/reward_mean): set prm_monitor: false or method: opd",
+            ),
+            (
+                self.log_level in LOG_LEVELS and self.log_level_replica in LOG_LEVELS,
+                f"log_level and log_level_replica must be one of {', '.join(LOG_LEVELS)}, got "
+                f"{self.log_level!r} and {self.log_level_replica!r}",
             ),
             (self.judge_m >= 1, "judge_m must be >= 1"),
             (self.judge_max_attempts >= 1, f"judge_max_attempts must be >= 1, got {self.judge_max_attempts}"),

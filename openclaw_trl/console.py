@@ -28,18 +28,13 @@ import threading
 import warnings
 from pathlib import Path
 
+from openclaw_trl.config import LOG_LEVELS
+
 PACKAGE_LOGGER = "openclaw_trl"
 QUIET_LEVELS = ("passive", "warning", "error", "critical")
 """``log_level`` values that keep the libraries' INFO messages, progress bars and request lines off."""
 
-_LEVELS = {
-    "passive": logging.INFO,
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-    "critical": logging.CRITICAL,
-}
+_LEVELS = {name: getattr(logging, "INFO" if name == "passive" else name.upper()) for name in LOG_LEVELS}
 
 
 class ConsoleFormatter(logging.Formatter):

@@ -124,9 +124,14 @@ def test_the_console_shows_each_warning_once_and_keeps_errors(console, monkeypat
         configure_console("loud")
 
 
-def test_disable_tqdm_false_is_refused():
+def test_disable_tqdm_false_and_an_unknown_log_level_are_refused():
     from openclaw_trl.config import OpenClawConfig
 
+    with pytest.raises(
+        ValueError, match="log_level and log_level_replica must be one of passive, debug, info"
+    ):
+        OpenClawConfig(output_dir="/tmp/unused", report_to="none", log_level="loud")
+    assert OpenClawConfig(output_dir="/tmp/unused", report_to="none", log_level="info").log_level == "info"
     assert OpenClawConfig(output_dir="/tmp/unused", report_to="none").disable_tqdm is True
     with pytest.raises(ValueError, match="disable_tqdm=False is not supported: live learning runs until"):
         OpenClawConfig(output_dir="/tmp/unused", report_to="none", disable_tqdm=False)
