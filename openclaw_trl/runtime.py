@@ -326,6 +326,10 @@ def start_server(runtime: Runtime, port: int | None = None, ui: bool = True):
         from openclaw_trl.trainer.reporting import METRICS_FILE
 
         logger.info("%s", learning_line(runtime.config, Path(runtime.config.output_dir) / METRICS_FILE))
+        if runtime.learning is not None and runtime.learning.paused:
+            logger.info(
+                "learning is paused (kept from the last run): resume it in the UI or POST /v1/learning"
+            )
     return runtime.server
 
 

@@ -223,6 +223,8 @@ def test_the_terminal_of_a_live_run_reads_as_sentences(tmp_path):
     rolled = httpx.post(f"{app.url}/v1/adapters/rollback", json={"version": 1}, timeout=120)
     assert rolled.status_code == 200, rolled.text
     app.wait_for(r" rollback to v1 ")
+    assert httpx.post(f"{app.url}/v1/learning", json={"paused": True}, timeout=60).status_code == 200
+    app.wait_for(r" learning paused: serving and collecting go on, no update until it is resumed$")
     lines = app.stop()
     text = "\n".join(lines)
 
@@ -255,6 +257,11 @@ def test_the_terminal_of_a_live_run_reads_as_sentences(tmp_path):
     assert any(
         re.search(rf" resuming run {run} from checkpoint-4: policy version 4", line) for line in again.lines
     )
+    again.wait_for(
+        r" learning is paused \(kept from the last run\): resume it in the UI or POST /v1/learning$"
+    )
+    assert httpx.post(f"{again.url}/v1/learning", json={"paused": False}, timeout=60).status_code == 200
+    again.wait_for(r" learning resumed$")
     again.rate("g", -1)
     again.rate("h", -1)
     assert UPDATE.match(again.wait_for(r" update 5 ")).groups() == (
