@@ -10,7 +10,11 @@
 * ``POST /v1/feedback``: a signal on any turn of the session it names (``session_id`` / ``X-Session-Id``: the
   reply's ``openclaw.session_id``; another session's turn is a 404): ``action`` ``rate`` (👍/👎 + optional
   text, the default), ``correct`` (what the answer should have been), ``reject`` (retry: a 👎 without text) or
-  ``withdraw`` (undo: never judged or trained), as in the UI (``openclaw_trl.sessions.signals``);
+  ``withdraw`` (undo: never judged or trained), as in the UI (``openclaw_trl.sessions.signals``). A bare 👎
+  (``rating: -1`` without ``text``) waits for its correction: the reply's ``correction_until`` (ISO 8601, UTC)
+  and ``correction_seconds_left`` say until when an ``action: "correct"`` on that turn replaces it (null for
+  any other signal, or with ``correction_window_s: 0``); ``GET /v1/status`` counts the ratings waiting
+  (``correction_window``);
 * ``GET /v1/models``, ``GET /healthz``, ``GET /v1/status``; any other ``/v1/...`` is a 404 ``unknown_url``.
 
 Each handler reads the ``ChatService`` from ``request.app.state.service`` and the bearer key from
@@ -51,6 +55,7 @@ import hmac
 import json
 import logging
 import math
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -328,7 +333,22 @@ async def feedback(request: Request):
     out = {"ok": True, "turn_id": turn, "action": asked.action, "rating": asked.rating}
     if dataclasses.is_dataclass(result):  # FeedbackResult (feedback_id, attached, reason) or Withdrawal
         out.update({k: v for k, v in dataclasses.asdict(result).items() if k != "turn_id"})
+    if "correction_until" in out:
+        out.update(_correction_window(out.pop("correction_until")))
     return out
+
+
+def _correction_window(until: float | None) -> dict:
+    """``correction_until`` (ISO 8601, UTC) and ``correction_seconds_left`` of a 👎 waiting for its correction
+    (both None when the signal opened no window)."""
+    from openclaw_trl.sessions import utc_iso
+
+    if until is None:
+        return {"correction_until": None, "correction_seconds_left": None}
+    return {
+        "correction_until": utc_iso(until),
+        "correction_seconds_left": round(max(0.0, until - time.time()), 1),
+    }
 
 
 @router.api_route("/v1/{rest:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])

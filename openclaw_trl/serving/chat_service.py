@@ -489,6 +489,11 @@ class ChatService:
         out.setdefault("policy_version", getattr(self.engine, "policy_version", 0))
         if "samples_waiting" not in out and hasattr(self.store, "count_waiting"):
             out["samples_waiting"] = self.store.count_waiting()
+        if "correction_window" not in out and hasattr(self.store, "open_correction_windows"):
+            from openclaw_trl.sessions import correction_window_view
+
+            window = self.collector.config.correction_window_s
+            out["correction_window"] = correction_window_view(self.store, window)
         return out
 
     def close(self) -> None:
