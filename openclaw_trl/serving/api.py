@@ -55,7 +55,6 @@ import hmac
 import json
 import logging
 import math
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -333,21 +332,20 @@ async def feedback(request: Request):
     out = {"ok": True, "turn_id": turn, "action": asked.action, "rating": asked.rating}
     if dataclasses.is_dataclass(result):  # FeedbackResult (feedback_id, attached, reason) or Withdrawal
         out.update({k: v for k, v in dataclasses.asdict(result).items() if k != "turn_id"})
-    if "correction_until" in out:
-        out.update(_correction_window(out.pop("correction_until")))
+    if hasattr(result, "correction_seconds_left"):  # a FeedbackResult: its correction window
+        out.update(_correction_window(result))
     return out
 
 
-def _correction_window(until: float | None) -> dict:
+def _correction_window(result) -> dict:
     """``correction_until`` (ISO 8601, UTC) and ``correction_seconds_left`` of a 👎 waiting for its correction
     (both None when the signal opened no window)."""
     from openclaw_trl.sessions import utc_iso
 
-    if until is None:
-        return {"correction_until": None, "correction_seconds_left": None}
+    left = result.correction_seconds_left()
     return {
-        "correction_until": utc_iso(until),
-        "correction_seconds_left": round(max(0.0, until - time.time()), 1),
+        "correction_until": None if result.correction_until is None else utc_iso(result.correction_until),
+        "correction_seconds_left": None if left is None else round(left, 1),
     }
 
 

@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -98,6 +99,12 @@ class FeedbackResult:
     attached: bool  # it became the turn's next state (it is stored either way)
     reason: str  # why not, when not attached
     correction_until: float | None = None
+
+    def correction_seconds_left(self, now: float | None = None) -> float | None:
+        """Seconds left to send a correction that replaces this 👎 (None: no window was opened)."""
+        if self.correction_until is None:
+            return None
+        return max(0.0, self.correction_until - (time.time() if now is None else now))
 
 
 def lower_keys(mapping: Mapping | None) -> dict:
