@@ -46,12 +46,16 @@ class CorrectionWindows:
         """Close the open windows of a session (its next message arrived, or it ended): their 👎s stand and
         their samples can be trained now. Returns how many were open."""
         now = time.time() if now is None else now
+        where = " WHERE session_id = ? AND correction_until > ?"
+        some = (
+            self._db.conn().execute("SELECT 1 FROM turns" + where + " LIMIT 1", (session_id, now)).fetchone()
+        )
+        if some is None:
+            return 0  # the usual case: a read, no write transaction on every request
         with self._db.tx() as tx:
-            cur = tx.execute(
-                "UPDATE turns SET correction_until = NULL WHERE session_id = ? AND correction_until > ?",
-                (session_id, now),
-            )
-            closed = cur.rowcount
+            closed = tx.execute(
+                "UPDATE turns SET correction_until = NULL" + where, (session_id, now)
+            ).rowcount
         if closed:
             self._notify()
         return closed
