@@ -275,6 +275,13 @@ class OpenClawConfig(GRPOConfig):
         history) and gives that turn its next state. On by default because a server has one owner (one API
         key, or none). `false` learns only from conversations with a session id; a single conversation is
         kept out with `X-Session-Private: true`.
+    correction_window_s (`float`, defaults to `60`):
+        Seconds a bare 👎 (a rating without text) waits for its correction before it can be trained, from 0
+        (off: a 👎 is trained as soon as it is judged and a batch is full) to 600. A correction (or an edited
+        answer) sent within the window replaces the 👎, so the correction is what is learned; the next
+        message of the conversation, or its end, closes the window early and the 👎 stands. The reply to a
+        👎 says until when (`correction_until`), and `/v1/status` counts the ratings waiting
+        (`correction_window`). A 👍 never waits. The window is kept in the store: it survives a restart.
     learn_unstored_responses (`bool`, defaults to `True`):
         Learn from `POST /v1/responses` requests sent with `store: false` (OpenClaw sends it with every
         request). Such a response is served and its turn stored as any other, but it is not kept for
@@ -516,6 +523,12 @@ class OpenClawConfig(GRPOConfig):
         default=SessionConfig.train_anonymous,
         metadata={"help": "Train on conversations without a session id (recognised by their history)."},
     )
+    correction_window_s: float = field(
+        default=SessionConfig.correction_window_s,
+        metadata={
+            "help": "Seconds a bare 👎 waits for its correction before it is trained (0 = off, <= 600)."
+        },
+    )
     learn_unstored_responses: bool = field(
         default=True, metadata={"help": "Learn from Responses requests with store: false."}
     )
@@ -699,7 +712,7 @@ class OpenClawConfig(GRPOConfig):
         self._validate_baseline_and_schedule()
         self._validate_best_of_n()
         self.judge_config()  # raises on a method, teacher or judge value the scorer cannot take
-        self.session_config()  # raises on a session_idle_timeout that is not > 0
+        self.session_config()  # raises on a session_idle_timeout or a correction_window_s out of bounds
         refuse_inapplicable_trl_fields(self)
         refuse_fields_of_the_other_engine(self)
         check_vllm_server_fields(self)
@@ -840,7 +853,9 @@ class OpenClawConfig(GRPOConfig):
     def session_config(self) -> SessionConfig:
         """The session fields as the collector's ``SessionConfig``."""
         return SessionConfig(
-            session_idle_timeout=self.session_idle_timeout, train_anonymous=self.train_anonymous
+            session_idle_timeout=self.session_idle_timeout,
+            train_anonymous=self.train_anonymous,
+            correction_window_s=self.correction_window_s,
         )
 
     def server_settings(self, port: int | None = None, ui: bool = True) -> ServerSettings:
