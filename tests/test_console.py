@@ -143,6 +143,7 @@ class App:
     def __init__(self, output_dir: Path):
         cmd = [sys.executable, "app.py", "--config", "recipes/toy_offline.yaml"]
         cmd += ["--model_name_or_path", "openclaw-trl/tiny", "--port", "0", "--output_dir", str(output_dir)]
+        cmd += ["--correction_window_s", "0"]  # a bare 👎 is trained at once: updates come as the test rates
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
         env.pop("PYTHONWARNINGS", None)
         self.proc = subprocess.Popen(
