@@ -26,7 +26,9 @@ logger = logging.getLogger(__name__)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--config", help="recipe YAML: serve and train (the rest of the command line overrides it)"
+        "--config",
+        metavar="RECIPE",
+        help="recipe YAML: serve and train (the options below and the overrides after -- override it)",
     )
     parser.add_argument(
         "--model-dir", help="serve this model without training ('tiny' builds the offline tiny model)"
@@ -60,7 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-ui", action="store_true", help="API only, no Gradio UI at /")
     parser.add_argument("--share", action="store_true", help="public Gradio link (requires --api-key-env)")
     parser.add_argument(
-        "overrides", nargs=argparse.REMAINDER, help="recipe overrides after --, e.g. -- --learning_rate 1e-5"
+        "overrides",
+        nargs=argparse.REMAINDER,
+        help="recipe fields to override after --, e.g. -- --learning_rate 1e-5 (every field: openclaw-trl fields)",
     )
 
 
