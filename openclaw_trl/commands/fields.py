@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from openclaw_trl.errors import UserError
+
 CONFIG_SOURCE = Path(__file__).resolve().parents[1] / "config.py"
 
 # Fields of TRL's dataclasses that recipes set most; every other field of GRPOConfig / TrainingArguments /
@@ -38,14 +40,12 @@ TRL_MODEL_FIELDS = (
 TRL_TRAINING_FIELDS = (
     "output_dir",
     "max_steps",
-    "learning_rate",
     "temperature",
-    "max_completion_length",
-    "per_device_train_batch_size",
     "num_iterations",
     "seed",
     "save_strategy",
-    "logging_steps",
+    "max_grad_norm",
+    "weight_decay",
 )
 
 _HEADER_START = re.compile(r"^[a-z_][a-z0-9_]*(?: \(|,)")
@@ -224,7 +224,9 @@ def fields_text(words: list[str] | None = None, width: int | None = None) -> str
                 out += wrap(plain(text), width, initial_indent="      ", subsequent_indent="      ")
             out.append("")
     if not out:
-        return f"no recipe field or group matches {' '.join(words)!r}"
+        raise UserError(
+            f"no recipe field or group name contains {' or '.join(words)}: 'openclaw-trl fields' lists them all"
+        )
     out += wrap(trl_fields_note(), width)
     return "\n".join(out).strip("\n")
 
