@@ -52,7 +52,7 @@ def quiet_openmp() -> None:
 
 
 def main(argv: list[str] | None = None, command_prog: str | None = None) -> int:
-    """Run ``argv`` (``COMMAND [options]``); ``command_prog`` names the command in its help and errors
+    """Run ``argv`` (``COMMAND [options]``); ``command_prog`` names the command in its help
     (``python app.py`` for ``app.py``; default ``openclaw-trl COMMAND``)."""
     quiet_openmp()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None, command_prog: str | None = None) -> int:
     try:
         return _dispatch(name, rest, prog)
     except UserError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
+        print(f"openclaw-trl {name}: error: {err}", file=sys.stderr)
         return 2
 
 
