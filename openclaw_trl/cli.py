@@ -22,7 +22,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "openclaw_trl.commands.train",
         "train headless from a recipe (replay / simulated / live sources)",
     ),
-    "merge": ("openclaw_trl.commands.merge", "merge a LoRA adapter into its base model"),
+    "merge": (
+        "openclaw_trl.commands.merge",
+        "write a new model: the base with a LoRA adapter merged in (both left unchanged)",
+    ),
     "push": ("openclaw_trl.commands.push", "push an adapter or merged model to the Hugging Face Hub"),
     "export": ("openclaw_trl.commands.export", "export collected conversations and samples as a dataset"),
     "eval": ("openclaw_trl.commands.eval", "simulated-user evaluation against a running server"),
