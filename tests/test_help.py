@@ -142,3 +142,11 @@ def test_recipe_fields_page_is_current():
     assert page == fields.fields_markdown() + "\n", (
         "docs/recipe-fields.md is out of date: openclaw-trl fields --markdown > docs/recipe-fields.md"
     )
+
+
+def test_serve_overrides_help_lists_the_recipe_fields_not_trls():
+    rc, out, heavy = run_help(["serve", "--config", "recipes/toy_offline.yaml", "--", "--help"])
+    assert rc == 0 and heavy == []
+    assert out.startswith("Recipe fields, by group") and "(default:" not in out
+    rc, out, heavy = run_help(["serve", "--", "--help-fields"])
+    assert rc == 0 and heavy == [] and "batch_size (int, defaults to 16)" in out

@@ -19,6 +19,7 @@ import argparse
 import logging
 from pathlib import Path
 
+from openclaw_trl.commands import train
 from openclaw_trl.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -68,7 +69,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def recipe_overrides(args: argparse.Namespace) -> list[str]:
+    return args.overrides[1:] if args.overrides[:1] == ["--"] else args.overrides
+
+
 def run(args: argparse.Namespace) -> int:
+    overrides = recipe_overrides(args)
+    if any(arg in ("-h", "--help") for arg in overrides):  # -- --help: the recipe fields, not TRL's list
+        print(train.fields_summary())
+        return 0
+    if any(arg in train.HELP_FLAGS for arg in overrides):
+        train.print_help(overrides, "openclaw-trl serve --config RECIPE --")
+        return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if bool(args.config) == bool(args.model_dir):
         raise UserError("give exactly one of --config RECIPE (serve + train) or --model-dir DIR (serve only)")
@@ -133,7 +145,7 @@ def _run_recipe(args: argparse.Namespace) -> int:
             "--max-tokens applies to --model-dir; with --config set max_completion_length in the recipe "
             "(or -- --max_completion_length N)"
         )
-    overrides = args.overrides[1:] if args.overrides[:1] == ["--"] else args.overrides
+    overrides = recipe_overrides(args)
     argv = [
         "--config",
         args.config,

@@ -98,13 +98,7 @@ def help_parser(prog: str) -> argparse.ArgumentParser:
             "(a simulated user). The recipe sets the fields; the command line overrides them.",
             text_width(),
         ),
-        epilog=fill(
-            "Recipe fields, by group (set them in the recipe, or here as --FIELD VALUE; their types, "
-            "defaults and meaning: --help-fields, openclaw-trl fields WORD, or docs/recipe-fields.md):",
-            text_width(),
-        )
-        + "\n"
-        + group_summary(),
+        epilog=fields_summary(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         add_help=False,
     )
@@ -136,6 +130,15 @@ def help_parser(prog: str) -> argparse.ArgumentParser:
         "exit (it loads TRL: several seconds)",
     )
     return parser
+
+
+def fields_summary() -> str:
+    """The recipe fields' names by group, under a line saying where their details are."""
+    intro = (
+        "Recipe fields, by group (set them in the recipe, or here as --FIELD VALUE; their types, defaults "
+        "and meaning: --help-fields, openclaw-trl fields WORD, or docs/recipe-fields.md):"
+    )
+    return fill(intro, text_width()) + "\n" + group_summary()
 
 
 def fill(text: str, width: int) -> str:
