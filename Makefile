@@ -1,4 +1,5 @@
-# One-command set-up: `make run` and `make test` create .venv when needed and install into it.
+# One-command set-up: `make run` and `make test` create .venv when needed and install into it (`make run` only what
+# running needs; `make test` adds the dev extra).
 # On machines without an NVIDIA GPU the CPU build of torch is installed first (torch==2.13.0):
 # an unpinned resolve would otherwise pull a multi-GB CUDA build. GPU users: pip install -e ".[vllm]".
 PYTHON ?= python3

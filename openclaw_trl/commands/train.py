@@ -8,6 +8,10 @@ Without ``--config``, when the default recipe's model can be neither found in th
 fetched from the Hub (offline, or ``HF_HUB_OFFLINE=1``), one line says so and the offline toy demo
 (``recipes/toy_offline.yaml``) starts instead. A recipe chosen with ``--config`` whose model cannot be
 fetched ends with a one-line error.
+
+``--help`` answers at once, without reading a recipe or probing a model: ``--config`` first, then the recipe
+fields by group (``--help-fields``: every field with its type, default and meaning; ``--help-trl``: TRL's own
+argument list, with the dataclass defaults).
 """
 
 from __future__ import annotations
