@@ -23,16 +23,16 @@ export TOKENIZERS_PARALLELISM ?= false
 $(VENV)/.installed-run: pyproject.toml
 	@if [ ! -x $(PY) ]; then echo "==> creating the virtual environment $(VENV) (a few seconds)"; $(PYTHON) -m venv $(VENV); fi
 	@if ! command -v nvidia-smi >/dev/null 2>&1; then \
-		echo "==> no NVIDIA GPU: installing the CPU build of PyTorch ($(CPU_TORCH), about 1 minute on 2 cores)"; \
+		echo "==> no NVIDIA GPU: installing the CPU build of PyTorch ($(CPU_TORCH), ~190 MB: 1-2 minutes on 2 cores)"; \
 		$(PIP) install --progress-bar on "$(CPU_TORCH)"; \
 	fi
-	@echo "==> installing openclaw-trl and what it needs to run (transformers, trl, peft, gradio, ...; about 2 minutes on 2 cores)"
+	@echo "==> installing openclaw-trl and what it needs to run (transformers, trl, peft, gradio, ...: 2-4 minutes on 2 cores)"
 	$(PIP) install --progress-bar on -e .
 	@touch $@
 	@echo "==> installed what running needs into $(VENV)"
 
 $(VENV)/.installed: $(VENV)/.installed-run
-	@echo "==> installing the development tools (the dev extra: pytest, ruff, selenium, ...; about 1 minute on 2 cores)"
+	@echo "==> installing the development tools (the dev extra: pytest, ruff, selenium, ...: 1-2 minutes on 2 cores)"
 	$(PIP) install --progress-bar on -e ".[dev]"
 	@touch $@
 
