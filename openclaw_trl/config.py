@@ -327,6 +327,22 @@ class OpenClawConfig(GRPOConfig):
     `top_entropy_quantile`, `off_policy_mask_threshold`, ...) apply as in TRL; the off-policy mask compares
     with the engine's stored sampling log-probs.
 
+    > TRL fields with other defaults here
+
+    learning_rate (`float`, defaults to `1e-5`), lr_scheduler_type (`str`, defaults to `"constant"`):
+        Online learning takes a few samples per update for as long as people talk to it: a constant rate.
+    per_device_train_batch_size (`int`, defaults to `4`):
+        Micro-batch size: an update's `batch_size` samples are processed in micro-batches of this size.
+    max_completion_length (`int`, defaults to `1024`):
+        Most tokens of a served reply: a request's `max_tokens` defaults to `min(512, max_completion_length)`
+        and is capped at it.
+    logging_steps (`int`, defaults to `1`), save_steps (`int`, defaults to `1`):
+        Every update is logged and checkpointed (what `adapter_history` needs).
+    num_generations (`int`, defaults to `1`), shuffle_dataset (`bool`, defaults to `False`):
+        One completion per live turn; samples are trained oldest first.
+    gradient_checkpointing (`bool` or `None`, defaults to `None`):
+        The older name of `activation_checkpointing`.
+
     > Parameters that control metric logging
 
     report_to (`str` or `list[str]`, defaults to `"none"`), project (`str`, defaults to `"openclaw-trl"`),

