@@ -192,7 +192,9 @@ class OpenClawConfig(GRPOConfig):
     judge_callable (`str`):
         The `callable` backend: `package.module:function`.
     judge_max_concurrency (`int`, defaults to `4`), judge_timeout_s (`float`, defaults to `120`):
-        Bounded concurrency and per-vote timeout; a failed or late vote counts as no vote.
+        Bounded concurrency and the timeout of one judge call (an engine batch of votes, one HTTP vote, one
+        callable call) and of one teacher scoring call. A failed or late vote counts as no vote; a late
+        teacher call leaves its turns without an OPD sample. Engine work whose caller gave up is cancelled.
     judge_max_attempts (`int`, defaults to `3`):
         Judging attempts of a turn that raise (a broken judge callable, a malformed turn) before the turn
         is set aside as `failed` with its error (counted in `/v1/status`, kept in the export); the other

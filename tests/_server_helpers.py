@@ -27,10 +27,10 @@ class ScriptedEngine:
     def policy_version(self) -> int:
         return self.engine.policy_version
 
-    def generate(self, requests, on_token=None, priority="serve"):
+    def generate(self, requests, on_token=None, priority="serve", timeout_s=None):
         text = self.script(requests[0].prompt_ids) if self.script and len(requests) == 1 else None
         if text is None:
-            return self.engine.generate(requests, on_token=on_token, priority=priority)
+            return self.engine.generate(requests, on_token=on_token, priority=priority, timeout_s=timeout_s)
         req = requests[0]
         ids = self.tokenizer.encode(text + "<|im_end|>", add_special_tokens=False)
         scores = self.engine.score(
