@@ -8,7 +8,9 @@ trained on the toy corpus, trained with plain PyTorch on chats rendered with the
 
 * P(preferred style) for a bare request (the base rate learning starts from);
 * P(preferred style) when the request carries the ``[user's hint / instruction]`` block (the teacher);
-* P(requested style) after a "No, not like that. Please …" follow-up.
+* P(requested style) after a "No, not like that. Please …" follow-up;
+* P(the fixed off-topic answer) for off-topic messages held out of pre-training (greetings, questions,
+  unknown topics, random words: :func:`openclaw_trl.toy.world.held_out_off_topic`).
 
 :func:`toy_model` keeps one checkpoint per :class:`PretrainSettings` in the user cache directory
 (:func:`cache_root`): ``toy-model-<settings hash>`` holds the model, the tokenizer and ``world.json``
@@ -33,6 +35,9 @@ from openclaw_trl.toy import world
 
 META_FILE = "world.json"
 CACHE_ENV = "OPENCLAW_TRL_CACHE"
+PACKAGED_DIR = Path(__file__).parent / "model"
+"""The default settings' checkpoint, shipped with the package (produced by
+``python benchmarks/learning/pretrain.py --package``); read-only at runtime."""
 
 
 @dataclass(frozen=True)
@@ -178,11 +183,8 @@ def train(
     return loss_value
 
 
-def style_rates(
-    engine, prompts: list[list[dict]], wanted: list[str], temperature: float, seed: int, max_tokens: int = 40
-) -> dict:
-    """Sample one answer per prompt (seeded) with the policy weights; the fraction in the wanted style and
-    the distribution of styles seen."""
+def sample_answers(engine, prompts: list[list[dict]], temperature: float, seed: int, max_tokens: int = 40):
+    """One seeded answer per prompt with the policy weights: the requests, completions and decoded texts."""
     from openclaw_trl.chat import render_prompt_ids
     from openclaw_trl.engines.base import GenerationRequest, SamplingParams
 
@@ -196,13 +198,34 @@ def style_rates(
     ]
     completions = engine.generate(requests)
     texts = [engine.tokenizer.decode(c.token_ids, skip_special_tokens=True).strip() for c in completions]
+    return requests, completions, texts
+
+
+def style_rates(
+    engine, prompts: list[list[dict]], wanted: list[str], temperature: float, seed: int, max_tokens: int = 40
+) -> dict:
+    """Sample one answer per prompt (seeded) with the policy weights; the fraction in the wanted style and
+    the distribution of styles seen (``off_topic``: the off-topic answer; ``none``: anything else)."""
+    requests, completions, texts = sample_answers(engine, prompts, temperature, seed, max_tokens)
     by_name = {s.name: s for s in world.STYLES}
     hits = [by_name[w].matches(t) for w, t in zip(wanted, texts)]
     seen = {name: sum(s.matches(t) for t in texts) / len(texts) for name, s in by_name.items()}
-    seen["none"] = sum(not any(s.matches(t) for s in world.STYLES) for t in texts) / len(texts)
+    seen["off_topic"] = sum(t == world.OFF_TOPIC_ANSWER for t in texts) / len(texts)
+    seen["none"] = sum(
+        t != world.OFF_TOPIC_ANSWER and not any(s.matches(t) for s in world.STYLES) for t in texts
+    ) / len(texts)
     out = {"rate": sum(hits) / len(texts), "styles": seen, "examples": texts[:3]}
     out["_samples"] = (requests, completions, hits)  # for teacher_gap; dropped before saving
     return out
+
+
+def off_topic_rate(engine, messages: list[str], temperature: float, seed: int, max_tokens: int = 40) -> dict:
+    """The fraction of off-topic messages answered with exactly :data:`world.OFF_TOPIC_ANSWER` (within
+    ``max_tokens``, the demo's answer length), and a few of the messages that were not."""
+    prompts = [[{"role": "user", "content": m}] for m in messages]
+    _, _, texts = sample_answers(engine, prompts, temperature, seed, max_tokens)
+    misses = [{"message": m, "answer": t} for m, t in zip(messages, texts) if t != world.OFF_TOPIC_ANSWER]
+    return {"rate": 1 - len(misses) / len(texts), "misses": misses[:5]}
 
 
 def teacher_gap(engine, samples, hinted: list[list[dict]], temperature: float) -> dict:
@@ -228,7 +251,7 @@ def teacher_gap(engine, samples, hinted: list[list[dict]], temperature: float) -
 
 
 def measure(model_dir: Path, preferred: str = world.PREFERRED, n: int = 96, temperature: float = 1.0):
-    """The three probabilities of the module docstring, on ``n`` seeded samples each."""
+    """The four probabilities of the module docstring, on ``n`` seeded samples each."""
     from openclaw_trl.engines.hf import HFEngine
     from openclaw_trl.judge import append_hint
 
@@ -257,6 +280,7 @@ def measure(model_dir: Path, preferred: str = world.PREFERRED, n: int = 96, temp
             "bare": style_rates(engine, bare, [preferred] * n, temperature, seed=10_000),
             "hinted": style_rates(engine, hinted, [preferred] * n, temperature, seed=20_000),
             "follow_up": style_rates(engine, follow, wants, temperature, seed=30_000),
+            "off_topic": off_topic_rate(engine, world.held_out_off_topic(n), temperature, seed=40_000),
         }
         out["teacher_gap"] = teacher_gap(engine, out["bare"]["_samples"], hinted, temperature)
     finally:
@@ -272,10 +296,13 @@ def pretrain(
     force: bool = False,
     log=print,
     progress: bool = False,
+    ignored: bool = True,
 ) -> Path:
     """Build, train, save and measure the model in ``out``; reuse it when ``out`` holds the same settings.
 
-    The model is written to a directory beside ``out`` that replaces it only once complete.
+    The model is written to a directory beside ``out`` that replaces it only once complete. ``ignored``
+    puts a ``.gitignore`` in it, so that a checkpoint written inside a git checkout is never committed by
+    accident (off only for :data:`PACKAGED_DIR`).
     """
     from openclaw_trl.fsutil import staged_directory
 
@@ -286,6 +313,8 @@ def pretrain(
         return out
     with staged_directory(out, "pretrain") as staging:
         meta = _build(staging, settings, log, progress)
+        if ignored:
+            (staging / ".gitignore").write_text("*\n")
     log(report(meta))
     return out
 
@@ -311,7 +340,6 @@ def _build(out: Path, settings: PretrainSettings, log, progress: bool) -> dict:
     tokenizer = build_tokenizer(chats, settings.vocab_size)
     check_encoding(tokenizer, chats[:50])
     examples = [encode_chat(tokenizer, c) for c in chats]
-    (out / ".gitignore").write_text("*\n")  # weights are never committed
     build_model_dir(out, tokenizer, settings.model_kwargs(), seed=settings.seed)
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     n_params = sum(p.numel() for p in model.parameters())
@@ -328,6 +356,7 @@ def _build(out: Path, settings: PretrainSettings, log, progress: bool) -> dict:
         "settings": asdict(settings),
         "parameters": n_params,
         "final_loss": last_loss,
+        "chats_digest": chats_digest(chats),
         "train_seconds": round(train_s, 1),
         "metrics": metrics,
     }
@@ -335,12 +364,18 @@ def _build(out: Path, settings: PretrainSettings, log, progress: bool) -> dict:
     return meta
 
 
+def chats_digest(chats: list[list[dict]]) -> str:
+    """A short hash of the pre-training chats: a checkpoint is stale when the world teaches other chats."""
+    return hashlib.sha256(json.dumps(chats, sort_keys=True).encode()).hexdigest()[:12]
+
+
 def report(meta: dict) -> str:
     m = meta["metrics"]
     return (
         f"pretrain: loss {meta['final_loss']:.3f} after {meta['train_seconds']}s; at T={m['temperature']} "
         f"P({m['preferred']}) bare {m['bare']['rate']:.2f}, with hint {m['hinted']['rate']:.2f}; "
-        f"follow-up compliance {m['follow_up']['rate']:.2f}; bare styles {m['bare']['styles']}; "
+        f"follow-up compliance {m['follow_up']['rate']:.2f}; off-topic compliance {m['off_topic']['rate']:.2f}; "
+        f"bare styles {m['bare']['styles']}; "
         f"teacher - student log-prob per bare answer: {m['teacher_gap']}"
     )
 
@@ -374,12 +409,19 @@ def torch_threads(n: int):
 
 
 def toy_model(settings: PretrainSettings | None = None, log=print) -> Path:
-    """The pre-trained toy model's directory in the cache: pre-trained on first use (~2 minutes on two CPU
-    cores, with a progress bar on stderr), reused afterwards."""
+    """The pre-trained toy model's directory.
+
+    For the default settings this is :data:`PACKAGED_DIR`, shipped with the package: returned at once,
+    nothing is trained or written. For other settings (``TINY``, another seed, ...) it is the checkpoint in
+    the user cache (:func:`toy_model_dir`), pre-trained on first use (with a progress bar on stderr; about
+    4 minutes for a model of the default size on one idle CPU core) and reused afterwards.
+    """
     settings = settings or PretrainSettings()
+    if cached_settings(PACKAGED_DIR) == asdict(settings):
+        return PACKAGED_DIR
     out = toy_model_dir(settings)
     if cached_settings(out) != asdict(settings):
-        log(f"pretrain: the toy model is not cached yet: pre-training it into {out} (about 2 minutes)")
+        log(f"pretrain: this toy model is not cached yet: pre-training it into {out} (a few minutes)")
         with torch_threads(1):
             pretrain(out, settings, log=log, progress=True)
     return out
