@@ -12,7 +12,9 @@ trained on the toy corpus, trained with plain PyTorch on chats rendered with the
 * P(the fixed off-topic answer) for off-topic messages held out of pre-training (greetings, questions,
   unknown topics, random words: :func:`openclaw_trl.toy.world.held_out_off_topic`).
 
-:func:`toy_model` keeps one checkpoint per :class:`PretrainSettings` in the user cache directory
+:func:`toy_model` returns the default settings' checkpoint shipped with the package (:data:`PACKAGED_DIR`,
+written by ``python benchmarks/learning/pretrain.py --package``), so the demo starts without pre-training.
+For any other :class:`PretrainSettings` it keeps one checkpoint in the user cache directory
 (:func:`cache_root`): ``toy-model-<settings hash>`` holds the model, the tokenizer and ``world.json``
 (settings + these measurements). The first call pre-trains (a progress bar on stderr), later calls reuse
 it. The directory is written beside its final name and renamed when complete, so a process killed during
@@ -413,8 +415,8 @@ def toy_model(settings: PretrainSettings | None = None, log=print) -> Path:
 
     For the default settings this is :data:`PACKAGED_DIR`, shipped with the package: returned at once,
     nothing is trained or written. For other settings (``TINY``, another seed, ...) it is the checkpoint in
-    the user cache (:func:`toy_model_dir`), pre-trained on first use (with a progress bar on stderr; about
-    4 minutes for a model of the default size on one idle CPU core) and reused afterwards.
+    the user cache (:func:`toy_model_dir`), pre-trained on first use (with a progress bar on stderr; 3-4
+    minutes for a model of the default size on one idle CPU core, seconds for ``TINY``) and reused afterwards.
     """
     settings = settings or PretrainSettings()
     if cached_settings(PACKAGED_DIR) == asdict(settings):
