@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_trl.toy import pretrain, world
+from openclaw_trl.toy import measure, pretrain, world
 
 ROOT = Path(__file__).parent.parent
 MAX_BYTES = 4 * 1024 * 1024
@@ -100,7 +100,7 @@ def test_the_packaged_model_behaves_as_recorded_and_is_only_read(one_thread):
     assert recorded["off_topic"]["rate"] >= 0.9 and 0.15 <= recorded["bare"]["rate"] <= 0.4
     assert recorded["bare"]["styles"]["off_topic"] <= 0.05  # requests are not taken for off-topic
     before = snapshot(pretrain.PACKAGED_DIR)
-    measured = pretrain.measure(pretrain.PACKAGED_DIR, n=recorded["n"])
+    measured = measure.measure(pretrain.PACKAGED_DIR, n=recorded["n"])
     assert snapshot(pretrain.PACKAGED_DIR) == before  # serving reads it, never writes it
     assert_same_behaviour(measured, recorded)
 
