@@ -15,7 +15,7 @@ import pytest
 from openclaw_trl.toy import measure, pretrain, world
 
 ROOT = Path(__file__).parent.parent
-MAX_BYTES = 4 * 1024 * 1024
+MAX_BYTES = 4_000_000  # 4 MB
 RATES = ("bare", "hinted", "follow_up", "off_topic")
 
 
