@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--package",
         action="store_true",
-        help=f"write the default settings' model into {PACKAGED_DIR} (the one shipped with the package)",
+        help="pre-train the default settings' model into openclaw_trl/toy/model (the one shipped with the "
+        "package), replacing it",
     )
     parser.add_argument("--seed", type=int, default=PretrainSettings.seed)
     parser.add_argument("--steps", type=int, default=PretrainSettings.steps)
@@ -44,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)  # a model this small trains several times faster on one thread than on two
     out = PACKAGED_DIR if args.package else args.out or toy_model_dir(settings)
-    out = pretrain(out, settings, force=args.force, progress=True, ignored=not args.package)
+    force = args.force or args.package  # the packaged model may predate a change to the world's chats
+    out = pretrain(out, settings, force=force, progress=True, ignored=not args.package)
     print(report(json.loads((out / META_FILE).read_text())))
     return 0
 
