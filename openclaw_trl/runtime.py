@@ -62,8 +62,8 @@ def load_recipe(argv: list[str] | None = None):
 
 def resolve_model_path(model_args, config: OpenClawConfig) -> str:
     """The local model directory (building the tiny model when the recipe names ``TINY_MODEL_ID`` or
-    ``TINY_AGENT_MODEL_ID``, the
-    pre-trained toy model, cached in the user cache directory, when it names ``TOY_MODEL_ID``)."""
+    ``TINY_AGENT_MODEL_ID``; the pre-trained toy model shipped with the package when it names
+    ``TOY_MODEL_ID``)."""
     name = model_args.model_name_or_path
     if not name:
         raise UserError("the recipe must set model_name_or_path (a Hub model id or a local directory)")
