@@ -1,4 +1,5 @@
-# One-command set-up: `make run` and `make test` create .venv when needed and install into it.
+# One-command set-up: `make run` and `make test` create .venv when needed and install into it (`make run` only what
+# running needs; `make test` adds the dev extra).
 # On machines without an NVIDIA GPU the CPU build of torch is installed first (torch==2.13.0):
 # an unpinned resolve would otherwise pull a multi-GB CUDA build. GPU users: pip install -e ".[vllm]".
 PYTHON ?= python3
@@ -12,20 +13,38 @@ export HF_HUB_DISABLE_TELEMETRY ?= 1
 export GRADIO_ANALYTICS_ENABLED ?= False
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install run test lint format test-vllm test-openclaw bench bench-smoke bench-learning clean gpu-wheels \
+.PHONY: install install-run run test lint format test-vllm test-openclaw bench bench-smoke bench-learning clean gpu-wheels \
 	test-gpu-rehearsal
 
-$(VENV)/.installed: pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	if ! command -v nvidia-smi >/dev/null 2>&1; then $(PIP) install -q "$(CPU_TORCH)"; fi
-	$(PIP) install -q -e ".[dev]"
-	touch $@
+# Two install stamps: $(VENV)/.installed-run is what `make run` needs (CPU torch where there is no NVIDIA GPU, then
+# the package and its runtime dependencies); $(VENV)/.installed adds the `dev` extra (tests, lint, browser tests,
+# benchmarks' plots) for `make test`, `make lint` and the rest. Each step says what it does and how long it
+# usually takes on 2 cores; pip shows its own progress.
+$(VENV)/.installed-run: pyproject.toml
+	@if [ ! -x $(PY) ]; then echo "==> creating the virtual environment $(VENV) (a few seconds)"; $(PYTHON) -m venv $(VENV); fi
+	@if ! command -v nvidia-smi >/dev/null 2>&1; then \
+		echo "==> no NVIDIA GPU: installing the CPU build of PyTorch ($(CPU_TORCH), ~190 MB: 1-2 minutes on 2 cores)"; \
+		$(PIP) install --progress-bar on "$(CPU_TORCH)"; \
+	fi
+	@echo "==> installing openclaw-trl and what it needs to run (transformers, trl, peft, gradio, ...: 2-4 minutes on 2 cores)"
+	$(PIP) install --progress-bar on -e .
+	@touch $@
+	@echo "==> installed what running needs into $(VENV)"
+
+$(VENV)/.installed: $(VENV)/.installed-run
+	@echo "==> installing the development tools (the dev extra: pytest, ruff, selenium, ...: 1-2 minutes on 2 cores)"
+	$(PIP) install --progress-bar on -e ".[dev]"
+	@touch $@
+
+install-run: $(VENV)/.installed-run
 
 install: $(VENV)/.installed
 
 # Without RECIPE=..., app.py runs the default recipe, or the offline toy demo when its model cannot be fetched.
-run: install
-	$(PY) app.py $(if $(filter file,$(origin RECIPE)),,--config $(RECIPE))
+APP_ARGS = $(if $(filter file,$(origin RECIPE)),,--config $(RECIPE))
+run: install-run
+	@echo "==> starting: $(strip python app.py $(APP_ARGS)) (Ctrl-C to stop)"
+	$(PY) app.py $(APP_ARGS)
 
 lint: install
 	$(PY) -m ruff check openclaw_trl tests benchmarks app.py

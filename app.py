@@ -23,7 +23,7 @@ import sys
 def main(argv: list[str]) -> int:
     from openclaw_trl.cli import main as cli_main
 
-    return cli_main(["train", *argv])
+    return cli_main(["train", *argv], command_prog="python app.py")
 
 
 if __name__ == "__main__":

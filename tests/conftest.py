@@ -38,9 +38,11 @@ def adapters(tiny_model_dir):
 
 @pytest.fixture(scope="session")
 def toy_demo_model():
-    """The offline demo's pre-trained toy model, in the user cache (``openclaw_trl.toy.pretrain.cache_root``):
-    pre-trained once (a few minutes), then shared by every test and every later session."""
-    from openclaw_trl.toy.pretrain import torch_threads, toy_model
+    """The offline demo's pre-trained toy model: the one shipped with the package (nothing is trained)."""
+    from openclaw_trl.toy.pretrain import PACKAGED_DIR, toy_model
 
-    with torch_threads(1):
-        return toy_model(log=lambda *_: None)
+    path = toy_model(log=lambda *_: None)
+    assert path == PACKAGED_DIR, (
+        "the packaged toy model is stale: python benchmarks/learning/pretrain.py --package"
+    )
+    return path

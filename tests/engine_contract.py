@@ -258,6 +258,34 @@ def check_serving_ahead_of_learning(
     assert answered - sent < 0.5 * learn_s, (answered - sent, learn_s)
 
 
+def check_gave_up_work_is_cancelled(engine, tokenizer, timeout_s: float = 0.5) -> None:
+    """A caller that gives up (``timeout_s``) gets ``TimeoutError`` and its work stops: no token is sampled for
+    it afterwards, and the next request is answered (a slow stream callback makes the abandoned generation
+    last minutes if it ran to its end)."""
+    p = prompts(tokenizer, 1)[0]
+    streamed = []
+
+    def slow(index, token):
+        streamed.append(token)
+        time.sleep(0.02)
+
+    long = GenerationRequest(p, SamplingParams(temperature=1.0, max_new_tokens=400), weights="base")
+    with pytest.raises(TimeoutError, match="cancelled"):
+        engine.generate([long] * 4, on_token=slow, priority="learn", timeout_s=timeout_s)
+    deadline = time.monotonic() + 30
+    while True:  # the abandoned rows stop at their next step
+        seen = len(streamed)
+        time.sleep(0.3)
+        if len(streamed) == seen:
+            break
+        assert time.monotonic() < deadline, "the abandoned generation kept running"
+    assert seen < 4 * 400
+    chat = engine.generate([GenerationRequest(p, SamplingParams(temperature=0.0, max_new_tokens=2))])[0]
+    assert len(chat.token_ids) >= 1
+    with pytest.raises(ValueError, match="timeout_s"):
+        engine.generate([GenerationRequest(p, SamplingParams(max_new_tokens=1))], timeout_s=0)
+
+
 def check_invalid_arguments(engine, tokenizer) -> None:
     """``generate`` and ``score`` refuse out-of-range arguments with a ``ValueError`` that names them."""
     p = prompts(tokenizer, 1)[0]
@@ -382,3 +410,6 @@ class EngineContract:
 
     def test_n_candidates(self, engine, tiny_tokenizer):
         check_n_candidates(engine, tiny_tokenizer)
+
+    def test_gave_up_work_is_cancelled(self, engine, tiny_tokenizer):
+        check_gave_up_work_is_cancelled(engine, tiny_tokenizer)

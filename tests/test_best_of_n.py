@@ -136,7 +136,7 @@ class _Spy:
     def __init__(self, engine):
         self.engine, self.tokenizer, self.requests = engine, engine.tokenizer, []
 
-    def generate(self, requests, on_token=None, priority="serve"):
+    def generate(self, requests, on_token=None, priority="serve", timeout_s=None):
         self.requests.append((list(requests), priority))
         return self.engine.generate(requests, on_token=on_token, priority=priority)
 

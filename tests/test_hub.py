@@ -149,7 +149,9 @@ def test_prequantized_base_is_refused(tiny_model_dir, run_dir, tmp_path):
 def test_cli_merge_end_to_end_and_force(run_dir, tmp_path, capsys):
     out = tmp_path / "merged"
     assert main(["merge", "--adapter", str(run_dir / "checkpoint-2"), "--out", str(out)]) == 0
-    assert "saved model, tokenizer" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"wrote the merged model to {out} (" in printed
+    assert ": both are unchanged" in printed and "merged checkpoint" not in printed
     assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json"} <= {
         p.name for p in out.iterdir()
     }

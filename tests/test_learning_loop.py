@@ -1,5 +1,5 @@
-"""The learning benchmark's closed loop, shortened: a tiny toy-world model pre-trained for a few steps, one
-seed, two updates of two samples, through the real server, collector, scorer and trainer.
+"""The learning benchmark's closed loop, shortened: the toy model shipped with the package, one seed, two
+updates of two samples, through the real server, collector, scorer and trainer.
 
 It asserts that the pipeline produced updates (policy version advanced, samples consumed, the metric was
 computed at every update), never a learning threshold: that is what ``benchmarks/learning/run.py`` measures.
@@ -38,10 +38,8 @@ def one_thread():
 
 
 @pytest.fixture(scope="module")
-def toy_model(tmp_path_factory):
-    from openclaw_trl.toy import pretrain
-
-    return pretrain.pretrain(tmp_path_factory.mktemp("toy-model"), pretrain.TINY, log=lambda *_: None)
+def toy_model(toy_demo_model):
+    return toy_demo_model  # the benchmark's default model (pretrain.toy_model()): nothing is pre-trained
 
 
 def test_toy_world_chats_render_and_match_the_user():
@@ -56,6 +54,8 @@ def test_toy_world_chats_render_and_match_the_user():
     assert chats == world.training_chats(200, seed=1)
     hinted = [c for c in chats if "[user's hint / instruction]\n" in c[0]["content"]]
     assert hinted and all(c[-1]["role"] == "assistant" for c in chats)
+    off_topic = [c for c in chats if any(m["content"] == world.OFF_TOPIC_ANSWER for m in c)]
+    assert off_topic and not any(s.matches(world.OFF_TOPIC_ANSWER) for s in world.STYLES)  # no style's hit
 
 
 @pytest.mark.parametrize(

@@ -246,6 +246,7 @@ def test_opd_clip_is_symmetric_unless_the_recipe_sets_it(method, overrides, high
 # What the replaced TRL code paths read: rollout generation, rewards and groups, the dataset, completion logging.
 # Each is refused (here: a value that must be rejected) ...
 REFUSED = {
+    "disable_tqdm": (False, "metrics.jsonl"),
     "use_vllm": (True, "engine: vllm"),
     "vllm_mode": ("server", "no separate vLLM server"),
     "vllm_server_base_url": ("http://127.0.0.1:8000", "no separate vLLM server"),

@@ -59,7 +59,7 @@ def _generate_together(engine, samplings: list[SamplingParams]) -> list:
 
 @pytest.mark.parametrize("where", ["generator", "sampling step"])
 def test_a_failing_request_fails_alone_and_its_batch_completes(engine, monkeypatch, where):
-    import openclaw_trl.engines.hf as hf
+    import openclaw_trl.engines.hf_runner as hf
 
     if where == "generator":
         make = engine._make_generator

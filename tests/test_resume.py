@@ -71,7 +71,7 @@ def test_sigkill_then_rerun_continues_from_the_latest_checkpoint(tmp_path):
     second = _app(run, *args)
     out, err = second.communicate(timeout=600)
     assert second.returncode == 0, err[-3000:]
-    first_line = next(line for line in err.splitlines() if "openclaw_trl" in line)
+    first_line = next(line for line in err.splitlines() if " run " in line)  # the first log line
     assert f"resuming run {run} from checkpoint-" in first_line, first_line
     resumed = int(first_line.split("policy version ")[1].split(",")[0])
     assert resumed >= 4 and "optimizer and scheduler restored" in first_line

@@ -462,7 +462,7 @@ class _RecordingEngine:
         self.engine, self.tokenizer = engine, engine.tokenizer
         self.calls: list[tuple[str, int, str]] = []
 
-    def generate(self, requests, on_token=None, priority="serve"):
+    def generate(self, requests, on_token=None, priority="serve", timeout_s=None):
         self.calls += [("generate", len(r.prompt_ids), priority) for r in requests]
         return self.engine.generate(requests, on_token, priority=priority)
 

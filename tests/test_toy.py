@@ -1,5 +1,6 @@
-"""The offline toy demo: the pre-trained toy model's cache, ``openclaw-trl/toy`` in a recipe, and ``app.py``
-falling back to the demo when the default model cannot be fetched."""
+"""The offline toy demo: the cache of toy models pre-trained with other settings than the packaged one,
+``openclaw-trl/toy`` in a recipe, and ``app.py`` falling back to the demo when the default model cannot be
+fetched (the packaged model itself: ``test_toy_package.py``)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ import httpx
 import pytest
 
 from openclaw_trl.errors import UserError
+from openclaw_trl.toy.world import OFF_TOPIC_ANSWER
 
 ROOT = Path(__file__).parent.parent
+
 FALLBACK_LINE = (
     "Qwen/Qwen3-0.6B cannot be fetched (offline?): starting the offline toy demo instead "
     "(recipes/toy_offline.yaml)"
@@ -75,6 +78,7 @@ def test_toy_model_is_cached_and_a_killed_pretraining_is_never_used(cache, one_t
     assert pretrain.toy_model(settings, log=lambda *_: None) == out
     meta = json.loads((out / pretrain.META_FILE).read_text())
     assert meta["settings"] == asdict(settings) and (out / "model.safetensors").exists()
+    assert (out / ".gitignore").read_text() == "*\n"  # a cache inside a checkout is never committed
     stamp = (out / "model.safetensors").stat().st_mtime_ns
     lines = []
     assert pretrain.toy_model(settings, log=lines.append) == out
@@ -92,7 +96,7 @@ def test_pretraining_is_deterministic_for_a_seed(tmp_path, one_thread):
     assert wa.keys() == wb.keys() and all((wa[k] == wb[k]).all() for k in wa)
 
 
-def test_recipe_id_resolves_to_the_cached_toy_model(toy_demo_model, tmp_path):
+def test_recipe_id_resolves_to_the_packaged_toy_model(toy_demo_model, tmp_path):
     from openclaw_trl.runtime import load_recipe, resolve_model_path
 
     config, model_args, _ = load_recipe(
@@ -142,7 +146,9 @@ def test_app_without_a_recipe_falls_back_to_the_toy_demo_offline(toy_demo_model,
         url, deadline = None, time.monotonic() + 300
         while url is None and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
-            found = [m.group(1) for line in list(lines) if (m := re.search(r"serving on (http://\S+)", line))]
+            found = [
+                m.group(1) for line in list(lines) if (m := re.search(r"OpenAI API at (http://\S+)/v1", line))
+            ]
             url = found[0] if found else None
         assert url, "\n".join(lines[-30:])
         assert FALLBACK_LINE in lines and not any("Traceback" in line for line in lines)
@@ -154,6 +160,12 @@ def test_app_without_a_recipe_falls_back_to_the_toy_demo_offline(toy_demo_model,
         )
         assert reply.status_code == 200, reply.text
         assert "apple" in reply.json()["choices"][0]["message"]["content"].lower()  # the toy model, not noise
+        reply = httpx.post(
+            url + "/v1/chat/completions",
+            json={"model": "openclaw", "messages": [{"role": "user", "content": "Hi! What can you do?"}]},
+            timeout=120,
+        )
+        assert reply.json()["choices"][0]["message"]["content"] == OFF_TOPIC_ANSWER  # it says what it knows
     finally:
         proc.kill()
         proc.wait(timeout=60)

@@ -16,7 +16,7 @@ from openclaw_trl.store import WITHDRAWN, Store
 @pytest.fixture
 def env(tmp_path):
     store = Store(tmp_path / "s.db")
-    yield store, TurnCollector(store, SessionConfig(session_idle_timeout=600))
+    yield store, TurnCollector(store, SessionConfig(session_idle_timeout=600, correction_window_s=0))
     store.close()
 
 

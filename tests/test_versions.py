@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -308,7 +309,11 @@ class AppProcess:
         self.client = openai.OpenAI(base_url=f"{self._url()}/v1", api_key="unused", max_retries=0)
 
     def _url(self) -> str | None:
-        found = [line.split("serving on ")[1].strip() for line in list(self.lines) if "serving on " in line]
+        found = [
+            m.group(1)
+            for line in list(self.lines)
+            if (m := re.search(r"OpenAI API at (http://\S+)/v1", line))
+        ]
         return found[0] if found else None
 
     def status(self) -> dict:

@@ -1,12 +1,13 @@
 """Finished benchmark runs, one JSON file each, so a report can grow row by row without rerunning the rest.
 
 A file ``<row>_p<noise>_s<seed>.json`` holds ``{"key": ..., "run": RunResult as a dict}``; the key is the
-benchmark settings (all but the sample timeout) and the pre-trained model's directory name (its settings
-hash), and a run is reused only under the same key.
+benchmark settings (all but the sample timeout) and a hash of the pre-trained model's weights, and a run is
+reused only under the same key.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -18,7 +19,7 @@ class RunCache:
     def __init__(self, directory: Path, settings, model_dir):
         self.directory = Path(directory)
         recipe = {k: v for k, v in asdict(settings).items() if k != "sample_timeout_s"}
-        self.key = {"settings": recipe, "model": Path(model_dir).name}
+        self.key = {"settings": recipe, "model": weights_digest(Path(model_dir))}
 
     def path(self, row: str, noise: float, seed: int) -> Path:
         return self.directory / f"{row}_p{noise:g}_s{seed}.json"
@@ -44,3 +45,11 @@ class RunCache:
         found = [json.loads(p.read_text()) for p in sorted(self.directory.glob("*.json"))]
         runs = [f["run"] for f in found if f.get("key") == self.key and f["run"]["row"] in order]
         return sorted(runs, key=lambda r: (r["noise"], order.index(r["row"]), r["seed"]))
+
+
+def weights_digest(model_dir: Path) -> str:
+    """A short hash of the model's weights file (the directory name when it has none)."""
+    weights = model_dir / "model.safetensors"
+    if not weights.exists():
+        return model_dir.name
+    return hashlib.sha256(weights.read_bytes()).hexdigest()[:12]

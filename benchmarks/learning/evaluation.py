@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from openclaw_trl.toy import pretrain
+from openclaw_trl.toy import measure
 from openclaw_trl.toy import world as toy_world
 
 
@@ -30,7 +30,7 @@ def evaluate(engine, settings) -> float:
 def _sample(engine, settings, k: int) -> tuple[float, list[str]]:
     """The k-th sample of every evaluation opening (seeds ``eval_seed + i + k * 100003``): rate, texts."""
     prompts = eval_prompts(settings)
-    out = pretrain.style_rates(
+    out = measure.style_rates(
         engine,
         prompts,
         [settings.preferred] * len(prompts),

@@ -52,7 +52,7 @@ Output: every finished run is cached as ``benchmarks/results/learning_runs/<row>
 (committed: the raw results) and reused by later invocations with the same settings and model, so rows
 can be added without rerunning the others (``--rerun`` runs them again). The report covers every cached
 run: ``benchmarks/results/learning.json`` (git-ignored), ``learning.png`` (the curves) and
-``learning_summary.md`` (the tables the README quotes). ``--quick`` uses ``learning_runs_quick/`` and
+``learning_summary.md`` (the tables docs/benchmarks.md quotes). ``--quick`` uses ``learning_runs_quick/`` and
 ``learning_quick.*`` (``--smoke``: ``learning_runs_smoke/``, ``learning_smoke.*``). Server-side sampling is
 not seeded (as in live use), so reruns differ a little.
 """

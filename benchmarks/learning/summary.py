@@ -168,7 +168,7 @@ def summary_markdown(report: dict, labels: dict[str, str] | None = None) -> str:
         f"`{report.get('command', 'python benchmarks/learning/run.py')}` on this machine "
         f"(batch {s['batch_size']}, {s['updates']} updates, lr {s['learning_rate']}, LoRA r {s['lora_r']}, "
         f"T {s['temperature']}, conversation budget {s['max_conversations']} per run); "
-        f"{report['seconds'] / 60:.0f} min of runs in all (each run cached, see the README).",
+        f"{report['seconds'] / 60:.0f} min of runs in all (each run cached, see docs/benchmarks.md).",
         "",
         f"Pre-trained model ({report['pretrain']['parameters'] / 1e6:.2f}M parameters): "
         f"P(preferred style) bare {pre['bare']['rate']:.2f}, with the hint block {pre['hinted']['rate']:.2f}, "
@@ -213,7 +213,7 @@ def summary_markdown(report: dict, labels: dict[str, str] | None = None) -> str:
         )
     for skipped in report.get("skipped", []):
         lines.append(f"Not run: {skipped}")
-    lines += ["", "Interpretation: README.md, section on the learning benchmark.", ""]
+    lines += ["", "Interpretation: docs/benchmarks.md.", ""]
     return "\n".join(lines)
 
 

@@ -1,4 +1,7 @@
-"""``openclaw-trl merge``: fold a trained LoRA adapter into its base model, for serving without PEFT."""
+"""``openclaw-trl merge``: a new standalone model (base + trained LoRA adapter), for serving without PEFT.
+
+The base model and the adapter are only read: the merged weights are a copy, written to ``--out``.
+"""
 
 from __future__ import annotations
 
@@ -32,13 +35,14 @@ def run(args: argparse.Namespace) -> int:
     from openclaw_trl.hub import merge_adapter
 
     result = merge_adapter(args.adapter, args.out, base=args.base, force=args.force, dtype=args.dtype)
-    note = (
-        " (adapter trained on a 4-bit base, merged into the full-precision weights)"
-        if result.trained_in_4bit
-        else ""
+    print(
+        f"wrote the merged model to {result.out} ({result.dtype}): model, tokenizer, chat template, generation config"
     )
-    print(f"merged {result.adapter_dir} into {result.base_model} ({result.dtype}){note}")
-    print(f"saved model, tokenizer, chat template and generation config to {result.out}")
+    print(
+        f"  made from the base model {result.base_model} and the adapter {result.adapter_dir}: both are unchanged"
+    )
+    if result.trained_in_4bit:
+        print("  (the adapter was trained on a 4-bit base; it was merged into the full-precision weights)")
     for note in result.notes:
         print(f"note: {note}")
     return 0

@@ -19,6 +19,7 @@ import argparse
 import logging
 from pathlib import Path
 
+from openclaw_trl.commands import train
 from openclaw_trl.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -26,7 +27,9 @@ logger = logging.getLogger(__name__)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--config", help="recipe YAML: serve and train (the rest of the command line overrides it)"
+        "--config",
+        metavar="RECIPE",
+        help="recipe YAML: serve and train (the options below and the overrides after -- override it)",
     )
     parser.add_argument(
         "--model-dir", help="serve this model without training ('tiny' builds the offline tiny model)"
@@ -60,12 +63,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-ui", action="store_true", help="API only, no Gradio UI at /")
     parser.add_argument("--share", action="store_true", help="public Gradio link (requires --api-key-env)")
     parser.add_argument(
-        "overrides", nargs=argparse.REMAINDER, help="recipe overrides after --, e.g. -- --learning_rate 1e-5"
+        "overrides",
+        nargs=argparse.REMAINDER,
+        help="recipe fields to override after --, e.g. -- --learning_rate 1e-5 (every field: openclaw-trl fields)",
     )
 
 
+def recipe_overrides(args: argparse.Namespace) -> list[str]:
+    return args.overrides[1:] if args.overrides[:1] == ["--"] else args.overrides
+
+
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides = recipe_overrides(args)
+    if any(arg in ("-h", "--help") for arg in overrides):  # -- --help: the recipe fields, not TRL's list
+        print(train.fields_summary())
+        return 0
+    if any(arg in train.HELP_FLAGS for arg in overrides):
+        train.print_help(overrides, "openclaw-trl serve --config RECIPE --")
+        return 0
+    from openclaw_trl.console import configure_console
+
+    configure_console()
     if bool(args.config) == bool(args.model_dir):
         raise UserError("give exactly one of --config RECIPE (serve + train) or --model-dir DIR (serve only)")
     if args.share and not args.api_key_env:
@@ -95,12 +113,14 @@ def run(args: argparse.Namespace) -> int:
         train_temperature=0.7 if args.temperature is None else args.temperature,
         ui=not args.no_ui,
     )
+    from openclaw_trl.console import serving_line
     from openclaw_trl.runtime import build_serving
     from openclaw_trl.serving.app import open_share_link
 
     serving = build_serving(model_dir, args.store, settings)
-    server = ServerThread(serving.app, host=settings.host, port=settings.port, log_level="info").start()
-    logger.info("serving %s on %s (UI at /, API at /v1); Ctrl-C to stop", model_dir, server.url)
+    server = ServerThread(serving.app, host=settings.host, port=settings.port).start()
+    logger.info("%s", serving_line(str(model_dir), server.url, settings.ui, settings.model_names[0]))
+    logger.info("collecting every turn into %s (no training); Ctrl-C stops", args.store)
     if args.share:
         logger.info("public link: %s", open_share_link(settings.host, server.port))
     import signal
@@ -129,7 +149,7 @@ def _run_recipe(args: argparse.Namespace) -> int:
             "--max-tokens applies to --model-dir; with --config set max_completion_length in the recipe "
             "(or -- --max_completion_length N)"
         )
-    overrides = args.overrides[1:] if args.overrides[:1] == ["--"] else args.overrides
+    overrides = recipe_overrides(args)
     argv = [
         "--config",
         args.config,
@@ -150,6 +170,9 @@ def _run_recipe(args: argparse.Namespace) -> int:
     if args.model_name is not None:
         argv += ["--served_model_name", args.model_name]
     config, model_args, recipe_yaml = rt.load_recipe(argv)
+    from openclaw_trl.console import configure_console
+
+    configure_console(config.log_level)
     runtime = rt.build_runtime(config, model_args, recipe_yaml)
     rt.run(runtime, share=args.share)
     return 0

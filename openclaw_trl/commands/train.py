@@ -8,17 +8,21 @@ Without ``--config``, when the default recipe's model can be neither found in th
 fetched from the Hub (offline, or ``HF_HUB_OFFLINE=1``), one line says so and the offline toy demo
 (``recipes/toy_offline.yaml``) starts instead. A recipe chosen with ``--config`` whose model cannot be
 fetched ends with a one-line error.
+
+``--help`` answers at once, without reading a recipe or probing a model: ``--config`` first, then the recipe
+fields by group (``--help-fields``: every field with its type, default and meaning; ``--help-trl``: TRL's own
+argument list, with the dataclass defaults).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 
+from openclaw_trl.commands.fields import fields_text, group_summary, text_width, wrap
 from openclaw_trl.errors import UserError
-from openclaw_trl.store import SampleSourceError
 
 DEFAULT_RECIPE = "recipes/combine_qwen3_0.6b_lora.yaml"
 OFFLINE_RECIPE = "recipes/toy_offline.yaml"
@@ -79,13 +83,98 @@ def choose_recipe(argv: list[str]) -> list[str]:
     return ["--config", OFFLINE_RECIPE, *argv]
 
 
-def run_argv(argv: list[str]) -> int:
-    from openclaw_trl.runtime import build_runtime, load_recipe, run
+HELP_FLAGS = ("-h", "--help", "--help-fields", "--help-trl")
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+def help_parser(prog: str) -> argparse.ArgumentParser:
+    """The parser ``--help`` prints: ``--config`` first, the recipe fields by group, no recipe's values.
+
+    It only describes: the run itself parses its arguments with TRL's ``TrlParser`` (the recipe sets the
+    defaults, ``--FIELD VALUE`` overrides), which needs TRL and a recipe, so ``--help`` does not use it.
+    """
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        usage=f"{prog} [--config RECIPE] [--FIELD VALUE ...] [--share] [-h] [--help-fields] [--help-trl]",
+        description=fill(
+            "Serve and learn from a recipe. The recipe's source says where turns come from: live (people "
+            "through the UI and the OpenAI-compatible API), replay (recorded conversations) or simulated "
+            "(a simulated user). The recipe sets the fields; the command line overrides them.",
+            text_width(),
+        ),
+        epilog=fields_summary(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        add_help=False,
+    )
+    parser.add_argument(
+        "--config",
+        metavar="RECIPE",
+        help=f"recipe YAML (recipes/*.yaml). Without it: {DEFAULT_RECIPE} (Qwen3-0.6B from the Hugging Face "
+        f"Hub), or the offline toy demo {OFFLINE_RECIPE} when that model is neither in the Hugging Face "
+        "cache nor reachable",
+    )
+    parser.add_argument(
+        "--FIELD",
+        metavar="VALUE",
+        help="set a recipe field, e.g. --learning_rate 1e-5 --max_steps 3 (a list: --opd_kd_schedule_steps 0 2)",
+    )
+    parser.add_argument(
+        "--share", action="store_true", help="a public Gradio link to the UI and the API (needs api_key_env)"
+    )
+    parser.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+    parser.add_argument(
+        "--help-fields",
+        action="store_true",
+        help="every recipe field with its type, default and meaning, then exit",
+    )
+    parser.add_argument(
+        "--help-trl",
+        action="store_true",
+        help="TRL's own argument list (GRPOConfig, TrainingArguments, ModelConfig) with TRL's defaults, then "
+        "exit (it loads TRL: several seconds)",
+    )
+    return parser
+
+
+def fields_summary() -> str:
+    """The recipe fields' names by group, under a line saying where their details are."""
+    intro = (
+        "Recipe fields, by group (set them in the recipe, or here as --FIELD VALUE; their types, defaults "
+        "and meaning: --help-fields, openclaw-trl fields WORD, or docs/recipe-fields.md):"
+    )
+    return fill(intro, text_width()) + "\n" + group_summary()
+
+
+def fill(text: str, width: int) -> str:
+    return "\n".join(wrap(text, width))
+
+
+def print_help(argv: list[str], prog: str) -> None:
+    """Answer ``-h`` / ``--help`` / ``--help-fields`` / ``--help-trl``, without reading a recipe or a model."""
+    if "--help-trl" in argv:
+        from trl import ModelConfig, TrlParser
+
+        from openclaw_trl.config import OpenClawConfig
+
+        TrlParser((OpenClawConfig, ModelConfig), prog=prog).print_help()
+    elif "--help-fields" in argv:
+        print(fields_text())
+    else:
+        help_parser(prog).print_help()
+
+
+def run_argv(argv: list[str], prog: str = "openclaw-trl train") -> int:
+    if any(arg in HELP_FLAGS for arg in argv):
+        print_help(argv, prog)
+        return 0
+    from openclaw_trl.console import configure_console
+    from openclaw_trl.runtime import build_runtime, load_recipe, run
+    from openclaw_trl.store import SampleSourceError
+
+    configure_console()  # until the recipe's log_level is known
     argv = choose_recipe(argv)
     share = "--share" in argv  # a public Gradio link (live source; needs api_key_env)
     config, model_args, recipe_yaml = load_recipe([a for a in argv if a != "--share"])
+    configure_console(config.log_level)
     runtime = build_runtime(config, model_args, recipe_yaml)
     try:
         metrics = run(runtime, share=share)

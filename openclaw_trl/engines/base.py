@@ -95,13 +95,19 @@ class Engine(Protocol):
     policy_version: int
 
     def generate(
-        self, requests: list[GenerationRequest], on_token=None, priority: Priority = "serve"
+        self,
+        requests: list[GenerationRequest],
+        on_token=None,
+        priority: Priority = "serve",
+        timeout_s: float | None = None,
     ) -> list[Completion]:
         """Sample completions for all requests in one batched pass: ``sampling.n`` per request, consecutively.
 
         ``on_token(index, token_id)``, when given, is called as each token is sampled (streaming); ``index``
         is the completion's position in the returned list.
         ``priority``: ``serve`` for chat turns, ``learn`` for judge votes (see ``Priority``).
+        ``timeout_s``: the caller gives up after that many seconds: ``TimeoutError`` is raised and the work is
+        cancelled (not started, or stopped at its next step), so an abandoned call never keeps the engine busy.
         """
         ...
 
@@ -113,10 +119,12 @@ class Engine(Protocol):
         top_k: int = 0,
         temperature: float = 1.0,
         priority: Priority = "learn",
+        timeout_s: float | None = None,
     ) -> Scores:
         """Log-probs of each completion given its prompt; optionally the top-K at each position.
 
         ``priority``: ``learn`` for the teacher and replays, ``serve`` for a chat reply's ``top_logprobs``.
+        ``timeout_s``: as for ``generate``.
         """
         ...
 

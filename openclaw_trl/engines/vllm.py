@@ -192,15 +192,20 @@ class VLLMEngine:
 
     # ------------------------------------------------------------------ public API
     def generate(
-        self, requests: list[GenerationRequest], on_token=None, priority: Priority = "serve"
+        self,
+        requests: list[GenerationRequest],
+        on_token=None,
+        priority: Priority = "serve",
+        timeout_s: float | None = None,
     ) -> list[Completion]:
         """Sample completions (continuously batched with concurrent callers). ``on_token(index, token_id)`` runs
-        on the engine thread as tokens are produced; ``learn`` requests go after ``serve`` ones."""
+        on the engine thread as tokens are produced; ``learn`` requests go after ``serve`` ones. ``timeout_s``:
+        give up after that many seconds (``TimeoutError``; the requests are aborted in vLLM)."""
         if not requests:
             return []
         check_generate_args(requests, priority)
         job = Job("gen", list(requests), size=len(requests), on_token=on_token, priority=priority)
-        results = self._worker.submit(job).results
+        results = self._worker.submit(job, timeout_s).results
         # a request with n > 1 candidates fills its slot with the list of its n completions
         return [c for r in results for c in (r if isinstance(r, list) else [r])]
 
@@ -212,9 +217,10 @@ class VLLMEngine:
         top_k: int = 0,
         temperature: float = 1.0,
         priority: Priority = "learn",
+        timeout_s: float | None = None,
     ) -> Scores:
         """Per-token log-probs of each completion given its prompt, from vLLM prompt log-probs (see the module
-        docstring for temperatures other than 1 and for the top-K cap)."""
+        docstring for temperatures other than 1 and for the top-K cap); ``timeout_s`` as for ``generate``."""
         check_score_args(prompt_ids, completion_ids, weights, top_k, temperature, priority)
         if temperature != 1.0 and not self.full_vocab:
             raise ValueError(
@@ -228,7 +234,7 @@ class VLLMEngine:
         if not pairs:
             return Scores.from_pairs([], top_k)
         job = Job("score", (pairs, weights, top_k, temperature), size=len(pairs), priority=priority)
-        return Scores.from_pairs(self._worker.submit(job).results, top_k)
+        return Scores.from_pairs(self._worker.submit(job, timeout_s).results, top_k)
 
     def publish_adapter(self, adapter, version: int) -> None:
         """Make ``adapter`` the ``policy``: a PEFT state dict / adapter directory (LoRA), or a full state dict
@@ -279,6 +285,7 @@ class VLLMEngine:
                 job = self._worker.next_job(0)
             if self._deferred:
                 self._run_deferred()
+            self._abort_cancelled()
             self._admit_pending()
             if self._live:
                 try:
@@ -495,6 +502,18 @@ class VLLMEngine:
         again.tokens, again.finish_reason = live.tokens, live.finish_reason
         again.prompt_len, again.temperature = len(live.request.prompt_ids), sp.temperature
         self._add(again, list(live.request.prompt_ids) + live.tokens, score_params(0, sp.temperature))
+
+    def _abort_cancelled(self) -> None:
+        """Abort the requests in vLLM whose job was cancelled (its caller gave up, or another row failed it)."""
+        for rid, live in list(self._live.items()):
+            if live.job.cancelled:
+                try:
+                    self._engine.abort_request([rid])
+                except Exception:  # noqa: BLE001 - already finished inside vLLM
+                    pass
+                del self._live[rid]
+                self._learn_live -= live.job.priority == "learn"
+                self._loras.use(live.lora, -1)
 
     def _abort_all(self, exc: BaseException) -> None:
         """Abort every request in vLLM and fail every job that waits: in vLLM, pending, or deferred."""

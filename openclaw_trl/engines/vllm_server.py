@@ -38,7 +38,7 @@ import shutil
 import tempfile
 import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +83,21 @@ class _Sampled:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish_reason: str | None = None
+    gave_up: threading.Event | None = None  # set when the caller stopped waiting: end the stream
+
+
+def _results(futures: list[Future], timeout_s: float | None, gave_up: threading.Event) -> list:
+    """The futures' results in order; after ``timeout_s`` seconds the rest is cancelled (queued rows never start,
+    running streams end at their next chunk) and ``TimeoutError`` raised."""
+    if timeout_s is not None and not timeout_s > 0:
+        raise ValueError(f"timeout_s must be > 0 or None, got {timeout_s!r}")
+    _, late = wait(futures, timeout=timeout_s)
+    if late:
+        gave_up.set()
+        for future in late:
+            future.cancel()
+        raise TimeoutError(f"VLLMServerEngine: no result within {timeout_s} s; the work was cancelled")
+    return [f.result() for f in futures]
 
 
 class VLLMServerEngine:
@@ -161,20 +176,28 @@ class VLLMServerEngine:
 
     # ------------------------------------------------------------------ public API
     def generate(
-        self, requests: list[GenerationRequest], on_token=None, priority: Priority = "serve"
+        self,
+        requests: list[GenerationRequest],
+        on_token=None,
+        priority: Priority = "serve",
+        timeout_s: float | None = None,
     ) -> list[Completion]:
         """Sample every request on some server, concurrently; ``on_token(index, token_id)`` as tokens arrive.
 
         A request with ``sampling.n = N`` is sent as N single requests (seeds ``seed, seed + 1, ...`` when
         seeded), spread over the servers like any others; on one server vLLM's prefix cache computes the
-        shared prompt once. Its N completions come back consecutively, under their flat indices."""
+        shared prompt once. Its N completions come back consecutively, under their flat indices. ``timeout_s``:
+        give up after that many seconds (``TimeoutError``; see ``_results``)."""
         if not requests:
             return []
         check_generate_args(requests, priority)
         rows = [row for r in requests for row in _single_draws(r)]
         pool = self._executors[priority]
-        futures = [pool.submit(self._generate_row, i, r, on_token, priority) for i, r in enumerate(rows)]
-        return [f.result() for f in futures]
+        gave_up = threading.Event()
+        futures = [
+            pool.submit(self._generate_row, i, r, on_token, priority, gave_up) for i, r in enumerate(rows)
+        ]
+        return _results(futures, timeout_s, gave_up)
 
     def score(
         self,
@@ -184,8 +207,10 @@ class VLLMServerEngine:
         top_k: int = 0,
         temperature: float = 1.0,
         priority: Priority = "learn",
+        timeout_s: float | None = None,
     ) -> Scores:
-        """Per-token log-probs (and top-K) of each completion after its prompt, all on one weights version."""
+        """Per-token log-probs (and top-K) of each completion after its prompt, all on one weights version;
+        ``timeout_s`` as for ``generate``."""
         check_score_args(prompt_ids, completion_ids, weights, top_k, temperature, priority)
         with self._pin(weights) as version:
             pool = self._executors[priority]
@@ -193,7 +218,7 @@ class VLLMServerEngine:
                 pool.submit(self._score_row, version, list(p), list(c), top_k, temperature, priority)
                 for p, c in zip(prompt_ids, completion_ids)
             ]
-            return Scores.from_pairs([f.result() for f in futures], top_k)
+            return Scores.from_pairs(_results(futures, timeout_s, threading.Event()), top_k)
 
     def publish_adapter(self, adapter, version: int) -> None:
         """Write ``adapter`` (PEFT state dict or adapter directory), load it on every healthy server, then
@@ -338,15 +363,20 @@ class VLLMServerEngine:
                 self._pool.release(server, priority)
 
     def _generate_row(
-        self, index: int, request: GenerationRequest, on_token, priority: Priority
+        self, index: int, request: GenerationRequest, on_token, priority: Priority, gave_up: threading.Event
     ) -> Completion:
         with self._pin(request.weights) as version:
-            sampled = _Sampled()
+            sampled = _Sampled(gave_up=gave_up)
             self._on_any_server(
                 priority, lambda s: self._sample(s, version, request, sampled, index, on_token)
             )
             sp = request.sampling
-            if sp.temperature > 0 and (sp.top_p < 1.0 or sp.top_k > 0) and sampled.tokens:
+            if (
+                sp.temperature > 0
+                and (sp.top_p < 1.0 or sp.top_k > 0)
+                and sampled.tokens
+                and not gave_up.is_set()
+            ):
                 sampled.logprobs = self._score_row(
                     version, request.prompt_ids, sampled.tokens, 0, sp.temperature, priority
                 )[0]
@@ -385,6 +415,9 @@ class VLLMServerEngine:
                 response.read()
                 raise_for_server(response)
             for event in sse_events(response):
+                if sampled.gave_up is not None and sampled.gave_up.is_set():
+                    sampled.finish_reason = "length"  # leaving the stream closes it: the server aborts
+                    return
                 for choice in event.get("choices", []):
                     self._take_chunk(choice, sampled, index, on_token)
         if sampled.finish_reason not in ("stop", "length"):

@@ -4,8 +4,11 @@ Data flow: a caller thread builds a ``Job`` (its requests, one result slot per r
 ``EngineWorker.submit`` puts it on the queue and blocks on the event. The engine's own thread takes jobs off
 the queue, keeps their rows in ``Pending`` (``serve`` rows ahead of ``learn`` rows, the rule of
 ``base.Priority``), fills the result slots and sets the event when the last one is filled. A failure of any
-row fails the whole job: the caller gets a ``RuntimeError`` that names the cause. ``close`` puts a ``None``
-sentinel on the queue, joins the thread and fails the jobs still queued, so no caller waits forever.
+row fails the whole job: the caller gets a ``RuntimeError`` that names the cause. A caller that gives up
+(``submit``'s ``timeout_s``) cancels its job: the job is failed with a ``TimeoutError``, and the engine drops its
+rows that have not started and stops the ones in progress at their next step, so abandoned work never keeps
+the engine busy. ``close`` puts a ``None`` sentinel on the queue, joins the thread and fails the jobs still
+queued, so no caller waits forever.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,9 +62,16 @@ class Job:
             self.done.set()
 
     def fail(self, exc: BaseException) -> None:
-        """End the job with ``exc`` (the caller raises it)."""
+        """End the job with ``exc`` (the caller raises it); a job that is already done keeps its outcome."""
+        if self.done.is_set():
+            return
         self.error = exc
         self.done.set()
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the job ended before its work did (failed, or its caller gave up): stop working on it."""
+        return self.error is not None
 
     def stream(self, index: int, token: int) -> None:
         """Call ``on_token(index, token)``; a callback that raises is logged and never stops the engine."""
@@ -147,14 +158,27 @@ class EngineWorker:
         except queue.Empty:
             return False
 
-    def submit(self, job: Job) -> Job:
-        """Queue ``job`` and wait until it is done; ``RuntimeError`` when it failed or the worker is gone."""
+    def submit(self, job: Job, timeout_s: float | None = None) -> Job:
+        """Queue ``job`` and wait until it is done.
+
+        ``timeout_s``: give up after that many seconds: the job is cancelled (see the module docstring) and
+        ``TimeoutError`` raised. ``RuntimeError`` when the job failed or the worker is gone.
+        """
         if self.closed:
             raise RuntimeError(f"{self.name} is closed")
+        if timeout_s is not None and not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0 or None, got {timeout_s!r}")
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self._queue.put(job)
-        while not job.done.wait(WAIT_SLICE_S):
+        while not job.done.wait(
+            WAIT_SLICE_S if deadline is None else max(0.0, min(WAIT_SLICE_S, deadline - time.monotonic()))
+        ):
             if not self._thread.is_alive():
                 job.fail(RuntimeError(f"{self.name} worker stopped"))
+            elif deadline is not None and time.monotonic() >= deadline:
+                job.fail(TimeoutError(f"{self.name}: no result within {timeout_s} s; the work was cancelled"))
+        if isinstance(job.error, TimeoutError):
+            raise TimeoutError(str(job.error))
         if job.error is not None:
             raise RuntimeError(f"{self.name} call failed: {job.error!r}") from job.error
         return job

@@ -22,7 +22,8 @@ class JudgeConfig:
         hint-augmented prompt.
     kd_topk: also store the teacher's top-K ids and log-probs per position (0 = off).
     max_concurrency: judge calls in flight at once (threads).
-    timeout_s: per judge call (an engine batch, one HTTP vote, one callable call); a timeout is a None vote.
+    timeout_s: per judge call (an engine batch, one HTTP vote, one callable call) and per teacher scoring call;
+        a late vote is a None vote (the engine work is cancelled), a late teacher call loses its OPD sample.
     batch_turns: turns judged (and teacher-scored) together.
     max_attempts: failed judging attempts (an exception, not a None vote) after which a turn is set
         aside as ``failed``.

@@ -197,8 +197,14 @@ class QuickJudge:
         out: list[float | None] = [None] * len(items)
         if not requests:
             return out
-        future = self.pool.submit(self.engine.generate, requests, priority="serve")
-        completions = self._wait(future, time.monotonic() + self.config.timeout_s) or []
+        try:
+            completions = self.engine.generate(requests, priority="serve", timeout_s=self.config.timeout_s)
+        except TimeoutError:
+            logger.warning("quick judge timed out after %.1f s: no score", self.config.timeout_s)
+            return out
+        except Exception:  # noqa: BLE001 - a failed score is no opinion, never a failed chat request
+            logger.exception("quick judge (engine) failed: no score")
+            return out
         for i, completion in zip(slots, completions):
             text = self.tokenizer.decode(completion.token_ids, skip_special_tokens=True)
             out[i] = judge.parse_quick_score(text)

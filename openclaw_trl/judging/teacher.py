@@ -73,9 +73,12 @@ class Teacher:
                 top_k=self.config.kd_topk,
                 temperature=temperature,
                 priority="learn",
+                timeout_s=self.config.timeout_s,
             )
         except Exception as exc:  # noqa: BLE001 - the turns are judged without a teacher (no OPD sample)
-            if split_on_failure and len(group) > 1:  # find the turn that fails; score the others
+            if (
+                split_on_failure and len(group) > 1 and not isinstance(exc, TimeoutError)
+            ):  # find the turn that fails; score the others
                 for item in group:
                     self._score_group([item], temperature, split_on_failure=False)
                 return

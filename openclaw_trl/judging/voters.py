@@ -204,14 +204,8 @@ class EngineVoter(Voter):
     ``stats["judge_prompt_too_long"]`` counts judge prompts the instructions alone overflow.
     """
 
-    def __init__(self, config: JudgeConfig, engine, tokenizer, pool, stats: dict[str, int]):
-        self.config, self.engine, self.tokenizer, self.pool, self.stats = (
-            config,
-            engine,
-            tokenizer,
-            pool,
-            stats,
-        )
+    def __init__(self, config: JudgeConfig, engine, tokenizer, stats: dict[str, int]):
+        self.config, self.engine, self.tokenizer, self.stats = config, engine, tokenizer, stats
 
     def votes(self, items: list[JudgeInput]) -> list[list[Vote]]:
         out: list[list[Vote]] = [[] for _ in items]
@@ -276,9 +270,7 @@ class EngineVoter(Voter):
     def _generate(self, requests: list[GenerationRequest]) -> tuple[list[str | None], list[str | None]]:
         """Judge texts of one batched ``generate`` call (bounded by ``timeout_s``); all None on failure."""
         try:
-            completions = self.pool.submit(self.engine.generate, requests, priority="learn").result(
-                timeout=self.config.timeout_s
-            )
+            completions = self.engine.generate(requests, priority="learn", timeout_s=self.config.timeout_s)
             texts = [self.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
             return texts, [None] * len(texts)
         except Exception as exc:  # noqa: BLE001 - a judge failure is a None vote
@@ -338,5 +330,5 @@ def make_voter(
     if config.backend == "callable":
         return CallableVoter(config, judge_fn or load_callable(config.callable), pool)
     if config.backend == "engine":
-        return EngineVoter(config, engine, tokenizer, pool, stats)
+        return EngineVoter(config, engine, tokenizer, stats)
     return OpenAIVoter(config, pool, http_client)

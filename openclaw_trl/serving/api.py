@@ -10,7 +10,11 @@
 * ``POST /v1/feedback``: a signal on any turn of the session it names (``session_id`` / ``X-Session-Id``: the
   reply's ``openclaw.session_id``; another session's turn is a 404): ``action`` ``rate`` (👍/👎 + optional
   text, the default), ``correct`` (what the answer should have been), ``reject`` (retry: a 👎 without text) or
-  ``withdraw`` (undo: never judged or trained), as in the UI (``openclaw_trl.sessions.signals``);
+  ``withdraw`` (undo: never judged or trained), as in the UI (``openclaw_trl.sessions.signals``). A bare 👎
+  (``rating: -1`` without ``text``) waits for its correction: the reply's ``correction_until`` (ISO 8601, UTC)
+  and ``correction_seconds_left`` say until when an ``action: "correct"`` on that turn replaces it (null for
+  any other signal, or with ``correction_window_s: 0``); ``GET /v1/status`` counts the ratings waiting
+  (``correction_window``);
 * ``GET /v1/models``, ``GET /healthz``, ``GET /v1/status``; any other ``/v1/...`` is a 404 ``unknown_url``.
 
 Each handler reads the ``ChatService`` from ``request.app.state.service`` and the bearer key from
@@ -328,7 +332,21 @@ async def feedback(request: Request):
     out = {"ok": True, "turn_id": turn, "action": asked.action, "rating": asked.rating}
     if dataclasses.is_dataclass(result):  # FeedbackResult (feedback_id, attached, reason) or Withdrawal
         out.update({k: v for k, v in dataclasses.asdict(result).items() if k != "turn_id"})
+    if hasattr(result, "correction_seconds_left"):  # a FeedbackResult: its correction window
+        out.update(_correction_window(result))
     return out
+
+
+def _correction_window(result) -> dict:
+    """``correction_until`` (ISO 8601, UTC) and ``correction_seconds_left`` of a 👎 waiting for its correction
+    (both None when the signal opened no window)."""
+    from openclaw_trl.sessions import utc_iso
+
+    left = result.correction_seconds_left()
+    return {
+        "correction_until": None if result.correction_until is None else utc_iso(result.correction_until),
+        "correction_seconds_left": None if left is None else round(left, 1),
+    }
 
 
 @router.api_route("/v1/{rest:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])

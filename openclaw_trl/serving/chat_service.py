@@ -485,10 +485,18 @@ class ChatService:
         self.collector.set_private(session_key, private)
 
     def status(self) -> dict:
+        """The live view of ``/v1/status`` and the learning panel: the trainer's (``status``), completed with
+        ``policy_version``, ``samples_waiting`` and ``correction_window`` (the 👎s waiting for a correction:
+        ``openclaw_trl.sessions.correction_window_view``)."""
         out = dict(self._status() if self._status else {})
         out.setdefault("policy_version", getattr(self.engine, "policy_version", 0))
         if "samples_waiting" not in out and hasattr(self.store, "count_waiting"):
             out["samples_waiting"] = self.store.count_waiting()
+        if "correction_window" not in out and hasattr(self.store, "open_correction_windows"):
+            from openclaw_trl.sessions import correction_window_view
+
+            window = self.collector.config.correction_window_s
+            out["correction_window"] = correction_window_view(self.store, window)
         return out
 
     def close(self) -> None:

@@ -60,6 +60,7 @@ Rules that keep every turn accounted for:
 
 from openclaw_trl.sessions.collector import TurnCollector
 from openclaw_trl.sessions.requests import (
+    MAX_CORRECTION_WINDOW_S,
     FeedbackError,
     FeedbackResult,
     RequestContext,
@@ -71,9 +72,16 @@ from openclaw_trl.sessions.requests import (
     next_state_after,
     request_session_key,
 )
-from openclaw_trl.sessions.signals import TurnSignals, session_matches, session_name
+from openclaw_trl.sessions.signals import (
+    TurnSignals,
+    correction_window_view,
+    session_matches,
+    session_name,
+    utc_iso,
+)
 
 __all__ = [
+    "MAX_CORRECTION_WINDOW_S",
     "FeedbackError",
     "FeedbackResult",
     "RequestContext",
@@ -82,10 +90,12 @@ __all__ = [
     "TurnCollector",
     "TurnSignals",
     "UnknownTurnError",
+    "correction_window_view",
     "feedback_text",
     "history_hash",
     "next_state_after",
     "request_session_key",
     "session_matches",
     "session_name",
+    "utc_iso",
 ]

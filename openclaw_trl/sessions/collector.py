@@ -123,6 +123,7 @@ class TurnCollector(TurnSignals):
             )
             if turn_type == "main":
                 ctx.next_state_of = self._attach_request_next_state(prev, reply_index, messages, now)
+                self.store.end_correction_windows(session.id, now)  # the person moved on: their 👎s stand
             self.store.touch_session(session.id, now)
         return ctx
 
@@ -276,12 +277,15 @@ class TurnCollector(TurnSignals):
             return sid
 
     def end_session(self, session_key: str, reason: str = "done") -> bool:
-        """End the open session of ``session_key`` (e.g. "new conversation" in the UI); False if none."""
+        """End the open session of ``session_key`` (e.g. "new conversation" in the UI); False if none.
+        Its open correction windows close (:mod:`openclaw_trl.sessions.signals`): its 👎s stand."""
         with self._lock:
             session = self.store.find_open_session(session_key)
             if session is None:
                 return False
-            self.store.end_session(session.id, reason, self.clock())
+            now = self.clock()
+            self.store.end_session(session.id, reason, now)
+            self.store.end_correction_windows(session.id, now)
             return True
 
     def reap(self, now: float | None = None) -> list[int]:

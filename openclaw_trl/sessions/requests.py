@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -18,6 +20,8 @@ from openclaw_trl.sessions.side_calls import is_side_message
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 NEXT_STATE_ROLES = ("user", "tool")
+MAX_CORRECTION_WINDOW_S = 600.0
+"""The longest correction window: a 👎 is trained at most ten minutes after it was given."""
 
 
 @dataclass
@@ -30,14 +34,30 @@ class SessionConfig:
     train_anonymous: also train on conversations whose requests carry no session id (recognised by their
         history, :mod:`openclaw_trl.sessions.chaining`). On by default: a server has one owner (one API key or
         none), and an agent such as OpenClaw sends no session id.
+    correction_window_s: seconds a bare 👎 (a rating without text) waits for its correction before its
+        samples can be trained (0 = no wait, from 0 to ``MAX_CORRECTION_WINDOW_S``). A correction within the
+        window replaces the 👎 (the correction is what is learned); the next main request of the session, or
+        its end, closes the window early (the 👎 stands). Sixty seconds by default: time to type a sentence.
     """
 
     session_idle_timeout: float = 1800.0
     train_anonymous: bool = True
+    correction_window_s: float = 60.0
 
     def __post_init__(self):
         if not self.session_idle_timeout > 0:
             raise ValueError(f"session_idle_timeout must be > 0 seconds, got {self.session_idle_timeout}")
+        window = self.correction_window_s
+        if (
+            isinstance(window, bool)
+            or not isinstance(window, (int, float))
+            or not math.isfinite(window)
+            or not 0 <= window <= MAX_CORRECTION_WINDOW_S
+        ):
+            raise ValueError(
+                f"correction_window_s must be a number of seconds from 0 (off) to {MAX_CORRECTION_WINDOW_S:g}, "
+                f"got {window!r}"
+            )
 
 
 class SessionRequestError(ValueError):
@@ -70,10 +90,21 @@ class RequestContext:
 
 @dataclass
 class FeedbackResult:
+    """What a per-turn signal did. ``correction_until`` (a Unix time, on an attached bare 👎 while
+    ``correction_window_s > 0``): until when a correction of the turn replaces the 👎; its samples are not
+    trained before then (unless the session's next message or its end comes first)."""
+
     feedback_id: int
     turn_id: int
     attached: bool  # it became the turn's next state (it is stored either way)
     reason: str  # why not, when not attached
+    correction_until: float | None = None
+
+    def correction_seconds_left(self, now: float | None = None) -> float | None:
+        """Seconds left to send a correction that replaces this 👎 (None: no window was opened)."""
+        if self.correction_until is None:
+            return None
+        return max(0.0, self.correction_until - (time.time() if now is None else now))
 
 
 def lower_keys(mapping: Mapping | None) -> dict:

@@ -3,7 +3,8 @@
 Each operation addresses one turn by id (any turn of a conversation, not only the last) and is one store
 transaction; the UI's chatbot events and ``POST /v1/feedback`` both call them:
 
-* :meth:`TurnSignals.feedback` (👍 = +1 / 👎 = -1, optional text): stored, and the turn's next state;
+* :meth:`TurnSignals.feedback` (👍 = +1 / 👎 = -1, optional text): stored, and the turn's next state; a bare
+  👎 (no text) opens the turn's correction window (``SessionConfig.correction_window_s``, below);
 * :meth:`TurnSignals.correct` (a typed correction or an edited answer): the text with the turn's latest
   rating (👎 when it has none): what the answer should have been becomes the next state and the judge's hint;
 * :meth:`TurnSignals.reject` (retry): a 👎 without text, read by the judge as "asked for another answer";
@@ -22,16 +23,32 @@ Feedback on a turn that was already judged replaces the earlier next state when 
 trained on yet (the sample is superseded: kept, never handed out, and the turn is judged again); on a turn
 already trained on, on a withdrawn turn or on a side turn it is recorded only (``FeedbackResult.attached``
 False, ``reason`` says why). Nothing is deleted.
+
+Correction window: a 👎 is often followed by what the answer should have been. A bare 👎 (a rating of -1 with
+no text) therefore waits ``correction_window_s`` seconds before its samples can be trained
+(``FeedbackResult.correction_until``; :mod:`openclaw_trl.store.holds`): a correction (or an edit) within the
+window supersedes the 👎's untrained sample, so the correction is what is learned. The session's next main
+request, or its end, closes the window early and the 👎 stands. A 👍 does not wait: nothing more is expected
+after it, and holding it would only delay the update the person asked for; a 👎 with a text is already a
+correction, and a retry (reject) is followed by the new answer's request at once.
 """
 
 from __future__ import annotations
 
 import hmac
 import threading
+import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 
 from openclaw_trl.records import Session, Turn
-from openclaw_trl.sessions.requests import FeedbackError, FeedbackResult, UnknownTurnError, feedback_text
+from openclaw_trl.sessions.requests import (
+    FeedbackError,
+    FeedbackResult,
+    SessionConfig,
+    UnknownTurnError,
+    feedback_text,
+)
 from openclaw_trl.store import FEEDBACK_KINDS, Store, Withdrawal
 
 MAX_TURN_ID = 2**63 - 1  # the largest row id SQLite stores
@@ -50,6 +67,32 @@ def session_matches(session: Session, named: str) -> bool:
     return isinstance(named, str) and name is not None and hmac.compare_digest(name.encode(), named.encode())
 
 
+def utc_iso(timestamp: float) -> str:
+    """A Unix time as ISO 8601 in UTC with milliseconds (``2026-01-02T03:04:05.678Z``)."""
+    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+def correction_window_view(store: Store, window_s: float, now: float | None = None, limit: int = 20) -> dict:
+    """The bare 👎s waiting for a correction, for status pages (module docstring: correction window).
+
+    ``window_s`` (the configured window), ``waiting`` (how many ratings wait), ``seconds_left`` (until the
+    first window closes; None when none is open) and ``turns``: up to ``limit`` of them, the first to close
+    first, each ``{"turn_id", "correction_until" (ISO 8601, UTC), "seconds_left"}``.
+    """
+    now = time.time() if now is None else now
+    windows = store.open_correction_windows(now, limit)
+    turns = [
+        {"turn_id": w.turn_id, "correction_until": utc_iso(w.until), "seconds_left": round(w.until - now, 1)}
+        for w in windows
+    ]
+    return {
+        "window_s": float(window_s),
+        "waiting": store.count_open_correction_windows(now) if len(windows) == limit else len(windows),
+        "seconds_left": turns[0]["seconds_left"] if turns else None,
+        "turns": turns,
+    }
+
+
 def _check_turn_id(turn_id) -> int:
     if isinstance(turn_id, bool) or not isinstance(turn_id, int) or not 1 <= turn_id <= MAX_TURN_ID:
         raise FeedbackError(f"turn_id must be an integer from 1 to 2**63 - 1, got {turn_id!r}"[:200])
@@ -60,6 +103,7 @@ class TurnSignals:
     """The per-turn operations of :class:`~openclaw_trl.sessions.TurnCollector` (module docstring)."""
 
     store: Store
+    config: SessionConfig
     clock: Callable[[], float]
     _lock: threading.RLock
 
@@ -87,7 +131,8 @@ class TurnSignals:
         """Explicit feedback on a turn of ``session``: ``rating`` +1 / -1, or None with a non-empty ``text``.
 
         ``kind`` (one of ``FEEDBACK_KINDS``) defaults to ``correction`` with a text, else ``rating``. It is
-        stored, and becomes the turn's next state unless the module docstring's rules say otherwise.
+        stored, and becomes the turn's next state unless the module docstring's rules say otherwise; an
+        attached bare 👎 opens the turn's correction window (module docstring).
         """
         _check_turn_id(turn_id)
         if rating is not None:
@@ -113,12 +158,15 @@ class TurnSignals:
                 "kind": kind,
                 "feedback_id": feedback_id,
             }
-            refusal = self.store.attach_feedback(turn_id, state, self.clock())
+            now = self.clock()
+            window = self.config.correction_window_s
+            until = now + window if kind == "rating" and rating == -1 and window > 0 else None
+            refusal = self.store.attach_feedback(turn_id, state, now, correction_until=until)
             if refusal is not None:
                 return FeedbackResult(feedback_id, turn_id, False, refusal)
             self.store.set_feedback_attached(feedback_id, True)
-            self.store.touch_session(turn.session_id, self.clock())
-            return FeedbackResult(feedback_id, turn_id, True, "")
+            self.store.touch_session(turn.session_id, now)
+            return FeedbackResult(feedback_id, turn_id, True, "", correction_until=until)
 
     def correct(
         self, turn_id: int, text: str, kind: str = "correction", *, session: str | None = None

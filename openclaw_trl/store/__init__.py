@@ -13,6 +13,8 @@ Its parts, one API each:
   votes, judge failures), used by :mod:`openclaw_trl.judging`;
 * :class:`~openclaw_trl.store.queue.SampleQueue` (samples handed to the trainer oldest first, consumed,
   released, re-queued; the queue rules), used by the trainer;
+* :class:`~openclaw_trl.store.holds.CorrectionWindows` (a bare 👎 waits for its correction: its samples
+  are held until the window closes), used by :mod:`openclaw_trl.sessions` and the status views;
 * :class:`~openclaw_trl.store.groups.Groups` (Best-of-N groups: a served turn's candidates, their quick
   scores and their group samples), used by the Best-of-N serving path;
 * :class:`~openclaw_trl.store.queries.Queries` (everything for the export, counts, recent hints);
@@ -33,6 +35,7 @@ from pathlib import Path
 from openclaw_trl.store.conversations import FEEDBACK_KINDS, WITHDRAWN, Conversations, Withdrawal
 from openclaw_trl.store.db import SCHEMA_VERSION, Database, StoreError
 from openclaw_trl.store.groups import Groups
+from openclaw_trl.store.holds import CorrectionWindow, CorrectionWindows
 from openclaw_trl.store.judging import TEACHER_ERROR_PREFIX, Judging
 from openclaw_trl.store.lineage import Lineage, PolicyLineage, PublishedVersion
 from openclaw_trl.store.queries import TURN_STATUSES, Queries
@@ -45,6 +48,7 @@ __all__ = [
     "ROLLED_BACK_PREFIX",
     "SCHEMA_VERSION",
     "AdapterVersion",
+    "CorrectionWindow",
     "TEACHER_ERROR_PREFIX",
     "TURN_STATUSES",
     "WITHDRAWN",
@@ -60,7 +64,15 @@ __all__ = [
 
 
 class Store(
-    Conversations, Judging, SampleQueue, Groups, Queries, ResponseIds, AdapterVersions, PolicyLineage
+    Conversations,
+    Judging,
+    SampleQueue,
+    CorrectionWindows,
+    Groups,
+    Queries,
+    ResponseIds,
+    AdapterVersions,
+    PolicyLineage,
 ):
     """SQLite store shared by the server threads, the scorer and the trainer (see the module docstring).
 

@@ -230,12 +230,30 @@ class Conversations:
         """
         return self._attach(turn_id, next_state, source, now, replace) is None
 
-    def attach_feedback(self, turn_id: int, next_state: dict, now: float | None = None) -> str | None:
+    def attach_feedback(
+        self,
+        turn_id: int,
+        next_state: dict,
+        now: float | None = None,
+        correction_until: float | None = None,
+    ) -> str | None:
         """Explicit feedback as the turn's next state (``attach_next_state(replace=True)``); returns None
-        when attached, else why not (a side turn, a withdrawn turn, a sample already trained on ...)."""
-        return self._attach(turn_id, next_state, "feedback", now, replace=True)
+        when attached, else why not (a side turn, a withdrawn turn, a sample already trained on ...).
 
-    def _attach(self, turn_id: int, next_state: dict, source: str, now: float | None, replace: bool):
+        ``correction_until`` (a Unix time) opens the turn's correction window: its samples are not handed
+        to a batch before then (:mod:`openclaw_trl.store.holds`); any other attachment closes the window.
+        """
+        return self._attach(turn_id, next_state, "feedback", now, replace=True, hold=correction_until)
+
+    def _attach(
+        self,
+        turn_id: int,
+        next_state: dict,
+        source: str,
+        now: float | None,
+        replace: bool,
+        hold: float | None = None,
+    ):
         now = time.time() if now is None else now
         with (
             self._queue_lock,
@@ -254,13 +272,14 @@ class Conversations:
             tx.execute(
                 "UPDATE turns SET next_state = ?, next_state_source = ?, next_state_at = ?, status = ?,"
                 " close_reason = ?, judge_round = judge_round + 1, judged_at = NULL, reward = NULL,"
-                " hint = NULL, judge_error = NULL, judge_attempts = 0 WHERE id = ?",
+                " hint = NULL, judge_error = NULL, judge_attempts = 0, correction_until = ? WHERE id = ?",
                 (
                     dumps(next_state),
                     source,
                     now,
                     "ready" if row["trainable"] else "closed",
                     None if row["trainable"] else "untrainable",
+                    hold,
                     turn_id,
                 ),
             )

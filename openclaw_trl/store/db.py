@@ -183,6 +183,7 @@ _ADDED_COLUMNS = (
     ("turns", "exchange_key", "TEXT"),
     ("turns", "reply_key", "TEXT"),
     ("candidate_groups", "served_prob", "REAL"),
+    ("turns", "correction_until", "REAL"),  # a 👎 waits for its correction until then (store.holds)
 )
 
 # Indexes over added columns, created once the columns exist. A turn has at most one live scorer sample:

@@ -9,6 +9,8 @@ Queue rules:
 * a waiting sample whose weights are more than ``max_staleness`` updates away from the current ones along
   the lineage (:mod:`~openclaw_trl.store.lineage`) is dropped when a batch is taken: it stays in the store with its ``dropped_reason`` and is never handed out
   (:meth:`SampleQueue.drop_stale`); the batch is filled with the next waiting samples;
+* a waiting sample whose turn's correction window is open (:mod:`~openclaw_trl.store.holds`: a bare 👎 waiting
+  for its correction) is not handed out before the window closes;
 * a waiting sample is also dropped when explicit feedback on its turn supersedes it (``superseded``: the
   turn is judged again) or the user withdraws its turn (``withdrawn``); a sample this object handed out
   to a batch is never dropped (a trainer in another process takes samples through its own object: a
@@ -39,6 +41,9 @@ _WAITING_SQL = (
     " LEFT JOIN sessions ss ON ss.id = t.session_id"
     " WHERE s.consumed_step IS NULL AND s.dropped_reason IS NULL AND COALESCE(ss.private, 0) = 0"
 )
+
+# ... and not held by an open correction window of its turn (the parameter: now, a Unix time).
+_UNHELD_SQL = " AND COALESCE(t.correction_until, 0) <= ?"
 
 
 class SampleSourceError(RuntimeError):
@@ -139,17 +144,25 @@ class SampleQueue:
     def _available_ids(self, limit: int | None = None) -> list[int]:
         with self._queue_lock:
             handed = set(self._handed_out)
-        sql = "SELECT s.id" + _WAITING_SQL + " ORDER BY s.id"
-        params: tuple = ()
+        sql = "SELECT s.id" + _WAITING_SQL + _UNHELD_SQL + " ORDER BY s.id"
+        params: tuple = (time.time(),)
         if limit is not None:
             sql += " LIMIT ?"
-            params = (limit + len(handed),)
+            params = (*params, limit + len(handed))
         ids = [r[0] for r in self._db.conn().execute(sql, params).fetchall() if r[0] not in handed]
         return ids if limit is None else ids[:limit]
 
     def count_waiting(self) -> int:
-        """Judged samples not consumed yet and not handed out by this object (what the next batch sees)."""
+        """Judged samples not consumed yet, not held by a correction window and not handed out by this
+        object (what the next batch sees)."""
         return len(self._available_ids())
+
+    def next_window_close(self) -> float | None:
+        """Seconds until the first correction window holding a waiting sample closes (None: none holds one)."""
+        now = time.time()
+        sql = "SELECT MIN(t.correction_until)" + _WAITING_SQL + " AND t.correction_until > ?"
+        until = self._db.conn().execute(sql, (now,)).fetchone()[0]
+        return None if until is None else max(0.0, float(until) - now)
 
     def take_samples(self, n: int) -> list[TrainingSample]:
         """Hand out up to ``n`` of the oldest waiting samples (non-blocking; may return fewer).
@@ -173,6 +186,9 @@ class SampleQueue:
     ) -> list[TrainingSample]:
         """Block until ``n`` samples are waiting, then hand out exactly ``n`` (the surplus stays queued).
 
+        Looks at the store every ``poll`` seconds (samples written by other processes), when this process
+        writes or releases samples, and when the first correction window holding a sample closes.
+
         With ``max_staleness``, waiting samples more than ``max_staleness`` updates away from
         ``policy_version`` along the lineage are dropped first, each time the queue is looked at (:meth:`drop_stale`), so
         the batch is made of fresh samples only. Raises ``TimeoutError`` after ``timeout`` seconds, and :class:`SampleSourceError` as soon as
@@ -192,6 +208,9 @@ class SampleQueue:
                 wait = poll if deadline is None else min(poll, deadline - time.monotonic())
                 if wait <= 0:
                     raise TimeoutError(f"only {len(ids)} of {n} samples waiting after {timeout} s")
+                closes = self.next_window_close()
+                if closes is not None:
+                    wait = min(wait, closes + 0.001)  # past the close: the sample is free when we look
                 self._queue_lock.wait(wait)  # woken early by samples written in this process
         return self.get_samples(ids)
 

@@ -3,14 +3,12 @@
 A Qwen3-architecture model (``openclaw_trl.testing.build_model_dir``) with a byte-level BPE tokenizer
 trained on the toy corpus, trained with plain PyTorch on chats rendered with the package's chat template
 (loss on the assistant tokens only, ``<|im_end|>`` included so generation stops). See
-:mod:`openclaw_trl.toy.world` for what the chats teach. Afterwards it measures, through the serving engine
-(``HFEngine``) at the serving temperature:
+:mod:`openclaw_trl.toy.world` for what the chats teach and :mod:`openclaw_trl.toy.measure` for what is
+measured afterwards (the rates of the taught behaviours, saved in ``world.json``).
 
-* P(preferred style) for a bare request (the base rate learning starts from);
-* P(preferred style) when the request carries the ``[user's hint / instruction]`` block (the teacher);
-* P(requested style) after a "No, not like that. Please …" follow-up.
-
-:func:`toy_model` keeps one checkpoint per :class:`PretrainSettings` in the user cache directory
+:func:`toy_model` returns the default settings' checkpoint shipped with the package (:data:`PACKAGED_DIR`,
+written by ``python benchmarks/learning/pretrain.py --package``), so the demo starts without pre-training.
+For any other :class:`PretrainSettings` it keeps one checkpoint in the user cache directory
 (:func:`cache_root`): ``toy-model-<settings hash>`` holds the model, the tokenizer and ``world.json``
 (settings + these measurements). The first call pre-trains (a progress bar on stderr), later calls reuse
 it. The directory is written beside its final name and renamed when complete, so a process killed during
@@ -29,10 +27,13 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from openclaw_trl.toy import world
+from openclaw_trl.toy import measure, world
 
 META_FILE = "world.json"
 CACHE_ENV = "OPENCLAW_TRL_CACHE"
+PACKAGED_DIR = Path(__file__).parent / "model"
+"""The default settings' checkpoint, shipped with the package (produced by
+``python benchmarks/learning/pretrain.py --package``); read-only at runtime."""
 
 
 @dataclass(frozen=True)
@@ -178,104 +179,19 @@ def train(
     return loss_value
 
 
-def style_rates(
-    engine, prompts: list[list[dict]], wanted: list[str], temperature: float, seed: int, max_tokens: int = 40
-) -> dict:
-    """Sample one answer per prompt (seeded) with the policy weights; the fraction in the wanted style and
-    the distribution of styles seen."""
-    from openclaw_trl.chat import render_prompt_ids
-    from openclaw_trl.engines.base import GenerationRequest, SamplingParams
-
-    requests = [
-        GenerationRequest(
-            render_prompt_ids(engine.tokenizer, p),
-            SamplingParams(temperature=temperature, max_new_tokens=max_tokens, seed=seed + i),
-            weights="policy",
-        )
-        for i, p in enumerate(prompts)
-    ]
-    completions = engine.generate(requests)
-    texts = [engine.tokenizer.decode(c.token_ids, skip_special_tokens=True).strip() for c in completions]
-    by_name = {s.name: s for s in world.STYLES}
-    hits = [by_name[w].matches(t) for w, t in zip(wanted, texts)]
-    seen = {name: sum(s.matches(t) for t in texts) / len(texts) for name, s in by_name.items()}
-    seen["none"] = sum(not any(s.matches(t) for s in world.STYLES) for t in texts) / len(texts)
-    out = {"rate": sum(hits) / len(texts), "styles": seen, "examples": texts[:3]}
-    out["_samples"] = (requests, completions, hits)  # for teacher_gap; dropped before saving
-    return out
-
-
-def teacher_gap(engine, samples, hinted: list[list[dict]], temperature: float) -> dict:
-    """What OPD's advantage sees: per sampled bare answer, sum over its tokens of
-    ``lp_teacher - lp_student`` (teacher = the same weights on the hint-augmented prompt, scoring the
-    sampled ids), averaged separately over answers in the preferred style and the others."""
-    from openclaw_trl.chat import render_prompt_ids
-
-    requests, completions, hits = samples
-    teacher = engine.score(
-        [render_prompt_ids(engine.tokenizer, h) for h in hinted],
-        [c.token_ids for c in completions],
-        weights="policy",
-        temperature=temperature,
-    ).logprobs
-    gaps = [sum(t) - sum(c.logprobs) for t, c in zip(teacher, completions)]
-    good = [g for g, h in zip(gaps, hits) if h]
-    bad = [g for g, h in zip(gaps, hits) if not h]
-    return {
-        "preferred_style": sum(good) / len(good) if good else None,
-        "other_styles": sum(bad) / len(bad) if bad else None,
-    }
-
-
-def measure(model_dir: Path, preferred: str = world.PREFERRED, n: int = 96, temperature: float = 1.0):
-    """The three probabilities of the module docstring, on ``n`` seeded samples each."""
-    from openclaw_trl.engines.hf import HFEngine
-    from openclaw_trl.judge import append_hint
-
-    rng = random.Random(1234)
-    topics = [world.TOPICS[i % len(world.TOPICS)] for i in range(n)]
-    bare = [[{"role": "user", "content": world.opening(t)}] for t in topics]
-    hinted = [append_hint(p, world.style_request(preferred)) for p in bare]
-    follow, wants = [], []
-    for t in topics:
-        first = rng.choice(world.STYLE_NAMES)
-        want = rng.choice([s for s in world.STYLE_NAMES if s != first])
-        follow.append(
-            [
-                {"role": "user", "content": world.opening(t)},
-                {"role": "assistant", "content": world.render_answer(first, t, rng)},
-                {"role": "user", "content": world.change_request(want)},
-            ]
-        )
-        wants.append(want)
-    engine = HFEngine(model_dir, max_batch_size=64)
-    try:
-        out = {
-            "preferred": preferred,
-            "temperature": temperature,
-            "n": n,
-            "bare": style_rates(engine, bare, [preferred] * n, temperature, seed=10_000),
-            "hinted": style_rates(engine, hinted, [preferred] * n, temperature, seed=20_000),
-            "follow_up": style_rates(engine, follow, wants, temperature, seed=30_000),
-        }
-        out["teacher_gap"] = teacher_gap(engine, out["bare"]["_samples"], hinted, temperature)
-    finally:
-        engine.close()
-    for key in ("bare", "hinted", "follow_up"):
-        del out[key]["_samples"]
-    return out
-
-
 def pretrain(
     out: str | Path,
     settings: PretrainSettings | None = None,
     force: bool = False,
     log=print,
     progress: bool = False,
+    ignored: bool = True,
 ) -> Path:
     """Build, train, save and measure the model in ``out``; reuse it when ``out`` holds the same settings.
 
-    The model is written to a directory beside ``out`` that replaces it only once complete.
+    The model is written to a directory beside ``out`` that replaces it only once complete. ``ignored``
+    puts a ``.gitignore`` in it, so that a checkpoint written inside a git checkout is never committed by
+    accident (off only for :data:`PACKAGED_DIR`).
     """
     from openclaw_trl.fsutil import staged_directory
 
@@ -286,6 +202,8 @@ def pretrain(
         return out
     with staged_directory(out, "pretrain") as staging:
         meta = _build(staging, settings, log, progress)
+        if ignored:
+            (staging / ".gitignore").write_text("*\n")
     log(report(meta))
     return out
 
@@ -311,7 +229,6 @@ def _build(out: Path, settings: PretrainSettings, log, progress: bool) -> dict:
     tokenizer = build_tokenizer(chats, settings.vocab_size)
     check_encoding(tokenizer, chats[:50])
     examples = [encode_chat(tokenizer, c) for c in chats]
-    (out / ".gitignore").write_text("*\n")  # weights are never committed
     build_model_dir(out, tokenizer, settings.model_kwargs(), seed=settings.seed)
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     n_params = sum(p.numel() for p in model.parameters())
@@ -323,11 +240,12 @@ def _build(out: Path, settings: PretrainSettings, log, progress: bool) -> dict:
     model.save_pretrained(out)
     train_s = time.perf_counter() - started
     log(f"pretrain: measuring the styles the model answers in ({settings.measure_n} samples each)")
-    metrics = measure(out, n=settings.measure_n)
+    metrics = measure.measure(out, n=settings.measure_n)
     meta = {
         "settings": asdict(settings),
         "parameters": n_params,
         "final_loss": last_loss,
+        "chats_digest": chats_digest(chats),
         "train_seconds": round(train_s, 1),
         "metrics": metrics,
     }
@@ -335,12 +253,18 @@ def _build(out: Path, settings: PretrainSettings, log, progress: bool) -> dict:
     return meta
 
 
+def chats_digest(chats: list[list[dict]]) -> str:
+    """A short hash of the pre-training chats: a checkpoint is stale when the world teaches other chats."""
+    return hashlib.sha256(json.dumps(chats, sort_keys=True).encode()).hexdigest()[:12]
+
+
 def report(meta: dict) -> str:
     m = meta["metrics"]
     return (
         f"pretrain: loss {meta['final_loss']:.3f} after {meta['train_seconds']}s; at T={m['temperature']} "
         f"P({m['preferred']}) bare {m['bare']['rate']:.2f}, with hint {m['hinted']['rate']:.2f}; "
-        f"follow-up compliance {m['follow_up']['rate']:.2f}; bare styles {m['bare']['styles']}; "
+        f"follow-up compliance {m['follow_up']['rate']:.2f}; off-topic compliance {m['off_topic']['rate']:.2f}; "
+        f"bare styles {m['bare']['styles']}; "
         f"teacher - student log-prob per bare answer: {m['teacher_gap']}"
     )
 
@@ -374,12 +298,19 @@ def torch_threads(n: int):
 
 
 def toy_model(settings: PretrainSettings | None = None, log=print) -> Path:
-    """The pre-trained toy model's directory in the cache: pre-trained on first use (~2 minutes on two CPU
-    cores, with a progress bar on stderr), reused afterwards."""
+    """The pre-trained toy model's directory.
+
+    For the default settings this is :data:`PACKAGED_DIR`, shipped with the package: returned at once,
+    nothing is trained or written. For other settings (``TINY``, another seed, ...) it is the checkpoint in
+    the user cache (:func:`toy_model_dir`), pre-trained on first use (with a progress bar on stderr; 3-4
+    minutes for a model of the default size on one idle CPU core, seconds for ``TINY``) and reused afterwards.
+    """
     settings = settings or PretrainSettings()
+    if cached_settings(PACKAGED_DIR) == asdict(settings):
+        return PACKAGED_DIR
     out = toy_model_dir(settings)
     if cached_settings(out) != asdict(settings):
-        log(f"pretrain: the toy model is not cached yet: pre-training it into {out} (about 2 minutes)")
+        log(f"pretrain: this toy model is not cached yet: pre-training it into {out} (a few minutes)")
         with torch_threads(1):
             pretrain(out, settings, log=log, progress=True)
     return out

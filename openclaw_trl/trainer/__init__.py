@@ -3,7 +3,8 @@
 * ``trainer``: ``OpenClawTrainer`` (a TRL ``GRPOTrainer``): batches from the store, advantages, the loss;
 * ``batches``: stored samples as padded tensors, the per-process share, the truncated IS weight;
 * ``distill``: the top-K distillation term (teacher or student support, chunked LM head);
-* ``callbacks``: adapter publishing, sample consumption and the run info written next to the adapter.
+* ``callbacks``: adapter publishing, sample consumption and the run info written next to the adapter;
+* ``reporting``: one console line per update, every logged metrics dict in ``<output_dir>/metrics.jsonl``.
 """
 
 from openclaw_trl.trainer.batches import collate_samples, truncated_is_weight

@@ -19,12 +19,15 @@ Errors say what the caller can do: :class:`UnknownVersion`, :class:`NotRestorabl
 
 from __future__ import annotations
 
+import logging
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from openclaw_trl.resume import is_restorable
+
+logger = logging.getLogger(__name__)
 
 ROLLBACK_TIMEOUT_S = 300.0
 """How long ``rollback`` waits for the trainer to reach a point between updates (one update's length at most)."""
@@ -101,9 +104,16 @@ class LearningControl:
         return self.store.learning_paused()
 
     def set_paused(self, paused: bool) -> None:
+        changed = paused != self.paused
         self.store.set_learning_paused(paused)
         with self._cond:
             self._cond.notify_all()
+        if changed:
+            logger.info(
+                "learning paused: serving and collecting go on, no update until it is resumed"
+                if paused
+                else "learning resumed"
+            )
 
     @property
     def serving_version(self) -> int:

@@ -23,6 +23,8 @@ What it overrides, and nothing else:
 * what happens after an optimizer step: the adapter is published to the serving engine (policy
   version + 1) and, once a batch's last step is done, its samples are marked consumed with the step
   (``trainer.callbacks``);
+* what the console shows: one line per update instead of transformers' progress bar and metrics dict, and
+  every logged metrics dict appended to ``<output_dir>/metrics.jsonl`` (``trainer.reporting``);
 * what happens between updates (``learning``, a ``trainer.control.LearningControl``): while learning is
   paused no batch is taken; a rollback request restores an earlier version's checkpoint and publishes it
   as the next policy version (``trainer.versions``); each checkpoint is recorded as an adapter version.
@@ -77,6 +79,12 @@ from openclaw_trl.trainer.distill import (
     topk_distillation,
 )
 from openclaw_trl.trainer.logps import completion_logps, transformer_body
+from openclaw_trl.trainer.reporting import (
+    MetricsFile,
+    UpdateLines,
+    remove_console_callbacks,
+    summarize_batch,
+)
 from openclaw_trl.trainer.versions import InitialCheckpoint, record_version, roll_back
 
 logger = logging.getLogger(__name__)
@@ -127,8 +135,12 @@ class OpenClawTrainer(GRPOTrainer):
         self._update_started = time.perf_counter()
         self.samples_used = 0
         self.turns_used: set[int] = set()
+        self.batch_summary = None  # where the current batch's samples came from (reporting.BatchSummary)
+        remove_console_callbacks(self)  # a line per update instead of a progress bar towards max_steps
         self.add_callback(PublishAndConsume(self))
         self.add_callback(InitialCheckpoint(self))
+        self.add_callback(UpdateLines(self))
+        self.add_callback(MetricsFile(args.output_dir))
         check_kd_teacher(self.args, self.accelerator.unwrap_model(self.model))
 
     # ------------------------------------------------------------------ batches
@@ -147,6 +159,7 @@ class OpenClawTrainer(GRPOTrainer):
         # Decided on the whole batch, so every process takes the same branch (the same forwards).
         self._batch_off_policy = is_off_policy(samples, self.temperature)
         self._batch_score_std = batch_score_std(samples)
+        self.batch_summary = summarize_batch(samples, with_reward=self.args.w_rl > 0)
         return process_share(samples, self.accelerator.process_index, self.accelerator.num_processes)
 
     def _shared_batch(self) -> list[TrainingSample]:

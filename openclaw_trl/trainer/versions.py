@@ -209,7 +209,8 @@ def roll_back(trainer, version: int) -> RollbackResult:
         marked = trainer.store.mark_rolled_back(undone, reason)
         waiting = trainer.store.count_waiting()
     logger.info(
-        "rolled back to version %d: serving it as version %d, %d samples of the undone updates marked",
+        "rollback to v%d · now serving its weights as v%d · %d samples of the undone updates kept out of "
+        "training",
         version,
         before + 1,
         marked,
