@@ -98,6 +98,7 @@ def test_demo_explains_itself_and_learns_the_correction_after_a_dislike(demo_cac
         assert f"on turn {disliked}" in text("correction-prompt")
         if getattr(runtime.collector.config, "correction_window_s", 0):  # the server holds the 👎 that long
             assert "s (and before your next message) replaces the 👎" in text("correction-prompt")
+            wait.until(lambda d: "Waiting for a correction: 1 rating" in text("learning-status"))
         box = driver.find_element(By.CSS_SELECTOR, "#correction textarea")
         wait.until(lambda d: d.switch_to.active_element == box)
         box.send_keys(CORRECTION)

@@ -102,6 +102,10 @@ def test_the_summary_speaks_in_words():
     assert "**Serving v3** after 3 updates, 1 of them undone by a rollback." in text
     assert "**Learned from** 6 answers" in text and "1 of the 2 answers it needs" in text
     assert "average reward +0.50" in text and "loss" not in text and "grad_norm" not in text
+    waiting = {"correction_window": {"window_s": 60.0, "waiting": 1, "seconds_left": 41.6, "turns": []}}
+    assert "**Waiting for a correction:** 1 rating 👎 (the first for another 42 s)" in summary_markdown(
+        waiting, feedback, trained=0, undone=0
+    )
     fresh = summary_markdown({"policy_version": 0}, FeedbackCounts(), trained=0, undone=0)
     assert "no update yet" in fresh
     paused = summary_markdown({"learning_paused": True, "samples_waiting": 3}, FeedbackCounts(), 0, 0)

@@ -103,6 +103,14 @@ def summary_markdown(
     if rollback is not None:
         lines.append(f"**Last rollback:** v{rollback[0]} serves v{rollback[1]}'s weights again.")
     lines.append(_next_update(status))
+    window = status.get("correction_window") or {}
+    if window.get("waiting"):
+        left = window.get("seconds_left")
+        until = f" (the first for another {left:.0f} s)" if isinstance(left, int | float) else ""
+        lines.append(
+            f"**Waiting for a correction:** {_plural(window['waiting'], 'rating')} 👎{until}; a correction "
+            "replaces it, your next message or a new conversation lets it stand."
+        )
     reward = history[-1].get("reward_mean") if history else None
     if isinstance(reward, int | float):
         lines.append(
