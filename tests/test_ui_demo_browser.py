@@ -4,13 +4,16 @@ explains itself (which model, what to type, clickable examples), a clicked examp
 the correction box, the correction is the signal learned from that turn, and a 👍 on another answer
 completes the update the panel then describes in words ("What changed" included).
 
-Screenshots (committed, ``tests/artifacts/``): ``demo_first_screen.png`` (the page as it opens) and
-``demo_panel_after_learning.png`` (the learning panel after the update).
+Screenshots: ``demo_first_screen.png`` (the page as it opens) and ``demo_panel_after_learning.png`` (the
+learning panel after the update). Every run writes them to ``tests/artifacts/latest/`` (ignored by git; the
+answers are random, so they differ from run to run); the copies in ``tests/artifacts/`` are committed (the
+README shows one), written by a run when missing: delete them to refresh them.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 
@@ -28,6 +31,15 @@ pytestmark = [
 
 CORRECTION = "Please answer as a short bulleted list, each line starting with '- '."
 DEADLINE_S = 120.0
+
+
+def screenshot(driver, name: str) -> None:
+    """Save the page to ``tests/artifacts/latest/name``, and to ``tests/artifacts/name`` when that is missing."""
+    latest = ARTIFACTS / "latest" / name
+    latest.parent.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(latest))
+    if not (ARTIFACTS / name).exists():
+        shutil.copyfile(latest, ARTIFACTS / name)
 
 
 @pytest.fixture
@@ -82,8 +94,7 @@ def test_demo_explains_itself_and_learns_the_correction_after_a_dislike(demo_cac
             "return Array.from(document.querySelectorAll('[aria-label]')).map(e => e.getAttribute('aria-label'))"
         )
         assert not [label for label in labels if "<" in label], labels
-        ARTIFACTS.mkdir(exist_ok=True)
-        driver.save_screenshot(str(ARTIFACTS / "demo_first_screen.png"))
+        screenshot(driver, "demo_first_screen.png")
 
         # Click an example: it is sent and answered.
         examples[0].click()
@@ -146,7 +157,7 @@ def test_demo_explains_itself_and_learns_the_correction_after_a_dislike(demo_cac
         )
         driver.set_window_size(1400, 1700)  # the whole panel in one picture
         driver.execute_script("window.scrollTo(0, 0)")
-        driver.save_screenshot(str(ARTIFACTS / "demo_panel_after_learning.png"))
+        screenshot(driver, "demo_panel_after_learning.png")
     finally:
         runtime.close()
         trainer.join(timeout=60)
