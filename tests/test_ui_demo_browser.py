@@ -33,11 +33,11 @@ CORRECTION = "Please answer as a short bulleted list, each line starting with '-
 DEADLINE_S = 120.0
 
 
-def screenshot(driver, name: str) -> None:
+def screenshot(browser, name: str) -> None:
     """Save the page to ``tests/artifacts/latest/name``, and to ``tests/artifacts/name`` when that is missing."""
     latest = ARTIFACTS / "latest" / name
     latest.parent.mkdir(parents=True, exist_ok=True)
-    driver.save_screenshot(str(latest))
+    browser.save_screenshot(str(latest))
     if not (ARTIFACTS / name).exists():
         shutil.copyfile(latest, ARTIFACTS / name)
 
