@@ -88,7 +88,7 @@ def _toy_guide(batch_size: int | None) -> Guide:
             f"*Tell me about &lt;topic&gt;.*, for {topics}, and answers in one of four styles at random: "
             f"{styles}. To anything else it answers with what it knows.  \n"
             "**Try it:** click an example, 👍 the answers in the style you like and 👎 the others (or write "
-            f"what it should have said). The model is updated {every}; after about five updates most answers "
+            f"what it should have said). The model is updated {every}; after about eight updates most answers "
             "come in your style."
         ),
         examples=tuple(world.opening(t) for t in TOY_EXAMPLE_TOPICS if t in world.TOPICS),
