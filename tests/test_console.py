@@ -102,7 +102,7 @@ def test_the_console_shows_each_warning_once_and_keeps_errors(console, monkeypat
         warnings.filterwarnings("ignore", message="unrelated")  # a library resetting the filters
     warnings.warn("another one", UserWarning, stacklevel=1)
     logging.getLogger("openclaw_trl.trainer").info("update 1 from 2 ratings")
-    logging.getLogger("httpx").info("HTTP Request: POST http://127.0.0.1/v1/chat/completions")
+    logging.getLogger("some_library.client").info("HTTP Request: POST http://127.0.0.1/v1/chat/completions")
     logging.getLogger("some_library.module").error("it broke")
     logging.getLogger("openclaw_trl.runtime").warning("interrupted")
     lines = console.getvalue().splitlines()
@@ -117,7 +117,7 @@ def test_the_console_shows_each_warning_once_and_keeps_errors(console, monkeypat
     assert re.fullmatch(r"\d\d:\d\d:\d\d WARNING: interrupted", lines[4]), lines
 
     configure_console("info", stream=console)  # the documented way to see more: log_level
-    logging.getLogger("httpx").info("HTTP Request: GET /v1/models")
+    logging.getLogger("some_library.client").info("HTTP Request: GET /v1/models")  # (gradio sets httpx's own level)
     assert "HTTP Request: GET /v1/models" in console.getvalue()
     assert len(logging.getLogger().handlers) == len({id(h) for h in logging.getLogger().handlers})
     with pytest.raises(ValueError, match="log_level must be one of"):
