@@ -41,10 +41,12 @@ install-run: $(VENV)/.installed-run
 install: $(VENV)/.installed
 
 # Without RECIPE=..., app.py runs the default recipe, or the offline toy demo when its model cannot be fetched.
-APP_ARGS = $(if $(filter file,$(origin RECIPE)),,--config $(RECIPE))
+# ARGS="--port 7861 --learning_rate 1e-3" passes options and recipe fields to app.py.
+ARGS ?=
+APP_ARGS = $(strip $(if $(filter file,$(origin RECIPE)),,--config $(RECIPE)) $(ARGS))
 run: install-run
 	@echo "==> starting: $(strip python app.py $(APP_ARGS)) (Ctrl-C to stop)"
-	$(PY) app.py $(APP_ARGS)
+	@$(PY) app.py $(APP_ARGS)
 
 lint: install
 	$(PY) -m ruff check openclaw_trl tests benchmarks app.py

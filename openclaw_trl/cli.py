@@ -17,10 +17,13 @@ from openclaw_trl.errors import UserError
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("openclaw_trl.commands.serve", "serve the chat UI + OpenAI API and learn from live turns"),
+    "serve": (
+        "openclaw_trl.commands.serve",
+        "serve a recipe (chat UI + OpenAI API, learning from live turns), or a model directory (serve and record only)",
+    ),
     "train": (
         "openclaw_trl.commands.train",
-        "train headless from a recipe (replay / simulated / live sources)",
+        "run a recipe as python app.py does: live (UI + API), replayed or simulated conversations",
     ),
     "merge": (
         "openclaw_trl.commands.merge",

@@ -368,7 +368,7 @@ def run(runtime: Runtime, share: bool = False) -> dict:
         with _sigterm_as_interrupt():
             trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
     except KeyboardInterrupt:
-        logger.info("interrupted at update %d: saving a checkpoint", trainer.state.global_step)
+        logger.info("stopping after update %d: saving a checkpoint", trainer.state.global_step)
     finally:
         runtime.stop_event.set()
         checkpoint = trainer.save_checkpoint()

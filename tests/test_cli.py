@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -52,3 +54,20 @@ def test_serve_option_mistakes_are_user_errors(capsys):
     assert "openclaw-trl serve: error: give exactly one of --config RECIPE" in capsys.readouterr().err
     assert main(["serve", "--model-dir", "tiny", "--share"]) == 2
     assert "--share exposes the API publicly: set --api-key-env" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # uvicorn's thread exits
+def test_a_taken_port_is_a_one_line_error_naming_the_fix():
+    import socket
+
+    from fastapi import FastAPI
+
+    from openclaw_trl.errors import UserError
+    from openclaw_trl.serving.app import ServerThread
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(UserError, match=rf"port {port} on 127.0.0.1 is in use .*--port N"):
+            ServerThread(FastAPI(), port=port).start()

@@ -117,7 +117,9 @@ def test_the_console_shows_each_warning_once_and_keeps_errors(console, monkeypat
     assert re.fullmatch(r"\d\d:\d\d:\d\d WARNING: interrupted", lines[4]), lines
 
     configure_console("info", stream=console)  # the documented way to see more: log_level
-    logging.getLogger("some_library.client").info("HTTP Request: GET /v1/models")  # (gradio sets httpx's own level)
+    logging.getLogger("some_library.client").info(
+        "HTTP Request: GET /v1/models"
+    )  # (gradio sets httpx's own level)
     assert "HTTP Request: GET /v1/models" in console.getvalue()
     assert len(logging.getLogger().handlers) == len({id(h) for h in logging.getLogger().handlers})
     with pytest.raises(ValueError, match="log_level must be one of"):

@@ -115,7 +115,7 @@ def test_sigterm_saves_a_checkpoint_with_optimizer_state(tmp_path):
     assert proc.returncode == 0, err[-3000:]
     step = json.loads(out.strip().splitlines()[-1])["policy_version"]
     checkpoint = run / f"checkpoint-{step}"
-    assert step >= 2 and "interrupted at update" in err
+    assert step >= 2 and "stopping after update" in err
     for name in (
         "adapter_model.safetensors",
         "optimizer.pt",

@@ -49,9 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from openclaw_trl.compare import compare_versions, text_table
+    from openclaw_trl.console import configure_console
     from openclaw_trl.engines.base import SamplingParams
     from openclaw_trl.store import Store
 
+    configure_console()  # readable lines, each warning once, no loading bars
     _check_bounds(args)
     store_path = Path(args.store)
     if not store_path.is_file():

@@ -181,7 +181,9 @@ def run_argv(argv: list[str], prog: str = "openclaw-trl train") -> int:
     except SampleSourceError as exc:
         print(f"openclaw-trl: {exc}", file=sys.stderr)
         return 1
-    if runtime.trainer.accelerator.is_main_process:
+    # the run's summary as one JSON line on stdout for scripts (stdout piped or redirected); a person at a
+    # terminal has the stop line already
+    if runtime.trainer.accelerator.is_main_process and not sys.stdout.isatty():
         print(
             json.dumps({"policy_version": runtime.trainer.state.global_step, "metrics": metrics}, default=str)
         )

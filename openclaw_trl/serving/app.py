@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
 
+from openclaw_trl.errors import UserError
 from openclaw_trl.serving.api import router, same_secret
 from openclaw_trl.serving.chat_service import ChatService
 from openclaw_trl.serving.openai_schema import ApiError, error_response
@@ -119,6 +121,18 @@ def _mount_ui(app, service: ChatService, settings: ServerSettings, api_key: str 
     return app
 
 
+def _port_taken(host: str, port: int) -> bool:
+    """Whether binding ``host:port`` fails because another socket holds it (a port of 0 never is)."""
+    if not port:
+        return False
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
 class ServerThread:
     """uvicorn in a background thread (tests, benchmarks, app.py): ``start()``, ``url``, ``stop()``."""
 
@@ -146,8 +160,13 @@ class ServerThread:
         self.thread.start()
         deadline = time.monotonic() + timeout
         while not self.server.started:
+            if not self.thread.is_alive() and _port_taken(self.config.host, self.config.port):
+                raise UserError(
+                    f"port {self.config.port} on {self.config.host} is in use (another server still running?): "
+                    "stop it, or choose another port with --port N"
+                )
             if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start (port in use?)")
+                raise RuntimeError("uvicorn did not start")
             time.sleep(0.02)
         return self
 
