@@ -49,8 +49,8 @@ class CountingEngine:
     def policy_version(self):
         return self.engine.policy_version
 
-    def generate(self, requests, on_token=None, priority="serve"):
-        out = self.engine.generate(requests, on_token, priority=priority)
+    def generate(self, requests, on_token=None, priority="serve", timeout_s=None):
+        out = self.engine.generate(requests, on_token, priority=priority, timeout_s=timeout_s)
         self.counts["votes"] += len(requests)
         self.counts["vote_prompt_tokens"] += sum(len(r.prompt_ids) for r in requests)
         self.counts["vote_generated_tokens"] += sum(len(c.token_ids) for c in out)
@@ -144,6 +144,8 @@ def bench_scorer(model_dir: Path, m: int, turns: int, completion_len: int, judge
     finally:
         engine.close()
     c = counting.counts
+    if not c["votes"]:  # every engine call failed (each is a None vote to the scorer): nothing was measured
+        raise RuntimeError("no judge vote reached the engine: the benchmark measured nothing")
     return {
         "m": m,
         "method": "combine",

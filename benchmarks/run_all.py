@@ -548,6 +548,7 @@ def summarize(reports: dict, check_targets: bool = True) -> list[dict]:
         )
     judge = reports.get("judge") or {}
     for r in judge.get("rows", []):
+        votes = r["votes_per_turn"] or float("nan")  # no vote came back: the note says nan, not a crash
         row(
             f"scorer throughput, Combine, engine judge, m = {r['m']}",
             judge.get("model", "tiny"),
@@ -555,8 +556,8 @@ def summarize(reports: dict, check_targets: bool = True) -> list[dict]:
             None,
             None,
             note=(
-                f"{r['votes_per_turn']:.0f} votes x ({r['judge_prompt_tokens_per_turn'] / r['votes_per_turn']:.0f} "
-                f"prompt + {r['judge_generated_tokens_per_turn'] / r['votes_per_turn']:.0f} generated) tokens "
+                f"{r['votes_per_turn']:.0f} votes x ({r['judge_prompt_tokens_per_turn'] / votes:.0f} "
+                f"prompt + {r['judge_generated_tokens_per_turn'] / votes:.0f} generated) tokens "
                 f"= {r['judge_tokens_per_turn']:.0f} judge tokens/turn, + {r['teacher_tokens_per_turn']:.0f} "
                 "teacher tokens/turn"
             ),
