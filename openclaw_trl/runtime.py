@@ -366,7 +366,7 @@ def run(runtime: Runtime, share: bool = False) -> dict:
             start_simulation(runtime, start_server(runtime, port=0, ui=False).url)
     try:
         with _sigterm_as_interrupt():
-            trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
+            trainer.resume_from(config.resume_from_checkpoint)
     except KeyboardInterrupt:
         logger.info("stopping after update %d: saving a checkpoint", trainer.state.global_step)
     finally:
