@@ -99,10 +99,11 @@ class Deferred:
         return f"{cls.PREFIX}sampling_logprobs" in inputs
 
     @classmethod
-    def split(cls, inputs: dict) -> tuple[Deferred | None, dict]:
-        """``(the record or None, the other inputs)``; ``inputs`` itself is left as it is."""
+    def pop(cls, inputs: dict) -> Deferred | None:
+        """The record carried by ``inputs`` (its keys removed from them), or None when there is none."""
         if not cls.in_inputs(inputs):
-            return None, inputs
-        rest = {k: v for k, v in inputs.items() if not k.startswith(cls.PREFIX)}
-        terms = AdvantageTerms(**{f.name: inputs[f"{cls.PREFIX}{f.name}"] for f in fields(AdvantageTerms)})
-        return cls(terms, inputs[f"{cls.PREFIX}sampling_logprobs"]), rest
+            return None
+        terms = AdvantageTerms(
+            **{f.name: inputs.pop(f"{cls.PREFIX}{f.name}") for f in fields(AdvantageTerms)}
+        )
+        return cls(terms, inputs.pop(f"{cls.PREFIX}sampling_logprobs"))

@@ -328,18 +328,19 @@ class OpenClawTrainer(TrainerVersions, GRPOTrainer):
             return super()._get_per_token_logps_and_entropies(model, *passed, **multimodal)
         return completion_logps(model, body, *passed, self.accelerator.autocast)
 
-    def _completed_inputs(self, inputs, logps: torch.Tensor) -> dict:
-        """``inputs`` with deferred advantages completed against the loss forward's log-probs ``logps`` (the
-        old ones of a one-step batch), times the truncated IS weight when the correction is on."""
-        deferred, rest = Deferred.split(inputs)
+    def _complete_inputs(self, inputs: dict, logps: torch.Tensor) -> None:
+        """Complete deferred advantages in ``inputs`` (TRL's micro-batch, in place, before its loss reads it)
+        against the loss forward's log-probs ``logps`` (the old ones of a one-step batch), times the truncated
+        IS weight when the correction is on."""
+        deferred = Deferred.pop(inputs)
         if deferred is None:
-            return inputs
-        mask = rest["completion_mask"]
+            return
+        mask = inputs["completion_mask"]
         advantages = self._advantages(deferred.terms, logps, mask)
         if self.args.vllm_importance_sampling_correction:
             advantages = self._is_weighted(advantages, logps, deferred.sampling_logprobs, mask)
+        inputs["advantages"] = advantages
         self.log_metric("advantages/mean", masked_mean(advantages, mask))
-        return {**rest, "advantages": advantages}
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """TRL's loss (PPO clip, KL, IS-weighted advantages) on the loss forward run here (``trainer.loss``),
@@ -360,7 +361,7 @@ class OpenClawTrainer(TrainerVersions, GRPOTrainer):
                 )
             )
         logps = forward.logps.detach()
-        inputs = self._completed_inputs(inputs, logps)
+        self._complete_inputs(inputs, logps)
         self._loss_forward = forward
         try:
             loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
