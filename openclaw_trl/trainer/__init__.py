@@ -12,7 +12,8 @@
 * ``control``: pause and rollback requests from the server threads (``LearningControl``);
 * ``callbacks``: adapter publishing, sample consumption and the run info written next to the adapter;
 * ``metrics`` / ``reporting``: the numbers logged per batch; one console line per update, every logged
-  metrics dict in ``<output_dir>/metrics.jsonl``.
+  metrics dict in ``<output_dir>/metrics.jsonl``;
+* ``progress``: what training has logged so far, pushed for readers on other threads (``TrainingProgress``).
 """
 
 from openclaw_trl.trainer.batches import collate_samples, truncated_is_weight
