@@ -6,8 +6,8 @@
 * The store is brought back to that step: samples consumed by later updates are queued again (those
   updates are not in the resumed weights). Versions published after the checkpoint and lost with the
   crash keep their numbers: the resumed weights are published under the next unused one
-  (:func:`openclaw_trl.trainer.versions.publish_start`), so samples of the lost versions are stale, not
-  mistaken for samples of the resumed weights.
+  (``publish_start`` in :mod:`openclaw_trl.trainer.versions`), so samples of the lost versions are stale,
+  not mistaken for samples of the resumed weights.
 * Checkpoints after the start step (incomplete ones, or a later branch when an older checkpoint is named)
   would be mixed up with the new ones of the same numbers: they are moved into
   ``<output_dir>/previous-<UTC time>/``.

@@ -337,7 +337,7 @@ def run(runtime: Runtime, share: bool = False) -> dict:
         start_source(runtime, share)
     try:
         with _sigterm_as_interrupt():
-            trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
+            trainer.resume_from(config.resume_from_checkpoint)
     except KeyboardInterrupt:
         logger.info("stopping after update %d: saving a checkpoint", trainer.state.global_step)
     finally:

@@ -89,7 +89,7 @@ def test_rollback_restores_the_lineage_the_lr_schedule_and_is_all_or_nothing(
     v1 = store.add_sample(_sample(1, 501))
     v2 = store.add_sample(_sample(2, 502))
 
-    result = versions.roll_back(trainer, 1)
+    result = trainer.rollback_to(1)
 
     assert (result.policy_version, result.restored_from, result.samples_rolled_back) == (3, 1, 4)
     assert trainer.state.global_step == 3
@@ -104,9 +104,9 @@ def test_rollback_restores_the_lineage_the_lr_schedule_and_is_all_or_nothing(
 
     # Another process fails to load the checkpoint: every process goes back to the current version.
     before = {k: v.clone() for k, v in trainer.model.state_dict().items() if "lora" in k}
-    monkeypatch.setattr(versions, "everywhere", lambda trainer, ok: False)
+    monkeypatch.setattr(versions, "everywhere", lambda accelerator, ok: False)
     with pytest.raises(RuntimeError, match="failed on another process: every process is back on version 3"):
-        versions.roll_back(trainer, 2)
+        trainer.rollback_to(2)
     assert trainer.state.global_step == 3 and store.published_version(4) is None
     after = {k: v for k, v in trainer.model.state_dict().items() if "lora" in k}
     assert all(torch.equal(before[k], after[k]) for k in before)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
@@ -19,6 +21,35 @@ def _sampled(
     model_dir, n, seed=0, prompt_len=12, completion_len=6, policy_version=0, rewards=None, hint=False
 ):
     """Samples whose completions were drawn from the base model, with their exact sampling log-probs."""
+    out = []
+    for i, (prompt, completion, logprobs) in enumerate(
+        _draws(model_dir, n, seed, prompt_len, completion_len)
+    ):
+        reward = rewards[i] if rewards is not None else (1.0 if i % 2 == 0 else -1.0)
+        out.append(
+            TrainingSample(
+                turn_id=1000 + i,
+                prompt_ids=list(prompt),
+                completion_ids=list(completion),
+                sampling_logprobs=list(logprobs),
+                temperature=1.0,
+                policy_version=policy_version,
+                reward=reward,
+                has_hint=hint,
+                teacher_logprobs=list(logprobs) if hint else None,
+            )
+        )
+    return out
+
+
+def _draws(model_dir, n, seed, prompt_len, completion_len) -> list[tuple]:
+    """The first ``n`` ``(prompt, completion, log-probs)`` drawn with ``seed``: the draws are sequential, so
+    the first ``n`` of a longer draw are the same; one draw of at least 12 is kept per model and seed."""
+    return list(_draws_up_to(str(model_dir), max(n, 12), seed, prompt_len, completion_len)[:n])
+
+
+@functools.lru_cache(maxsize=8)
+def _draws_up_to(model_dir: str, n, seed, prompt_len, completion_len) -> tuple:
     gen = torch.Generator().manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     out = []
@@ -33,21 +64,8 @@ def _sampled(
                 completion.append(tok)
                 logprobs.append(float(lp[tok]))
                 ids = torch.cat([ids, torch.tensor([[tok]])], 1)
-        reward = rewards[i] if rewards is not None else (1.0 if i % 2 == 0 else -1.0)
-        out.append(
-            TrainingSample(
-                turn_id=1000 + i,
-                prompt_ids=prompt,
-                completion_ids=completion,
-                sampling_logprobs=logprobs,
-                temperature=1.0,
-                policy_version=policy_version,
-                reward=reward,
-                has_hint=hint,
-                teacher_logprobs=list(logprobs) if hint else None,
-            )
-        )
-    return out
+        out.append((tuple(prompt), tuple(completion), tuple(logprobs)))
+    return tuple(out)
 
 
 def _trainer(model_dir, tmp_path, store, **overrides):
@@ -246,6 +264,30 @@ def test_stale_batch_gradient_carries_the_truncated_is_weight(tiny_model_dir, tm
     want = _direct_grads(tiny_model_dir, init, samples, loss_fn)
     for n in want:
         torch.testing.assert_close(got[n], want[n], atol=1e-5, rtol=1e-4)
+
+
+def test_ledger_closes_a_batch_after_its_last_update_only():
+    from openclaw_trl.trainer.ledger import BatchLedger
+
+    ledger = BatchLedger()
+    samples = [
+        TrainingSample(
+            turn_id=t,
+            prompt_ids=[1],
+            completion_ids=[2],
+            sampling_logprobs=[-1.0],
+            temperature=1.0,
+            policy_version=0,
+            sample_id=10 + i,
+        )
+        for i, t in enumerate((7, 7, 8))
+    ]
+    ledger.open(samples, updates=3, off_policy=True, score_std=None)
+    assert [ledger.step_done()[1] for _ in range(3)] == [[], [], [10, 11, 12]]
+    assert (ledger.samples_used, ledger.turns_used, ledger.sample_ids) == (3, {7, 8}, [])
+    assert ledger.step_done()[1] == []  # a step after the batch closed consumes nothing again
+    ledger.open(samples[:1], updates=0, off_policy=False, score_std=None)  # at least one update
+    assert ledger.step_done()[1] == [10] and ledger.samples_used == 4
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["one-block", "chunked"])

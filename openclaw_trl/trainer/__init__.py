@@ -1,10 +1,19 @@
 """Online LoRA training on judged live turns: ``OpenClawTrainer`` and the pieces it is built from.
 
 * ``trainer``: ``OpenClawTrainer`` (a TRL ``GRPOTrainer``): batches from the store, advantages, the loss;
+* ``intake``: between updates, the next batch from the store or a rollback request;
+* ``ledger``: the bookkeeping of the batch being trained (updates left, sample ids, totals);
 * ``batches``: stored samples as padded tensors, the per-process share, the truncated IS weight;
+* ``advantages``: the per-token advantages, and those completed on the loss forward (``Deferred``);
+* ``loss``: the loss forward run before TRL's loss, KL(old || new), the KD share;
+* ``logps``: per-token log-probs with the LM head on the completion positions only;
 * ``distill``: the top-K distillation term (teacher or student support, chunked LM head);
+* ``versions``: publish, checkpoints, rollback and resume (the trainer's ``TrainerVersions`` methods);
+* ``control``: pause and rollback requests from the server threads (``LearningControl``);
 * ``callbacks``: adapter publishing, sample consumption and the run info written next to the adapter;
-* ``reporting``: one console line per update, every logged metrics dict in ``<output_dir>/metrics.jsonl``.
+* ``metrics`` / ``reporting``: the numbers logged per batch; one console line per update, every logged
+  metrics dict in ``<output_dir>/metrics.jsonl``;
+* ``progress``: what training has logged so far, pushed for readers on other threads (``TrainingProgress``).
 """
 
 from openclaw_trl.trainer.batches import collate_samples, truncated_is_weight

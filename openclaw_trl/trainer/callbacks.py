@@ -9,8 +9,6 @@
 
 from __future__ import annotations
 
-import time
-
 import torch
 from transformers import TrainerCallback
 
@@ -45,30 +43,26 @@ class AdapterSnapshot:
 
 
 class PublishAndConsume(TrainerCallback):
-    """After each optimizer step: publish the adapter; after a batch's last step: mark its samples consumed."""
+    """After each optimizer step: publish the adapter; after a batch's last step: mark its samples consumed.
 
-    def __init__(self, trainer):
-        self.trainer = trainer
+    ``ledger`` is the trainer's ``BatchLedger``, handed over explicitly: this callback tells it of every
+    optimizer step and marks the batch it closes (training loop's thread, as the ledger's other writer).
+    """
+
+    def __init__(self, trainer, ledger):
+        self.trainer, self.ledger = trainer, ledger
 
     def on_train_begin(self, args, state, control, **kwargs):
-        from openclaw_trl.trainer.versions import publish_start
-
-        publish_start(self.trainer)
+        self.trainer.publish_start()
 
     def on_step_end(self, args, state, control, **kwargs):
         trainer = self.trainer
         trainer.publish()
-        trainer._log("policy_version", state.global_step)  # the version now served
-        now = time.perf_counter()
-        trainer._log("time/update_s", now - trainer._update_started)
-        trainer._update_started = now
-        trainer._updates_left_in_batch -= 1
-        if trainer._updates_left_in_batch <= 0 and trainer._batch_sample_ids:
-            if trainer.accelerator.is_main_process:
-                trainer.store.mark_consumed(trainer._batch_sample_ids, state.global_step)
-            trainer.samples_used += len(trainer._batch_sample_ids)
-            trainer.turns_used.update(trainer._batch_turn_ids)
-            trainer._batch_sample_ids = []
+        trainer.log_metric("policy_version", state.global_step)  # the version now served
+        seconds, consumed = self.ledger.step_done()
+        trainer.log_metric("time/update_s", seconds)
+        if consumed and trainer.accelerator.is_main_process:
+            trainer.store.mark_consumed(consumed, state.global_step)
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.trainer.accelerator.is_main_process:

@@ -55,6 +55,24 @@ def check_kd_teacher(args, model) -> None:
         )
 
 
+def kd_inputs(batch: dict[str, torch.Tensor], mask: torch.Tensor, source: str) -> dict[str, torch.Tensor]:
+    """What the KD term needs from a collated batch (``batches.collate_samples``): the teacher's top-K
+    (``kd_topk_source: teacher``) or the hint-augmented prompts the teacher is run on (``student``), and
+    ``kd_mask``, the positions it applies to (completion tokens of rows with a teacher)."""
+    opd = batch["opd_mask"][:, None].to(mask.dtype)
+    if source == "student":
+        return {
+            "kd_teacher_prompt_ids": batch["teacher_prompt_ids"],
+            "kd_teacher_prompt_mask": batch["teacher_prompt_mask"],
+            "kd_mask": mask * opd * batch["has_teacher_prompt"][:, None],
+        }
+    return {
+        "kd_topk_ids": batch["topk_ids"],
+        "kd_topk_logprobs": batch["topk_logprobs"],
+        "kd_mask": mask * opd * batch["has_topk"][:, None],
+    }
+
+
 def teacher_weights(model, teacher: str):
     """The teacher's weights for the trainer-side forward (a context): the base model (adapter disabled) for
     ``teacher: base``, the policy as it is for ``teacher: policy``. ``model`` is the unwrapped policy."""

@@ -5,7 +5,7 @@ scheduler, RNG state, trainer state) and the initial adapter too, as ``checkpoin
 so that every listed version can be restored. ``record_version`` writes the store's row of the version a
 checkpoint holds (its samples and the metrics logged at that update).
 
-A rollback to version ``v`` while version ``s`` serves (``roll_back``), between two updates:
+A rollback to version ``v`` while version ``s`` serves (``TrainerVersions.rollback_to``), between two updates:
 
 1. the weights, the optimizer and scheduler states and the RNG states are loaded from ``checkpoint-v`` with
    the Trainer's own loaders (in place: the optimizer keeps its parameters);
@@ -25,11 +25,16 @@ The next update then starts from ``v``'s optimizer state (its step count and mom
 global step. The rollback takes a step number of its own, so under ``max_steps`` it counts as one of them.
 With several processes the rollback is all or nothing: every process restores ``v``, or (one failed) every
 process restores ``s`` again and the request fails with the error. A resumed run whose checkpoint is older
-than the last version published does the same as a rollback to that checkpoint (:func:`publish_start`).
+than the last version published does the same as a rollback to that checkpoint (``publish_start``).
+
+``TrainerVersions`` holds these steps as the trainer's own methods (``OpenClawTrainer`` inherits them):
+``publish``, ``publish_start``, ``rollback_to``, ``resume_from``, the checkpoints. They run on the training
+loop's thread; the server's threads only queue requests (``trainer.control.LearningControl``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -37,16 +42,17 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from openclaw_trl.resume import is_complete
+from openclaw_trl.fsutil import RUN_INFO_FILE
+from openclaw_trl.resume import checkpoint_step, is_complete, latest_checkpoint
 from openclaw_trl.store import AdapterVersion
-from openclaw_trl.trainer.callbacks import AdapterSnapshot
+from openclaw_trl.trainer.callbacks import AdapterSnapshot, run_info
 from openclaw_trl.trainer.control import RollbackResult
 
 logger = logging.getLogger(__name__)
 
 
-def checkpoint_dir(trainer, step: int) -> Path:
-    return Path(trainer.args.output_dir) / f"checkpoint-{int(step)}"
+def checkpoint_dir(output_dir: str | Path, step: int) -> Path:
+    return Path(output_dir) / f"checkpoint-{int(step)}"
 
 
 class InitialCheckpoint(TrainerCallback):
@@ -56,29 +62,28 @@ class InitialCheckpoint(TrainerCallback):
         self.trainer = trainer
 
     def on_train_begin(self, args, state, control, **kwargs):
-        trainer = self.trainer
         if (
             args.adapter_history > 0
             and state.global_step == 0
-            and not is_complete(checkpoint_dir(trainer, 0))
+            and not is_complete(checkpoint_dir(args.output_dir, 0))
         ):
-            trainer._save_checkpoint(trainer.model_wrapped, trial=None)
+            self.trainer.checkpoint_version()
 
 
-def record_version(trainer, restored_from: int | None = None) -> None:
-    """The store's row of the version just checkpointed (main process, ``adapter_history > 0``)."""
-    if trainer.store is None or not trainer.accelerator.is_main_process or trainer.args.adapter_history <= 0:
-        return
-    step = trainer.state.global_step
-    updated = restored_from is None and step > 0  # an update's version, not the initial or a restored one
-    trainer.store.record_adapter_version(
+def record_version(store, state, output_dir: str | Path, restored_from: int | None = None) -> None:
+    """The store's row of the version just checkpointed at ``state.global_step`` (main process, with
+    ``adapter_history > 0``): its samples and metrics for an update's version, none for the initial one or a
+    restored one (``restored_from``)."""
+    step = state.global_step
+    updated = restored_from is None and step > 0
+    store.record_adapter_version(
         AdapterVersion(
             version=step,
             created=time.time(),
-            samples=trainer.store.count_consumed_at(step) if updated else 0,
-            metrics=_update_metrics(trainer.state.log_history, step) if updated else {},
+            samples=store.count_consumed_at(step) if updated else 0,
+            metrics=_update_metrics(state.log_history, step) if updated else {},
             restored_from=restored_from,
-            checkpoint=str(checkpoint_dir(trainer, step)),
+            checkpoint=str(checkpoint_dir(output_dir, step)),
         )
     )
 
@@ -94,15 +99,7 @@ def _update_metrics(log_history: list[dict], step: int) -> dict:
     return out
 
 
-def restore_checkpoint(trainer, checkpoint: Path) -> None:
-    """Weights, optimizer, scheduler and RNG states from ``checkpoint``, with the Trainer's own loaders."""
-    trainer._load_from_checkpoint(str(checkpoint))
-    trainer._load_optimizer_and_scheduler(str(checkpoint))
-    trainer._load_rng_state(str(checkpoint))
-    trainer._adapter_snapshot = AdapterSnapshot()
-
-
-def follow_global_step(trainer) -> None:
+def follow_global_step(scheduler, global_step: int) -> None:
     """Put the LR schedule at the global step (``last_epoch = global_step``, learning rates recomputed).
 
     Restored weights and optimizer state keep their own step count (Adam's bias correction belongs to
@@ -110,109 +107,189 @@ def follow_global_step(trainer) -> None:
     or the decay at the restored version's step while the step count moves on would change the run's LR
     curve and how many steps are left under ``max_steps``.
     """
-    scheduler = getattr(trainer, "lr_scheduler", None)
     if scheduler is None:
         return
-    scheduler.last_epoch = trainer.state.global_step - 1
+    scheduler.last_epoch = global_step - 1
     scheduler.step()  # last_epoch = global step, the optimizer's learning rates set from the schedule
 
 
-def republish(trainer, restored_from: int, step: int, note: str) -> None:
-    """Publish the weights of version ``restored_from`` (loaded now) as version ``step`` (every process)."""
-    trainer.state.global_step = step
-    trainer._globalstep_last_logged = step  # the Trainer averages the next logged loss over 1 update
-    follow_global_step(trainer)
-    trainer.publish(parent=restored_from, updates=0, note=note)
-
-
-def main_value(trainer, compute):
+def main_value(accelerator, compute):
     """``compute()`` on the main process, the same value on every process."""
-    holder = [compute() if trainer.accelerator.is_main_process else None]
-    if trainer.accelerator.num_processes > 1:
+    holder = [compute() if accelerator.is_main_process else None]
+    if accelerator.num_processes > 1:
         from accelerate.utils import broadcast_object_list
 
         broadcast_object_list(holder)
     return holder[0]
 
 
-def everywhere(trainer, ok: bool) -> bool:
+def everywhere(accelerator, ok: bool) -> bool:
     """Whether ``ok`` holds on every process (each process passes its own)."""
-    if trainer.accelerator.num_processes <= 1:
+    if accelerator.num_processes <= 1:
         return ok
     from accelerate.utils import gather_object
 
     return all(gather_object([bool(ok)]))
 
 
-def publish_start(trainer) -> None:
-    """Publish the weights training starts from (every process, at the start of ``train``).
+class TrainerVersions:
+    """The trainer's versions side: publish, checkpoint, roll back, resume (module docstring).
 
-    Their version is the global step of the checkpoint resumed (0 for a new run), unless the store shows
-    later versions that were published and then lost (a crash before their checkpoint was written): the
-    checkpoint's weights are then published under the next unused number, as a rollback would (global
-    step and LR schedule move on, ``checkpoint-<new>`` written with ``adapter_history > 0``), so that no
-    number ever names two sets of weights and the samples of the lost versions stay recognisably stale.
+    A mixin of ``OpenClawTrainer`` (a transformers ``Trainer``): it uses the trainer's ``store``, ``engine``,
+    ``learning``, ``log_metric`` and ``_adapter_snapshot``, and the Trainer's state, loaders and save.
     """
-    step = trainer.state.global_step
-    last = main_value(trainer, lambda: trainer.store.last_published_version() if trainer.store else None)
-    if last is None or last <= step:
-        if step == 0:
-            trainer.publish(parent=None, updates=0, note="initial")
-        else:  # recorded already, unless the store predates the lineage: then it follows step - 1
-            trainer.publish(parent=step - 1, updates=1, note="resume")
-        return
-    republish(trainer, step, last + 1, "resume")
-    logger.warning(
-        "versions %d..%d were published but no checkpoint kept them: the weights of version %d (the "
-        "checkpoint resumed) now serve as version %d; samples of the lost versions are trained as stale",
-        step + 1,
-        last,
-        step,
-        last + 1,
-    )
-    if trainer.args.adapter_history > 0:
-        trainer._restored_from = step
-        try:
-            trainer._save_checkpoint(trainer.model_wrapped, trial=None)
-        finally:
-            trainer._restored_from = None
 
+    def publish(self, parent: int | None = None, updates: int = 1, note: str = "update") -> None:
+        """Record the current adapter as version = global step in the store's lineage (its weights came from
+        ``parent`` by ``updates`` optimizer updates; an update's parent is the step before), then hand it to
+        the serving engine (atomic swap there). Main process."""
+        if not self.accelerator.is_main_process:
+            return
+        version = self.state.global_step
+        if note == "update":
+            parent = version - 1
+        if self.store is not None:
+            self.store.record_published(version, parent, updates, note)
+        if self.engine is None:
+            return
+        state = self._adapter_snapshot(self.accelerator.unwrap_model(self.model))
+        started = time.perf_counter()
+        self.engine.publish_adapter(state, version=version)
+        self.log_metric("publish_time", time.perf_counter() - started)
 
-def roll_back(trainer, version: int) -> RollbackResult:
-    """Restore ``version`` and publish it as the next policy version (module docstring); every process calls it.
+    def publish_start(self) -> None:
+        """Publish the weights training starts from (every process, at the start of ``train``).
 
-    All or nothing: if loading fails on any process, every process loads the state of the current version
-    back from its checkpoint and the error is raised: training goes on where it was.
-    """
-    before = trainer.state.global_step
-    error: Exception | None = None
-    try:
-        restore_checkpoint(trainer, checkpoint_dir(trainer, version))
-    except Exception as err:  # noqa: BLE001 - raised below, once every process is back on ``before``
-        error = err
-    if not everywhere(trainer, error is None):
-        restore_checkpoint(trainer, checkpoint_dir(trainer, before))
-        raise error or RuntimeError(
-            f"the rollback to version {version} failed on another process: every process is back on "
-            f"version {before}"
+        Their version is the global step of the checkpoint resumed (0 for a new run), unless the store shows
+        later versions that were published and then lost (a crash before their checkpoint was written): the
+        checkpoint's weights are then published under the next unused number, as a rollback would (global
+        step and LR schedule move on, ``checkpoint-<new>`` written with ``adapter_history > 0``), so that no
+        number ever names two sets of weights and the samples of the lost versions stay recognisably stale.
+        """
+        step, store = self.state.global_step, self.store
+        last = main_value(self.accelerator, lambda: store.last_published_version() if store else None)
+        if last is None or last <= step:
+            if step == 0:
+                self.publish(parent=None, updates=0, note="initial")
+            else:  # recorded already, unless the store predates the lineage: then it follows step - 1
+                self.publish(parent=step - 1, updates=1, note="resume")
+            return
+        self.republish(restored_from=step, step=last + 1, note="resume")
+        logger.warning(
+            "versions %d..%d were published but no checkpoint kept them: the weights of version %d (the "
+            "checkpoint resumed) now serve as version %d; samples of the lost versions are trained as stale",
+            step + 1,
+            last,
+            step,
+            last + 1,
         )
-    republish(trainer, version, before + 1, "rollback")
-    trainer._restored_from = version
-    try:
-        trainer._save_checkpoint(trainer.model_wrapped, trial=None)
-    finally:
-        trainer._restored_from = None
-    marked, waiting = 0, 0
-    if trainer.store is not None and trainer.accelerator.is_main_process:
-        reason = f"version {version} restored as version {before + 1}"
-        undone = trainer.store.lineage().undone(before, version)
-        marked = trainer.store.mark_rolled_back(undone, reason)
-        waiting = trainer.store.count_waiting()
-    logger.info(
-        "rollback to v%d · now serving its weights as v%d · %d samples of the undone updates kept out of "
-        "training",
-        version,
-        before + 1,
-        marked,
-    )
-    return RollbackResult(before + 1, version, marked, waiting)
+        if self.args.adapter_history > 0:
+            self.checkpoint_version(restored_from=step)
+
+    def rollback_to(self, version: int) -> RollbackResult:
+        """Restore ``version`` and publish it as the next policy version (module docstring); every process
+        calls it, between two updates.
+
+        All or nothing: if loading fails on any process, every process loads the state of the current version
+        back from its checkpoint and the error is raised: training goes on where it was.
+        """
+        before, output_dir = self.state.global_step, self.args.output_dir
+        error: Exception | None = None
+        try:
+            self.restore_checkpoint(checkpoint_dir(output_dir, version))
+        except Exception as err:  # noqa: BLE001 - raised below, once every process is back on ``before``
+            error = err
+        if not everywhere(self.accelerator, error is None):
+            self.restore_checkpoint(checkpoint_dir(output_dir, before))
+            raise error or RuntimeError(
+                f"the rollback to version {version} failed on another process: every process is back on "
+                f"version {before}"
+            )
+        self.republish(restored_from=version, step=before + 1, note="rollback")
+        self.checkpoint_version(restored_from=version)
+        marked, waiting = 0, 0
+        if self.store is not None and self.accelerator.is_main_process:
+            reason = f"version {version} restored as version {before + 1}"
+            marked = self.store.mark_rolled_back(self.store.lineage().undone(before, version), reason)
+            waiting = self.store.count_waiting()
+        logger.info(
+            "rollback to v%d · now serving its weights as v%d · %d samples of the undone updates kept out "
+            "of training",
+            version,
+            before + 1,
+            marked,
+        )
+        return RollbackResult(before + 1, version, marked, waiting)
+
+    def restore_checkpoint(self, checkpoint: Path) -> None:
+        """Weights, optimizer, scheduler and RNG states from ``checkpoint``, with the Trainer's own loaders."""
+        self._load_from_checkpoint(str(checkpoint))
+        self._load_optimizer_and_scheduler(str(checkpoint))
+        self._load_rng_state(str(checkpoint))
+        self._adapter_snapshot = AdapterSnapshot()
+
+    def republish(self, restored_from: int, step: int, note: str) -> None:
+        """Publish the weights of version ``restored_from`` (loaded now) as version ``step`` (every process):
+        the global step and the LR schedule move to ``step`` (``follow_global_step``)."""
+        self.state.global_step = step
+        self._globalstep_last_logged = step  # the Trainer averages the next logged loss over 1 update
+        follow_global_step(getattr(self, "lr_scheduler", None), step)
+        self.publish(parent=restored_from, updates=0, note=note)
+
+    def checkpoint_version(self, restored_from: int | None = None) -> None:
+        """Write ``checkpoint-<global step>`` now and record its version (``restored_from``: the version whose
+        weights it holds after a rollback or a resume; None otherwise). Every process."""
+        super()._save_checkpoint(self.model_wrapped, trial=None)
+        self._checkpoint_written(restored_from)
+
+    def _save_checkpoint(self, model, trial):  # the Trainer's own checkpoints: an update's version
+        super()._save_checkpoint(model, trial)
+        self._checkpoint_written(None)
+
+    def _checkpoint_written(self, restored_from: int | None) -> None:
+        if self.accelerator.is_main_process:
+            if self.store is not None and self.args.adapter_history > 0:
+                record_version(self.store, self.state, self.args.output_dir, restored_from)
+            self.write_run_info()
+
+    def resume_from(self, checkpoint: str | bool | None, **train_kwargs):
+        """Train from ``checkpoint`` (a ``checkpoint-<step>`` folder; True: the latest complete one in
+        ``output_dir``; None: a new run at step 0). First the store is brought back to that step: samples
+        consumed by later updates are queued again, as those step numbers are reused."""
+        if checkpoint is True:
+            checkpoint = latest_checkpoint(self.args.output_dir)
+            if checkpoint is None:
+                raise ValueError(f"no complete checkpoint in {self.args.output_dir} to resume from")
+        step = checkpoint_step(checkpoint) if checkpoint else 0
+        if self.accelerator.is_main_process and self.store is not None:
+            requeued = self.store.requeue_after(step)
+            if requeued:
+                logger.info(
+                    "training from step %s: %s samples consumed after it are queued again", step, requeued
+                )
+        if self.learning is None:
+            return super().train(resume_from_checkpoint=checkpoint, **train_kwargs)
+        with self.learning.trainer_running():
+            return super().train(resume_from_checkpoint=checkpoint, **train_kwargs)
+
+    def train(self, resume_from_checkpoint=None, **kwargs):
+        """The Trainer's ``train`` by way of ``resume_from`` (the store follows the checkpoint's step)."""
+        return self.resume_from(resume_from_checkpoint, **kwargs)
+
+    def save_checkpoint(self) -> str | None:
+        """Save ``checkpoint-<global step>`` with the Trainer's own save (adapter, optimizer, scheduler, RNG and
+        trainer state) unless it exists already; None before the first update. Every process calls it."""
+        step = self.state.global_step
+        path = checkpoint_dir(self.args.output_dir, step)
+        if step == 0 or is_complete(path):
+            return str(path) if step else None
+        self._save_checkpoint(self.model_wrapped, trial=None)
+        return str(path)
+
+    def write_run_info(self, output_dir: str | None = None) -> Path:
+        """``openclaw_run.json`` (``callbacks.run_info``): what ``openclaw-trl push`` puts in the model card."""
+        output_dir = Path(output_dir or self.args.output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        path = output_dir / RUN_INFO_FILE
+        path.write_text(json.dumps(run_info(self), indent=2, default=str))
+        return path

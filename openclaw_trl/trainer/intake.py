@@ -1,0 +1,70 @@
+"""Between two updates, on the main process: wait for the next batch of judged samples, or a rollback request.
+
+``next_event`` returns a batch once ``wanted`` samples wait in the store and learning is not paused, or the
+version of a rollback request as soon as one arrives (``LearningControl``). While it waits it sets the
+control's ``trainer_state`` (``waiting for samples``, ``updating`` once a batch is taken). With
+``max_staleness`` the store drops the too-stale samples as it hands a batch out (kept, with the reason).
+Each sample's ``staleness`` is set along the lineage (updates between its policy version and the trainer's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from openclaw_trl.records import TrainingSample
+
+
+@dataclass(frozen=True)
+class NextEvent:
+    """A batch to train on (``samples``, and how many samples were dropped as stale while it was taken), or
+    a rollback request (``rollback``: the version to restore)."""
+
+    samples: list[TrainingSample] | None = None
+    dropped_stale: int = 0
+    rollback: int | None = None
+
+
+def next_event(
+    store,
+    learning,
+    wanted: int,
+    policy_version: int,
+    max_staleness: int | None,
+    sample_timeout: float | None,
+) -> NextEvent:
+    """The next thing the trainer does (module docstring). ``learning`` is the ``LearningControl`` or None
+    (never paused, no rollback). ``TimeoutError`` after ``sample_timeout`` seconds of waiting for samples
+    (paused time not counted); the samples that did arrive stay queued."""
+    waited = 0.0
+    poll = learning.poll_s if learning is not None else None
+    dropped = store.count_dropped_stale()
+    while True:
+        if learning is not None and (version := learning.wait_while_paused()) is not None:
+            return NextEvent(rollback=version)
+        if learning is not None:
+            learning.trainer_state = "waiting for samples"
+        left = None if sample_timeout is None else sample_timeout - waited
+        wait = left if poll is None else (poll if left is None else min(poll, left))
+        try:
+            samples = store.wait_for_samples(
+                wanted, timeout=wait, policy_version=policy_version, max_staleness=max_staleness
+            )
+        except TimeoutError:
+            waited += wait
+            if left is not None and waited >= sample_timeout:
+                raise TimeoutError(
+                    f"fewer than {wanted} judged samples arrived within {sample_timeout}s; "
+                    "they stay queued for the next run"
+                ) from None
+            continue
+        if learning is not None and learning.paused:
+            # paused while this wait was under way: the batch goes back to the queue, untouched
+            store.release([s.sample_id for s in samples])
+            continue
+        dropped = store.count_dropped_stale() - dropped
+        lineage = store.lineage()
+        for s in samples:
+            s.staleness = lineage.staleness(s.policy_version, policy_version)
+        if learning is not None:
+            learning.trainer_state = "updating"
+        return NextEvent(samples=samples, dropped_stale=dropped)
