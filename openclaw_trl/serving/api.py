@@ -47,7 +47,7 @@ Wire-format details a client may care about:
 * Accepted and ignored: ``presence_penalty``, ``frequency_penalty``, ``response_format``, ``tool_choice``
   ``auto`` / ``required`` / a function of the request's tools (``"none"`` renders without tools), unknown fields.
   Refused: ``n > 1``, non-text content parts, a ``tool_choice`` naming an unknown function, and in any body a
-  string (or field name) with a lone UTF-16 surrogate (``openai_schema.check_text``).
+  string (or field name) with a lone UTF-16 surrogate (``text_check.check_text``).
 """
 
 from __future__ import annotations
