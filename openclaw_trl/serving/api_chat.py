@@ -63,7 +63,7 @@ def completion_body(prep: PreparedChat, result: TurnResult) -> ChatCompletion:
         model=prep.model,
         system_fingerprint=fingerprint(result.policy_version),
         choices=[choice],
-        usage=Usage.of(len(prep.prompt_ids), len(result.completion.token_ids)),
+        usage=Usage.of(len(prep.prompt_ids), len(result.generation.token_ids)),
         openclaw=openclaw_meta(prep, result),
     )
 
@@ -123,6 +123,6 @@ def _final_chunks(prep: PreparedChat, result: TurnResult) -> list[ChatCompletion
         chunks.append(_chunk(prep, version, {}, logprobs=result.logprobs))
     chunks.append(_chunk(prep, version, {}, result.finish_reason, openclaw=openclaw_meta(prep, result)))
     if prep.include_usage:
-        usage = Usage.of(len(prep.prompt_ids), len(result.completion.token_ids))
+        usage = Usage.of(len(prep.prompt_ids), len(result.generation.token_ids))
         chunks.append(_chunk(prep, version, {}).model_copy(update={"choices": [], "usage": usage}))
     return chunks

@@ -37,10 +37,6 @@ class TurnResult:
     best_of_n: dict | None = None  # Best-of-N: n, served_index, scores, group_id (``openclaw.best_of_n``)
     recorded: Any = None
 
-    @property
-    def completion(self):
-        return self.generation.completion
-
 
 def openclaw_meta(prep: PreparedChat, result: TurnResult) -> OpenClawMeta:
     """The ``openclaw`` object of a reply (``OpenClawMeta``)."""
@@ -79,11 +75,11 @@ class TurnRecorder:
         parsed = (
             self.generator.decoded_message(prep, completion) if streamed is None else as_message(streamed)
         )
-        finish = completion.finish_reason
+        finish = generation.finish_reason
         if parsed.get("tool_calls") and finish == "stop":
             finish = "tool_calls"
         logprobs = self._logprobs(prep, completion) if prep.logprobs else None
-        result = TurnResult(generation, parsed, finish, None, completion.policy_version, logprobs)
+        result = TurnResult(generation, parsed, finish, None, generation.policy_version, logprobs)
         done: list[TurnResult] = []
 
         def with_the_turn(turn_id: int) -> None:  # in the turn's store transaction, on this thread

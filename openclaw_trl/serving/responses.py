@@ -164,7 +164,7 @@ def _record(service: ChatService, job: PreparedResponse, result: TurnResult) -> 
     (the chat pipeline's ``on_recorded``), so a turn is never stored without the id that names it; it comes
     back as ``TurnResult.recorded``."""
     status = "incomplete" if result.finish_reason == "length" else "completed"
-    ids = result.completion.token_ids
+    ids = result.generation.token_ids
     usage = ResponseUsage.of(
         len(job.chat.prompt_ids), len(ids), reasoning_tokens(service.tokenizer, ids, result.message)
     )
