@@ -277,8 +277,11 @@ def test_config_validates_the_limits_and_passes_them_on(tmp_path):
 
 
 def test_the_ui_path_gets_readable_errors(engine, tmp_path):
-    """The Gradio UI calls the same ChatService: over a limit it gets an ApiError whose message it shows."""
+    """The Gradio UI calls the same ChatService and collector: over a limit it gets an ApiError whose message it
+    shows."""
     from openclaw_trl.serving.openai_schema import ApiError
+    from openclaw_trl.serving.ui import UiHandlers
+    from openclaw_trl.serving.ui_guide import guide_for
 
     with running_stack(engine, tmp_path / "store.db", limits=RequestLimits(max_feedback_chars=10)) as stack:
         service = stack.app.state.service
@@ -288,6 +291,8 @@ def test_the_ui_path_gets_readable_errors(engine, tmp_path):
             )
         prep = service.prepare({"messages": USER}, {"x-session-id": "ui"})
         result = service.finish(prep, service.generate(prep))
-        with pytest.raises(ApiError, match=r"above the limit max_feedback_chars=10"):
-            service.feedback(result.turn_id, -1, "a much longer correction", session="ui")
+        handlers = UiHandlers(service, stack.collector, guide_for(None))  # the UI's corrections
+        conv = {"session_id": "ui", "target": result.turn_id}
+        _box, _conv, note, _prompt = handlers.on_correct("a much longer correction", conv)
+        assert note.startswith("Correction not recorded:") and "above the limit max_feedback_chars=10" in note
         assert stack.store.counts()["feedback"] == 0

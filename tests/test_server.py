@@ -284,10 +284,10 @@ def test_seed_makes_sampling_reproducible(client):
 
 
 def test_context_limit_follows_the_model(engine):
-    from openclaw_trl.serving.chat_service import _context_limit
+    from openclaw_trl.serving.chat_prepare import context_limit
 
-    assert _context_limit(engine.engine, 10**6) == 2048  # the tiny model's max_position_embeddings
-    assert _context_limit(engine.engine, 512) == 512
+    assert context_limit(engine.engine, 10**6) == 2048  # the tiny model's max_position_embeddings
+    assert context_limit(engine.engine, 512) == 512
 
 
 def test_feedback_route_is_the_next_state(stack, client):

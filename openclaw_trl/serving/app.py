@@ -11,9 +11,10 @@ import time
 from collections.abc import Callable
 
 from openclaw_trl.errors import UserError
-from openclaw_trl.serving.api import router, same_secret
+from openclaw_trl.serving.api import router
+from openclaw_trl.serving.api_base import same_secret
 from openclaw_trl.serving.chat_service import ChatService
-from openclaw_trl.serving.openai_schema import ApiError, error_response
+from openclaw_trl.serving.errors import ApiError, error_response
 from openclaw_trl.serving.settings import ServerSettings
 from openclaw_trl.serving.versions_api import versions_router
 
@@ -38,7 +39,8 @@ def create_app(
     ``collector`` attaches next states and writes turns to ``store`` (``openclaw_trl.sessions``);
     ``status()`` returns the learning status for ``/v1/status`` and the learning panel.
     ``best_of_n`` (a ``judging.BestOfN``) samples and quick-judges its ``n`` candidates per trainable turn.
-    ``app.state.service`` is the ``ChatService`` both use, ``app.state.api_key`` the bearer key (or ``None``).
+    ``app.state.service`` is the ``ChatService`` both use, ``app.state.collector`` the collector their per-turn
+    signals (feedback) go to, ``app.state.api_key`` the bearer key (or ``None``).
     ``learning`` (a ``LearningControl``, or ``None`` when nothing trains) backs ``/v1/adapters``,
     ``/v1/learning`` and the UI's version controls (``app.state.learning``).
     """
@@ -57,12 +59,12 @@ def create_app(
 
     app = FastAPI(title="openclaw-trl", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service, app.state.settings, app.state.api_key = service, settings, api_key
-    app.state.learning = learning
+    app.state.collector, app.state.learning = collector, learning
     _add_error_handlers(app)
     app.include_router(versions_router)  # before ``router``, whose last route answers unknown /v1/ paths
     app.include_router(router)
     if settings.ui:
-        app = _mount_ui(app, service, settings, api_key, learning)
+        app = _mount_ui(app, service, collector, settings, api_key, learning)
     return app
 
 
@@ -97,7 +99,9 @@ def _add_error_handlers(app) -> None:
         return error_response(ApiError(500, f"internal error: {type(exc).__name__}", "server_error"))
 
 
-def _mount_ui(app, service: ChatService, settings: ServerSettings, api_key: str | None, learning=None):
+def _mount_ui(
+    app, service: ChatService, collector, settings: ServerSettings, api_key: str | None, learning=None
+):
     """The Gradio UI at ``/``. With an API key the UI asks for it too (any user name): it trains the model
     as much as the API does."""
     import gradio as gr
@@ -105,7 +109,7 @@ def _mount_ui(app, service: ChatService, settings: ServerSettings, api_key: str 
     from openclaw_trl.serving.ui import build_ui
     from openclaw_trl.serving.ui_chat import UI_CSS
 
-    blocks = build_ui(service, learning=learning)
+    blocks = build_ui(service, collector, learning=learning)
     auth = (lambda _user, password: same_secret(password, api_key)) if api_key else None
     app = gr.mount_gradio_app(
         app,

@@ -1,7 +1,8 @@
-"""The OpenAI chat-completions wire format: request models, validation, and OpenAI-style errors.
+"""The OpenAI chat-completions request: its models, limits, validation and message normalisation.
 
 Everything a request must satisfy before it reaches the collector or the engine is checked here, so a
-rejected request is a 4xx with ``{"error": {"message", "type", "param", "code"}}`` and never touches the store.
+rejected request is a 4xx ``ApiError`` (``serving.errors``) and never touches the store. The reply side is
+``serving.openai_response``.
 """
 
 from __future__ import annotations
@@ -11,43 +12,9 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-# --------------------------------------------------------------------------------------------------
-# Errors (OpenAI format: {"error": {"message", "type", "param", "code"}})
-# --------------------------------------------------------------------------------------------------
-
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    413: "invalid_request_error",
-    422: "invalid_request_error",
-}
-
-
-class ApiError(Exception):
-    """An error answered to the client in OpenAI's format, never a crash."""
-
-    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None):
-        super().__init__(message)
-        self.status, self.message, self.code, self.param = status, message, code, param
-
-    def body(self) -> dict:
-        kind = _ERROR_TYPES.get(
-            self.status, "server_error" if self.status >= 500 else "invalid_request_error"
-        )
-        return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
-
-
-def error_response(err: ApiError):
-    from fastapi.responses import JSONResponse
-
-    headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
-    return JSONResponse(err.body(), status_code=err.status, headers=headers)
-
+from openclaw_trl.serving.errors import ApiError
 
 # --------------------------------------------------------------------------------------------------
 # Request schema (strict numbers: "0.7" or true is not a temperature)
@@ -262,72 +229,6 @@ class RequestLimits:
 
 
 # --------------------------------------------------------------------------------------------------
-# Text: every string of a body (field names included) is Unicode the store, tokenizer and errors can carry
-# --------------------------------------------------------------------------------------------------
-
-_BAD_CHARS = re.compile("[\ud800-\udfff]")
-"""UTF-16 surrogate code points: JSON can spell one alone (``\\ud800``), but no UTF-8 text holds a lone surrogate
-(SQLite, the tokenizer and a JSON error body all refuse it). NUL is accepted: it is valid text, and a model's own
-reply (which clients send back) may hold one."""
-
-
-_RAW_SUSPECT = re.compile(rb"\\u[dD][89a-fA-F]")
-"""How a surrogate is spelled in raw JSON (a body without it cannot hold one once parsed)."""
-
-
-def check_text(value: Any, param: str = "", raw: bytes | None = None) -> None:
-    """400 for the first string in ``value`` (a parsed JSON body: dicts, lists, scalars) that holds a lone
-    UTF-16 surrogate, in a value or in an object key; the error names where it is.
-
-    A JSON body can only carry a surrogate as a ``\\uXXXX`` escape: a well-formed pair decodes to one
-    character, so any surrogate left in a Python string is a lone one. The common case costs one ``json.dumps``
-    and two scans in C (``raw``, the JSON text ``value`` was parsed from: one scan of it); only a body that may
-    hold such a character is walked to name the field."""
-    clean = _RAW_SUSPECT.search(raw) is None if raw is not None else _clean_json(value)
-    if clean:
-        return
-    stack = [(value, param)]
-    while stack:
-        item, where = stack.pop()
-        if isinstance(item, str):
-            _check_string(item, where or "body")
-        elif isinstance(item, dict):
-            for key, sub in item.items():
-                path = f"{where}.{key}" if where else str(key)
-                if isinstance(key, str):
-                    _check_string(key, path, "the name of")
-                stack.append((sub, path))
-        elif isinstance(item, list):
-            stack.extend((sub, f"{where}[{i}]") for i, sub in enumerate(item))
-
-
-def _clean_json(value: Any) -> bool:
-    """True when ``value`` surely holds no lone surrogate (``json.dumps`` keeps a surrogate, which then fails to
-    encode as UTF-8); False when it may."""
-    try:
-        flat = json.dumps(value, ensure_ascii=False)
-        return flat.isascii() or bool(flat.encode("utf-8"))
-    except (TypeError, ValueError):  # not a JSON value, or a surrogate (UnicodeEncodeError is a ValueError)
-        return False
-
-
-def _check_string(text: str, param: str, of: str = "") -> None:
-    found = _BAD_CHARS.search(text)
-    if found is None:
-        return
-    char = found.group()
-    what = f"a lone UTF-16 surrogate (U+{ord(char):04X})"
-    param = ascii(param)[1:-1][:200]  # the field's name may itself hold the character: escape it
-    raise ApiError(
-        400,
-        f"{of + ' ' if of else ''}'{param}' contains {what} at position {found.start()}: text must be valid Unicode (a surrogate "
-        "only as half of a pair, which JSON writes as two escapes). Remove the character.",
-        "invalid_text",
-        param,
-    )
-
-
-# --------------------------------------------------------------------------------------------------
 # Reasoning: one field, two names on the wire
 # --------------------------------------------------------------------------------------------------
 
@@ -349,17 +250,6 @@ def message_reasoning(message: dict, param: str) -> str | None:
             param,
         )
     return content if content is not None else alias
-
-
-def with_reasoning_aliases(fields: dict) -> dict:
-    """An outgoing assistant message or stream delta with its reasoning under both names.
-
-    Internally the reasoning part is ``reasoning_content``; on the wire, wherever it exists, it is sent as
-    ``reasoning_content`` and as ``reasoning`` (same text), so clients that read either name see it.
-    """
-    if fields.get("reasoning_content") is None:
-        return fields
-    return {**fields, "reasoning": fields["reasoning_content"]}
 
 
 def _message_chars(message: dict, param: str) -> int:
@@ -407,18 +297,6 @@ def check_tool_choice(tool_choice, tool_names: list[str]) -> None:
             "unknown_function",
             "tool_choice",
         )
-
-
-def format_validation_error(exc: ValidationError) -> ApiError:
-    first = exc.errors()[0]
-    loc = [
-        str(p) for p in first.get("loc", ()) if not str(p).startswith(("function-", "list[", "str", "dict"))
-    ]
-    param = ".".join(loc) or None
-    msg = first.get("msg", "invalid request").removeprefix("Value error, ")
-    if first.get("type") == "missing":
-        msg = "field required"
-    return ApiError(400, f"Invalid value for '{param}': {msg}" if param else msg, "invalid_value", param)
 
 
 def _flatten_content(content, param: str) -> str:

@@ -36,16 +36,12 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from openclaw_trl.serving.chat_service import ChatService, PreparedChat, TurnResult, openclaw_meta
-from openclaw_trl.serving.openai_schema import ApiError
-from openclaw_trl.serving.responses_output import (
-    ResponseEcho,
-    ResponseEvents,
-    output_items,
-    response_object,
-    sse_event,
-    usage_object,
-)
+from openclaw_trl.serving.chat_prepare import PreparedChat
+from openclaw_trl.serving.chat_service import ChatService
+from openclaw_trl.serving.errors import ApiError
+from openclaw_trl.serving.recording import TurnResult, openclaw_meta
+from openclaw_trl.serving.responses_models import ResponseEcho, ResponseObject, ResponseUsage
+from openclaw_trl.serving.responses_output import ResponseEvents, output_items, sse_event
 from openclaw_trl.serving.responses_schema import (
     SESSION_FIELDS,
     ResponsesRequest,
@@ -58,7 +54,7 @@ from openclaw_trl.serving.responses_schema import (
 logger = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(frozen=True)
 class PreparedResponse:
     """A validated Responses request: the chat request it became, its response id and echoed fields."""
 
@@ -66,7 +62,10 @@ class PreparedResponse:
     response_id: str
     echo: ResponseEcho
     stream: bool
-    body: dict | None = None  # the final response object, recorded with its turn (``_record``)
+
+    def on_recorded(self, service: ChatService):
+        """What the chat pipeline calls in the turn's store transaction: ``_record`` for this response."""
+        return lambda result: _record(service, self, result)
 
 
 def prepare(service: ChatService, payload, headers) -> PreparedResponse:
@@ -106,9 +105,7 @@ def prepare(service: ChatService, payload, headers) -> PreparedResponse:
         user=request.user,
         store=request.store,
     )
-    job = PreparedResponse(chat, f"resp_{uuid.uuid4().hex}", echo, request.stream)
-    chat.on_recorded = lambda result: _record(service, job, result)
-    return job
+    return PreparedResponse(chat, f"resp_{uuid.uuid4().hex}", echo, request.stream)
 
 
 def _continuation(
@@ -156,21 +153,22 @@ def _continuation(
 # --------------------------------------------------------------------------------------------------
 
 
-async def respond(service: ChatService, job: PreparedResponse) -> tuple[dict, TurnResult]:
+async def respond(service: ChatService, job: PreparedResponse) -> tuple[ResponseObject, TurnResult]:
     """The non-streaming response object (its turn and id stored) and the turn it is."""
-    result = await service.complete(job.chat)
-    return job.body, result
+    result = await service.complete(job.chat, job.on_recorded(service))
+    return result.recorded, result
 
 
-def _record(service: ChatService, job: PreparedResponse, result: TurnResult) -> dict:
+def _record(service: ChatService, job: PreparedResponse, result: TurnResult) -> ResponseObject:
     """Blocking: the final response object, recorded under its id in its turn's store transaction
-    (``PreparedChat.on_recorded``), so a turn is never stored without the id that names it."""
+    (the chat pipeline's ``on_recorded``), so a turn is never stored without the id that names it; it comes
+    back as ``TurnResult.recorded``."""
     status = "incomplete" if result.finish_reason == "length" else "completed"
-    ids = result.completion.token_ids
-    usage = usage_object(
+    ids = result.generation.token_ids
+    usage = ResponseUsage.of(
         len(job.chat.prompt_ids), len(ids), reasoning_tokens(service.tokenizer, ids, result.message)
     )
-    body = response_object(
+    body = ResponseObject.of(
         job.response_id,
         job.chat.created,
         job.echo,
@@ -181,8 +179,7 @@ def _record(service: ChatService, job: PreparedResponse, result: TurnResult) -> 
         openclaw=openclaw_meta(job.chat, result),
     )
     if job.echo.store:
-        service.store.add_response(job.response_id, result.turn_id, body)
-    job.body = body
+        service.store.add_response(job.response_id, result.turn_id, body.model_dump())
     return body
 
 
@@ -222,11 +219,11 @@ async def stream_events(service: ChatService, job: PreparedResponse) -> AsyncIte
     for event in events.start():
         yield sse_event(event)
     try:
-        async with service.stream(job.chat) as turn:
+        async with service.stream(job.chat, job.on_recorded(service)) as turn:
             async for delta in turn:
                 for event in events.delta(delta):
                     yield sse_event(event)
-        for event in events.finish(job.body):
+        for event in events.finish(turn.result.recorded):
             yield sse_event(event)
     except ApiError as err:
         yield sse_event(events.failed(err))

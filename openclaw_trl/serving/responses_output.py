@@ -1,4 +1,4 @@
-"""The OpenAI Responses output: the response object, its output items and usage, and the stream events of
+"""The OpenAI Responses output: the output items of a turn (``responses_models``) and the stream events of
 one response (``ResponseEvents``).
 
 Output items of a turn: a ``reasoning`` item (when the model reasoned; its text in ``content`` as
@@ -11,32 +11,27 @@ its stream name the same items.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
 
-from openclaw_trl.serving.openai_schema import ApiError
+from pydantic import BaseModel
 
-
-@dataclass
-class ResponseEcho:
-    """The request fields a response object repeats (with the temperature the turn was sampled at)."""
-
-    model: str
-    instructions: str | None
-    tools: list[dict]
-    tool_choice: str
-    temperature: float
-    top_p: float
-    max_output_tokens: int | None
-    previous_response_id: str | None
-    metadata: dict[str, str] = field(default_factory=dict)
-    user: str | None = None
-    store: bool = True  # False: the response is not kept for retrieval by id
+from openclaw_trl.serving.errors import ApiError
+from openclaw_trl.serving.responses_models import (
+    FunctionCallItem,
+    MessageItem,
+    OutputItem,
+    OutputText,
+    ReasoningItem,
+    ReasoningText,
+    ResponseEcho,
+    ResponseError,
+    ResponseObject,
+)
 
 
-def output_items(message: dict, response_id: str, status: str = "completed") -> list[dict]:
+def output_items(message: dict, response_id: str, status: str = "completed") -> list[OutputItem]:
     """The output items of an assistant message (module docstring): reasoning, message, function calls."""
     suffix = response_id.removeprefix("resp_")
-    items = []
+    items: list[OutputItem] = []
     if message.get("reasoning_content"):
         items.append(reasoning_item(f"rs_{suffix}", message["reasoning_content"], status))
     calls = message.get("tool_calls") or []
@@ -46,68 +41,27 @@ def output_items(message: dict, response_id: str, status: str = "completed") -> 
     return items
 
 
-def reasoning_item(item_id: str, text: str | None, status: str) -> dict:
-    content = [{"type": "reasoning_text", "text": text}] if text is not None else []
-    return {"type": "reasoning", "id": item_id, "summary": [], "content": content, "status": status}
+def reasoning_item(item_id: str, text: str | None, status: str) -> ReasoningItem:
+    content = [ReasoningText(text=text)] if text is not None else []
+    return ReasoningItem(id=item_id, content=content, status=status)
 
 
-def message_item(item_id: str, text: str | None, status: str) -> dict:
-    content = [output_text_part(text)] if text is not None else []
-    return {"type": "message", "id": item_id, "role": "assistant", "status": status, "content": content}
+def message_item(item_id: str, text: str | None, status: str) -> MessageItem:
+    content = [OutputText(text=text)] if text is not None else []
+    return MessageItem(id=item_id, status=status, content=content)
 
 
-def output_text_part(text: str) -> dict:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-
-
-def function_call_item(item_id: str, call: dict, status: str, arguments: str | None = None) -> dict:
+def function_call_item(
+    item_id: str, call: dict, status: str, arguments: str | None = None
+) -> FunctionCallItem:
     function = call["function"]
-    return {
-        "type": "function_call",
-        "id": item_id,
-        "call_id": call["id"],
-        "name": function["name"],
-        "arguments": function["arguments"] if arguments is None else arguments,
-        "status": status,
-    }
-
-
-def response_object(
-    response_id: str,
-    created: int,
-    echo: ResponseEcho,
-    status: str,
-    output: list[dict],
-    usage: dict | None = None,
-    **extra,
-) -> dict:
-    """A Responses ``response`` object; ``extra`` adds fields (``completed_at``, ``error``, ``openclaw``)."""
-    body = {
-        "id": response_id,
-        "object": "response",
-        "created_at": created,
-        "status": status,
-        "error": None,
-        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
-        "output": output,
-        "parallel_tool_calls": True,
-        "reasoning": {"effort": None, "summary": None},
-        "text": {"format": {"type": "text"}},
-        "truncation": "disabled",
-        "usage": usage,
-        **asdict(echo),
-    }
-    return {**body, **extra}
-
-
-def usage_object(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) -> dict:
-    return {
-        "input_tokens": prompt_tokens,
-        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-        "output_tokens": completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
-        "total_tokens": prompt_tokens + completion_tokens,
-    }
+    return FunctionCallItem(
+        id=item_id,
+        call_id=call["id"],
+        name=function["name"],
+        arguments=function["arguments"] if arguments is None else arguments,
+        status=status,
+    )
 
 
 def sse_event(event: dict) -> bytes:
@@ -133,12 +87,14 @@ class ResponseEvents:
         self.current: dict | None = None  # the open text item: kind, id, index, text
 
     def _event(self, kind: str, **fields) -> dict:
+        """One event: its type, its number, then its fields (typed objects as their JSON)."""
+        fields = {k: v.model_dump() if isinstance(v, BaseModel) else v for k, v in fields.items()}
         event = {"type": kind, "sequence_number": self.seq, **fields}
         self.seq += 1
         return event
 
     def start(self) -> list[dict]:
-        body = response_object(self.response_id, self.created, self.echo, "in_progress", [])
+        body = ResponseObject.of(self.response_id, self.created, self.echo, "in_progress", [])
         return [
             self._event("response.created", response=body),
             self._event("response.in_progress", response=body),
@@ -181,9 +137,9 @@ class ResponseEvents:
         self.n_items += 1
         self.current = {"kind": kind, "id": item_id, "index": index, "text": ""}
         if kind == "message":
-            item, part = message_item(item_id, None, "in_progress"), output_text_part("")
+            item, part = message_item(item_id, None, "in_progress"), OutputText(text="")
         else:
-            item, part = reasoning_item(item_id, None, "in_progress"), {"type": "reasoning_text", "text": ""}
+            item, part = reasoning_item(item_id, None, "in_progress"), ReasoningText(text="")
         return [
             self._event("response.output_item.added", output_index=index, item=item),
             self._event(
@@ -199,10 +155,10 @@ class ResponseEvents:
         text = item["text"]
         if item["kind"] == "message":
             done = self._event("response.output_text.done", **where, text=text, logprobs=[])
-            part, whole = output_text_part(text), message_item(item["id"], text, status)
+            part, whole = OutputText(text=text), message_item(item["id"], text, status)
         else:
             done = self._event("response.reasoning_text.done", **where, text=text)
-            part, whole = {"type": "reasoning_text", "text": text}, reasoning_item(item["id"], text, status)
+            part, whole = ReasoningText(text=text), reasoning_item(item["id"], text, status)
         return [
             done,
             self._event("response.content_part.done", **where, part=part),
@@ -235,9 +191,9 @@ class ResponseEvents:
             ),
         ]
 
-    def finish(self, body: dict) -> list[dict]:
+    def finish(self, body: ResponseObject) -> list[dict]:
         """Close the open item (an empty message item when the turn said nothing), then the final event."""
-        status = body["status"]
+        status = body.status
         events = self._close(status)
         if not self.opened.get("message") and not self.opened.get("function_call"):
             events += self._open("message") + self._close(status)
@@ -245,6 +201,6 @@ class ResponseEvents:
         return events + [self._event(kind, response=body)]
 
     def failed(self, err: ApiError) -> dict:
-        error = {"code": err.code or "server_error", "message": err.message}
-        body = response_object(self.response_id, self.created, self.echo, "failed", [], error=error)
+        error = ResponseError(code=err.code or "server_error", message=err.message)
+        body = ResponseObject.of(self.response_id, self.created, self.echo, "failed", [], error=error)
         return self._event("response.failed", response=body)

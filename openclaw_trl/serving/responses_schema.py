@@ -24,7 +24,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from openclaw_trl.serving.openai_schema import INT64_MAX, ApiError, format_validation_error
+from openclaw_trl.serving.errors import ApiError, format_validation_error
+from openclaw_trl.serving.openai_schema import INT64_MAX
 
 Num = Annotated[float, Field(strict=True)]
 Int = Annotated[int, Field(strict=True)]

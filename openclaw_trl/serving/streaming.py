@@ -17,15 +17,17 @@ class TurnStream:
     ``async for delta in turn`` yields the OpenAI deltas as tokens are sampled, then ``turn.result`` is the
     stored ``TurnResult``.
 
-    Tokens cross from the engine thread (``service.executor``) to the event loop through a queue. The turn
-    is stored (``service.finish``) when the deltas end, before the caller sends its final chunk; a turn left
-    before that (an error, the client went away) stores nothing and is aborted with the collector when the
-    ``async with`` block exits: the client never saw the reply its next message would judge.
+    Tokens cross from the engine thread (``service.executor``) to the event loop through a queue; the
+    ``Generation`` comes back as the result of that thread's future, and the ``TurnResult`` as the result of
+    the thread that stores it. The turn is stored (``service.finish``, with ``on_recorded``) when the deltas
+    end, before the caller sends its final chunk; a turn left before that (an error, the client went away)
+    stores nothing and is aborted with the collector when the ``async with`` block exits: the client never
+    saw the reply its next message would judge.
     """
 
-    def __init__(self, service, prep):
-        self.service, self.prep = service, prep
-        self.result = None  # the TurnResult, once the turn is stored
+    def __init__(self, service, prep, on_recorded=None):
+        self.service, self.prep, self.on_recorded = service, prep, on_recorded
+        self.result = None  # the TurnResult, once the turn is stored (set on the event loop)
 
     async def __aenter__(self) -> TurnStream:
         loop = asyncio.get_running_loop()
@@ -50,12 +52,12 @@ class TurnStream:
         while (tid := await self._tokens.get()) is not None:
             for delta in decoder.feed(tid):
                 yield delta
-        completion = await self._future
+        generation = await self._future
         for delta in decoder.finish():
             yield delta
         loop = asyncio.get_running_loop()
         self.result = await loop.run_in_executor(
-            None, self.service.finish, self.prep, completion, decoder.message()
+            None, self.service.finish, self.prep, generation, decoder.message(), self.on_recorded
         )
 
 

@@ -16,8 +16,8 @@ message belongs to (the server-side rules are in ``openclaw_trl.sessions.signals
   into the box.
 
 Under each answer a muted line names the policy version that wrote it (display only: never part of the
-conversation or the stored turn). The UI calls the server's ``ChatService`` in-process: the same
-template, engine, collector and store as the OpenAI API.
+conversation or the stored turn). The UI calls the server's ``ChatService`` in-process for its turns and the
+collector for its per-turn signals: the same template, engine, collector and store as the OpenAI API.
 
 The page's words (title, header, examples, what each control teaches) come from ``serving.ui_guide``
 (the offline toy model gets its own), the learning panel's from ``serving.ui_panel``.
@@ -35,7 +35,8 @@ from typing import Any
 import gradio as gr
 
 from openclaw_trl.serving.chat_service import ChatService
-from openclaw_trl.serving.openai_schema import ApiError
+from openclaw_trl.serving.errors import ApiError
+from openclaw_trl.serving.feedback_schema import check_feedback_text, signal_errors
 from openclaw_trl.serving.ui_chat import (
     display_assistant,
     event_index,
@@ -82,10 +83,11 @@ def _chat(history: list, conv: dict):
 
 
 class UiHandlers:
-    """The UI's events, each a method on the shared ``ChatService`` (the conversation is Gradio state)."""
+    """The UI's events, each a method: turns on the shared ``ChatService``, per-turn signals and the session
+    switches on the collector (``sessions``); the conversation is Gradio state."""
 
-    def __init__(self, service: ChatService, guide: Guide, learning=None):
-        self.service, self.guide = service, guide
+    def __init__(self, service: ChatService, sessions, guide: Guide, learning=None):
+        self.service, self.sessions, self.guide = service, sessions, guide
         self.model = service.settings.model_names[0]
         self.window_s = correction_window_s(service)
         self.panel = PanelViews(service.store, learning)
@@ -170,7 +172,7 @@ class UiHandlers:
             return conv, f"The rating recorded for turn {turn} stays; rate again to change it.", ""
         rating = 1 if data.liked else -1
         try:
-            result = self.service.feedback(turn, rating, None, session=conv["session_id"])
+            result = self._signal(self.sessions.feedback, turn, rating, None, session=conv["session_id"])
         except ApiError as err:
             return conv, f"Feedback not recorded: {err.message}", ""
         thumb = "👍" if rating > 0 else "👎"
@@ -181,6 +183,12 @@ class UiHandlers:
         if rating > 0:
             return conv, f"👍 recorded for turn {turn}.", ""
         return conv, f"👎 recorded for turn {turn}.", correction_prompt(turn, self._seconds_left(result))
+
+    @staticmethod
+    def _signal(operation, turn, *args, session: str):
+        """A per-turn signal of the collector (``sessions.signals``); its refusals as ``ApiError``."""
+        with signal_errors():
+            return operation(turn, *args, session=session)
 
     def _seconds_left(self, result) -> float | None:
         """How long this 👎 waits for its correction: what the result reports (``correction_seconds_left``,
@@ -207,7 +215,8 @@ class UiHandlers:
                 "your message, undo the exchange and send it again.",
             )
         try:
-            result = self.service.correct(turn, text, kind="edit", session=conv["session_id"])
+            check_feedback_text(self.service.settings.limits, text)
+            result = self._signal(self.sessions.correct, turn, text, "edit", session=conv["session_id"])
         except ApiError as err:
             return put_back, conv, f"Edit not recorded: {err.message}"
         footer = part_index(conv, turn, "version")
@@ -230,7 +239,8 @@ class UiHandlers:
         if turn is None:
             return gr.skip(), conv, "There is no answer to correct yet.", gr.skip()
         try:
-            result = self.service.correct(turn, text, session=conv["session_id"])
+            check_feedback_text(self.service.settings.limits, text)
+            result = self._signal(self.sessions.correct, turn, text, session=conv["session_id"])
         except ApiError as err:
             return gr.skip(), conv, f"Correction not recorded: {err.message}", gr.skip()
         if not result.attached:
@@ -247,7 +257,7 @@ class UiHandlers:
             yield gr.skip(), gr.skip(), conv, "There is no recorded answer to retry."
             return
         try:
-            self.service.reject(turn, session=conv["session_id"])
+            self._signal(self.sessions.reject, turn, session=conv["session_id"])
             note = f"↻ Turn {turn} rejected (a 👎 without text)."
         except ApiError as err:
             note = f"Rejection not recorded: {err.message}."
@@ -266,7 +276,7 @@ class UiHandlers:
         if turn is None:
             return gr.skip(), gr.skip(), conv, "There is no recorded answer to undo."
         try:
-            done = self.service.withdraw(turn, session=conv["session_id"])
+            done = self._signal(self.sessions.withdraw, turn, session=conv["session_id"])
         except ApiError as err:
             return gr.skip(), gr.skip(), conv, f"Undo not recorded: {err.message}"
         conv = without_after(conv, user_index)
@@ -285,13 +295,13 @@ class UiHandlers:
         The "don't learn" switch is per conversation, so it resets too.
         """
         try:
-            self.service.end_session(conv["session_id"])
+            self.sessions.end_session(conv["session_id"])
         except Exception as exc:  # ending is bookkeeping; a new conversation must still start
             gr.Warning(f"could not close the previous session: {exc}")
         return [], new_conversation(), False, "New conversation.", ""
 
     def on_private(self, private: bool, conv: dict):
-        self.service.set_private(conv["session_id"], bool(private))
+        self.sessions.set_private(conv["session_id"], bool(private))
         return (
             "🔒 This conversation will not be learned from."
             if private
@@ -346,8 +356,9 @@ def _wire(demo, c: Components, on: UiHandlers) -> None:
     demo.load(on.refresh, outputs=c.panel)
 
 
-def build_ui(service: ChatService, title: str | None = None, learning=None):
-    """The ``gr.Blocks`` app (mounted at ``/`` by ``openclaw_trl.serving.app.create_app``); ``learning`` (a
+def build_ui(service: ChatService, sessions, title: str | None = None, learning=None):
+    """The ``gr.Blocks`` app (mounted at ``/`` by ``openclaw_trl.serving.app.create_app``); ``sessions`` (the
+    ``TurnCollector``) takes the per-turn signals and the session switches; ``learning`` (a
     ``LearningControl``) backs the panel's version controls (``serving.ui_versions``). ``title``: the
     browser tab's title (default: the guide's, ``serving.ui_guide``)."""
     status = service.status()
@@ -355,7 +366,7 @@ def build_ui(service: ChatService, title: str | None = None, learning=None):
         service.settings.model_id or getattr(service.engine, "model_path", None),
         status.get("batch_size"),
     )
-    handlers = UiHandlers(service, guide, learning)
+    handlers = UiHandlers(service, sessions, guide, learning)
     versions = VersionControls(service, learning)
     with gr.Blocks(title=title or guide.title) as demo:
         _wire(demo, layout(guide, versions), handlers)

@@ -25,8 +25,8 @@ import dataclasses
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from openclaw_trl.serving.api import _json_body, _service, require_api_key
-from openclaw_trl.serving.openai_schema import ApiError, format_validation_error
+from openclaw_trl.serving.api_base import json_body, require_api_key, service_of
+from openclaw_trl.serving.errors import ApiError, format_validation_error
 from openclaw_trl.trainer.control import (
     LearningUnavailable,
     NotRestorable,
@@ -64,7 +64,7 @@ def _learning(request: Request):
 
 
 async def _body(request: Request, model: type[BaseModel]) -> BaseModel:
-    payload = await _json_body(request, _service(request).settings.limits)
+    payload = await json_body(request, service_of(request).settings.limits)
     if not isinstance(payload, dict):
         raise ApiError(400, "The request body must be a JSON object", "invalid_json")
     try:
