@@ -27,8 +27,9 @@ Why it is built this way:
   of weights then: **``base`` means the current policy** in this mode.
 
 The requests in vLLM, and how their outputs become completions, are in ``vllm_requests``; the adapter
-versions in ``vllm_loras``. Temperature convention (``engines/base.py``): how generation and ``score`` meet it with vLLM's log-probs,
-and when ``score(temperature != 1)`` needs ``max_logprobs=-1``, is described in ``vllm_scores``.
+versions in ``vllm_loras``. Temperature convention (``engines/base.py``): how generation and ``score`` meet
+it with vLLM's log-probs, and when ``score(temperature != 1)`` needs ``max_logprobs=-1``, is described in
+``vllm_scores``.
 """
 
 from __future__ import annotations
