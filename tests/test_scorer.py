@@ -15,6 +15,7 @@ from openclaw_trl.judge import HINT_MARKER, append_hint
 from openclaw_trl.judging import JudgeConfig, Scorer
 from openclaw_trl.sessions import SessionConfig, TurnCollector
 from openclaw_trl.store import Store
+from tests.helpers import tiny_hf_engine
 
 TOOLS = [{"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}]
 FRENCH_HINT = "Answer in French, the language the user writes in."
@@ -23,11 +24,8 @@ CATS_HINT = "Make the joke about cats and keep it short."
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
-    from openclaw_trl.engines.hf import HFEngine
-
-    eng = HFEngine(tiny_model_dir, device="cpu")
-    yield eng
-    eng.close()
+    with tiny_hf_engine(tiny_model_dir, device="cpu") as engine:
+        yield engine
 
 
 class Clock:
