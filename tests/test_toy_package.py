@@ -105,7 +105,7 @@ def test_the_packaged_model_behaves_as_recorded_and_is_only_read(one_thread):
     assert_same_behaviour(measured, recorded)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_pretraining_again_regenerates_the_same_behaviour(tmp_path, one_thread):
     meta = packaged_meta()
     out = pretrain.pretrain(tmp_path / "again", pretrain.PretrainSettings(), log=lambda *_: None)
