@@ -34,14 +34,6 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
-@pytest.fixture
-def one_thread():
-    from openclaw_trl.toy.pretrain import torch_threads
-
-    with torch_threads(1):
-        yield
-
-
 def test_cache_root_follows_the_environment(tmp_path, monkeypatch):
     from openclaw_trl.toy.pretrain import PretrainSettings, cache_root, toy_model_dir
 

@@ -19,12 +19,6 @@ MAX_BYTES = 4_000_000  # 4 MB
 RATES = ("bare", "hinted", "follow_up", "off_topic")
 
 
-@pytest.fixture
-def one_thread():
-    with pretrain.torch_threads(1):
-        yield
-
-
 def packaged_meta() -> dict:
     return json.loads((pretrain.PACKAGED_DIR / pretrain.META_FILE).read_text())
 
