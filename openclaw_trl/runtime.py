@@ -1,14 +1,19 @@
 """Wiring: one process holds the engine, the store, the collector, the scorer, the server and the trainer.
 
-``load_recipe(argv)`` parses a recipe YAML (plus command-line overrides) with TRL's ``TrlParser``;
-``build_runtime`` creates the components from the settings ``OpenClawConfig`` builds; ``run`` starts
-what the ``source`` needs (:mod:`openclaw_trl.sources`) and trains:
+``load_recipe(argv)`` parses a recipe YAML (plus command-line overrides, :mod:`openclaw_trl.recipe`);
+``build_runtime`` creates every component in order and returns them complete in a :class:`Runtime`;
+``run`` starts what the ``source`` needs (:mod:`openclaw_trl.sources`) and trains:
 
 * ``live``: the UI + API listen on ``host:port``; people chat; the trainer waits for judged samples.
 * ``simulated``: the same server, bound to a free local port, and a simulated user
   (``simulated_user``) that talks to it over HTTP in a background thread.
 * ``replay``: recorded conversations (``replay_path``, JSONL) go through the same collector and scorer
   (all judged before training starts, so a replay run is reproducible).
+
+Threads: the trainer trains on the caller's thread; the scorer owns its judging thread; the server thread
+and the source threads that ``run`` starts belong to ``Runtime.threads`` (:class:`RunThreads`), which stops
+and joins them when the run ends. The status route and the UI's learning panel read a
+:class:`~openclaw_trl.status.LearningStatus`, to which the trainer pushes what it logs (never the trainer).
 
 Only the main process owns the store, serves and scores; under ``accelerate launch`` / ``torchrun`` with
 several processes each rank trains on its slice of the batch the main process takes
@@ -26,73 +31,33 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from openclaw_trl.config import OpenClawConfig
 from openclaw_trl.console import learning_line, serving_line, uvicorn_log_level
 from openclaw_trl.errors import UserError
-from openclaw_trl.sources import replay_and_judge, start_simulation
-from openclaw_trl.status import learning_status
-from openclaw_trl.toy import TOY_MODEL_ID
+from openclaw_trl.recipe import (
+    load_recipe,  # noqa: F401 - re-exported: runtime.load_recipe(argv)
+    load_tokenizer,
+    lora_config,
+    resolve_model_path,
+    set_model_init_kwargs,
+)
+from openclaw_trl.sources import Simulation, replay_and_judge, start_simulation
+from openclaw_trl.status import LearningStatus
 from openclaw_trl.trainer import last_step_metrics
+from openclaw_trl.trainer.progress import ProgressCallback, TrainingProgress
+
+if TYPE_CHECKING:
+    from openclaw_trl.engines import Engine
+    from openclaw_trl.judging import BestOfN, Scorer
+    from openclaw_trl.serving.app import ServerThread
+    from openclaw_trl.sessions import TurnCollector
+    from openclaw_trl.store import Store
+    from openclaw_trl.trainer import OpenClawTrainer
+    from openclaw_trl.trainer.control import LearningControl
 
 logger = logging.getLogger(__name__)
-
-TINY_MODEL_ID = "openclaw-trl/tiny"
-"""``model_name_or_path`` value that builds the tiny offline test model (random weights) on first use."""
-TINY_AGENT_MODEL_ID = "openclaw-trl/tiny-agent"
-"""The tiny model with Qwen's real vocabulary and a 65,536-token context, for agent-sized prompts
-(``recipes/tiny_openclaw.yaml``)."""
-_TINY_MODELS = {TINY_MODEL_ID: "tiny-model", TINY_AGENT_MODEL_ID: "tiny-agent-model"}
-
-
-def load_recipe(argv: list[str] | None = None):
-    """``(config, model_args, recipe_yaml)`` from ``--config recipe.yaml`` and CLI overrides (TrlParser)."""
-    from trl import ModelConfig, TrlParser
-
-    parser = TrlParser((OpenClawConfig, ModelConfig))
-    try:
-        config, model_args = parser.parse_args_and_config(argv)
-    except ValueError as err:  # OpenClawConfig.__post_init__ says what is wrong and how to fix it
-        raise UserError(f"invalid recipe: {err}") from err
-    recipe_yaml = None
-    if argv and "--config" in argv:
-        recipe_yaml = Path(argv[argv.index("--config") + 1]).read_text()
-    return config, model_args, recipe_yaml
-
-
-def resolve_model_path(model_args, config: OpenClawConfig) -> str:
-    """The local model directory (building the tiny model when the recipe names ``TINY_MODEL_ID`` or
-    ``TINY_AGENT_MODEL_ID``; the pre-trained toy model shipped with the package when it names
-    ``TOY_MODEL_ID``)."""
-    name = model_args.model_name_or_path
-    if not name:
-        raise UserError("the recipe must set model_name_or_path (a Hub model id or a local directory)")
-    if name in _TINY_MODELS:
-        path = Path(config.output_dir) / _TINY_MODELS[name]
-        if not (path / "config.json").exists():
-            from openclaw_trl import testing
-
-            try:
-                (testing.build_tiny_model if name == TINY_MODEL_ID else testing.build_tiny_agent_model)(path)
-            except ImportError as exc:
-                raise UserError(str(exc)) from exc
-        return str(path)
-    if name == TOY_MODEL_ID:
-        from openclaw_trl.toy.pretrain import toy_model
-
-        return str(toy_model(log=logger.info))
-    return name
-
-
-def lora_config(model_args):
-    """PEFT LoraConfig from TRL's ModelConfig; all linear projections unless the recipe names modules."""
-    from trl import get_peft_config
-
-    if not model_args.use_peft:
-        return None
-    if model_args.lora_target_modules is None:
-        model_args.lora_target_modules = "all-linear"
-    return get_peft_config(model_args)
 
 
 @dataclass
@@ -156,135 +121,148 @@ def make_best_of_n(n: int, quick_judge_config, engine, tokenizer, store):
     return BestOfN(n, quick_judge, store, explore=quick_judge_config.explore)
 
 
-@dataclass
-class Runtime:
-    """The components of one run; the engine, collector and scorer (and the store) exist only in the main process."""
+class RunThreads:
+    """The threads a run starts, in one place: the server (``serve``) and the sources' threads (``add``).
 
-    config: OpenClawConfig
-    model_path: str
-    tokenizer: object
-    store: object
-    engine: object
-    collector: object
-    scorer: object
-    best_of_n: object | None = None  # judging.BestOfN when best_of_n > 1
-    trainer: object | None = None
-    app: object | None = None
-    learning: object | None = None  # the LearningControl (pause, rollback, history) of the main process
-    server: object | None = None
-    threads: list[threading.Thread] = field(default_factory=list)
-    stop_event: threading.Event = field(default_factory=threading.Event)
-    model_name: str | None = None  # the recipe's model_name_or_path (model_path may be a cache folder)
+    ``close`` sets ``stop_event`` (the sources stop at their next check), joins the source threads (30 s
+    each at most: they are daemons) and stops the server. Closing twice is harmless.
+    """
 
-    def status(self) -> dict:
-        """The live view of learning for ``/v1/status`` and the UI's learning panel."""
-        return learning_status(self.config, self.engine, self.store, self.trainer, self.learning)
+    def __init__(self):
+        self.stop_event = threading.Event()
+        self.server: ServerThread | None = None
+        self._threads: list[threading.Thread] = []
+
+    def add(self, thread: threading.Thread) -> threading.Thread:
+        self._threads.append(thread)
+        return thread
+
+    def serve(self, server: ServerThread) -> ServerThread:
+        self.server = server
+        return server
 
     def close(self) -> None:
         self.stop_event.set()
-        for t in self.threads:
-            t.join(timeout=30)
+        for thread in self._threads:
+            thread.join(timeout=30)
         if self.server is not None:
             self.server.stop()
-        if self.scorer is not None:
-            self.scorer.close()
-        if self.best_of_n is not None:
-            self.best_of_n.close()
-        if self.engine is not None:
-            self.engine.close()
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The components of one run, complete when :func:`build_runtime` returns.
+
+    The store, the engine, the collector, the scorer, the Best-of-N picker (``best_of_n > 1``), the learning
+    control (pause, rollback, history) and the status exist only in the main process: they are None on the
+    other processes of a multi-process launch. ``trainer`` is None when built without training. ``progress``
+    is what the trainer has logged (pushed by its ``ProgressCallback``), read by ``status``; ``threads``
+    owns the threads that :func:`run` starts.
+    """
+
+    config: OpenClawConfig
+    model_name: str  # the recipe's model_name_or_path
+    model_path: str  # what is loaded: a Hub id or a local directory (the tiny and toy models are built)
+    tokenizer: object
+    store: Store | None = None
+    engine: Engine | None = None
+    collector: TurnCollector | None = None
+    scorer: Scorer | None = None
+    best_of_n: BestOfN | None = None
+    learning: LearningControl | None = None
+    status: LearningStatus | None = None  # called by /v1/status and the UI's learning panel
+    trainer: OpenClawTrainer | None = None
+    progress: TrainingProgress = field(default_factory=TrainingProgress)
+    threads: RunThreads = field(default_factory=RunThreads)
+
+    @property
+    def server(self) -> ServerThread | None:
+        return self.threads.server
+
+    @property
+    def stop_event(self) -> threading.Event:
+        return self.threads.stop_event
+
+    def close(self) -> None:
+        """Stop the run's threads, the scorer, the Best-of-N picker and the engine (the store stays open)."""
+        self.threads.close()
+        for component in (self.scorer, self.best_of_n, self.engine):
+            if component is not None:
+                component.close()
 
 
 def build_runtime(
     config: OpenClawConfig, model_args, recipe_yaml: str | None = None, train: bool = True
 ) -> Runtime:
-    """Create every component for ``config`` (the trainer only when ``train``).
+    """Create every component for ``config`` in order (the trainer only when ``train``) and return them.
 
-    The main process owns the store, the engine, the collector and the scorer; every process loads the
-    same checkpoint to continue from and builds its trainer.
+    The main process opens the store (at the checkpoint the run continues from), builds the engine (serving
+    the resumed adapter from the first request on), the collector, the scorer, the Best-of-N picker, the
+    learning control and the status; every process loads the same checkpoint and builds its trainer, whose
+    logged metrics go to ``progress``.
     """
     from accelerate import PartialState
 
+    from openclaw_trl.engines import create_engine
+    from openclaw_trl.judging import Scorer
     from openclaw_trl.resume import checkpoint_to_resume
+    from openclaw_trl.sessions import TurnCollector
+    from openclaw_trl.trainer import OpenClawTrainer
+    from openclaw_trl.trainer.control import LearningControl
 
     state = PartialState()
-    store = start = None
-    if state.is_main_process:
-        store, start = prepare_start(config)
+    main = state.is_main_process
+    store, start = prepare_start(config) if main else (None, None)
+    if main:
         resolve_model_path(model_args, config)  # builds the tiny test model once, before the others read it
     state.wait_for_everyone()
     config.resume_from_checkpoint = checkpoint_to_resume(config)  # every process loads the same one
     model_path = resolve_model_path(model_args, config)
     peft_config = lora_config(model_args)
-    tokenizer = _load_tokenizer(model_path)
-    runtime = Runtime(config, model_path, tokenizer, store, None, None, None)
-    runtime.model_name = model_args.model_name_or_path
-    if state.is_main_process:
-        logger.info("loading %s for serving (%s engine)", runtime.model_name, config.engine)
-        _build_serving_side(runtime, start, peft_config, model_args.dtype)
+    tokenizer = load_tokenizer(model_path)
+    progress = TrainingProgress()
+    engine = collector = scorer = best_of_n = learning = status = None
+    if main:
+        logger.info("loading %s for serving (%s engine)", model_args.model_name_or_path, config.engine)
+        kwargs = config.engine_kwargs(lora_config=peft_config, dtype=model_args.dtype)
+        engine = create_engine(config.engine, model_path, **kwargs)
+        if start.checkpoint:
+            engine.publish_adapter(start.checkpoint, version=start.step)
+        collector = TurnCollector(store, config.session_config(), tokenizer=tokenizer)
+        scorer = Scorer(store, config.judge_config(), engine=engine, tokenizer=tokenizer)
+        best_of_n = make_best_of_n(config.best_of_n, config.quick_judge_config(), engine, tokenizer, store)
+        learning = LearningControl(store, config.output_dir, config.adapter_history, engine)
+        status = LearningStatus(config, engine, store, progress, learning)
+    trainer = None
     if train:
-        if state.is_main_process:
+        if main:
             logger.info("preparing the trainer (method %s)", config.method)
-        runtime.trainer = _build_trainer(runtime, model_args, peft_config, recipe_yaml)
-    return runtime
-
-
-def _load_tokenizer(model_path: str):
-    """The model's tokenizer; a model that cannot be loaded is a :class:`UserError` that says what to try."""
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(model_path)
-    except OSError as err:
-        raise UserError(
-            f"could not load the model {model_path!r} ({str(err).splitlines()[0]}). It is downloaded from the "
-            "Hugging Face Hub on first use: check the connection, or point model_name_or_path at a local "
-            f"copy. Offline, try the toy demo: make run RECIPE=recipes/toy_offline.yaml"
-        ) from err
-
-
-def _build_serving_side(runtime: Runtime, start, peft_config, dtype: str | None) -> None:
-    """The engine (serving the resumed adapter from the first request on), the collector and the scorer."""
-    from openclaw_trl.engines import create_engine
-    from openclaw_trl.judging import Scorer
-    from openclaw_trl.sessions import TurnCollector
-    from openclaw_trl.trainer.control import LearningControl
-
-    config, store, tokenizer = runtime.config, runtime.store, runtime.tokenizer
-    kwargs = config.engine_kwargs(lora_config=peft_config, dtype=dtype)
-    runtime.engine = create_engine(config.engine, runtime.model_path, **kwargs)
-    if start.checkpoint:
-        runtime.engine.publish_adapter(start.checkpoint, version=start.step)
-    runtime.collector = TurnCollector(store, config.session_config(), tokenizer=tokenizer)
-    runtime.scorer = Scorer(store, config.judge_config(), engine=runtime.engine, tokenizer=tokenizer)
-    runtime.best_of_n = make_best_of_n(
-        config.best_of_n, config.quick_judge_config(), runtime.engine, tokenizer, store
-    )
-    runtime.learning = LearningControl(store, config.output_dir, config.adapter_history, runtime.engine)
-
-
-def _build_trainer(runtime: Runtime, model_args, peft_config, recipe_yaml: str | None):
-    """``OpenClawTrainer`` on the recipe's model, loaded in its dtype and quantization."""
-    from openclaw_trl.trainer import OpenClawTrainer
-
-    config = runtime.config
-    if model_args.dtype not in (None, "auto"):
-        config.model_init_kwargs = {**(config.model_init_kwargs or {}), "dtype": model_args.dtype}
-    if model_args.load_in_4bit or model_args.load_in_8bit:
-        from trl import get_quantization_config
-
-        config.model_init_kwargs = {
-            **(config.model_init_kwargs or {}),
-            "quantization_config": get_quantization_config(model_args),
-        }
-    return OpenClawTrainer(
-        model=runtime.model_path,
-        args=config,
-        store=runtime.store,
-        engine=runtime.engine,
-        processing_class=runtime.tokenizer,
-        peft_config=peft_config,
-        recipe_yaml=recipe_yaml,
-        learning=runtime.learning,
+        set_model_init_kwargs(config, model_args)
+        trainer = OpenClawTrainer(
+            model=model_path,
+            args=config,
+            store=store,
+            engine=engine,
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            recipe_yaml=recipe_yaml,
+            learning=learning,
+        )
+        trainer.add_callback(ProgressCallback(progress))
+    return Runtime(
+        config,
+        model_args.model_name_or_path,
+        model_path,
+        tokenizer,
+        store=store,
+        engine=engine,
+        collector=collector,
+        scorer=scorer,
+        best_of_n=best_of_n,
+        learning=learning,
+        status=status,
+        trainer=trainer,
+        progress=progress,
     )
 
 
@@ -302,14 +280,14 @@ def prepare_start(config: OpenClawConfig):
     return store, start
 
 
-def start_server(runtime: Runtime, port: int | None = None, ui: bool = True):
-    """The FastAPI app (+ Gradio UI) in a background uvicorn thread; returns the ServerThread."""
+def start_server(runtime: Runtime, port: int | None = None, ui: bool = True) -> ServerThread:
+    """The FastAPI app (+ Gradio UI) in a background uvicorn thread, owned by ``runtime.threads``; returns it."""
     from openclaw_trl.serving.app import ServerThread, create_app
 
     settings = runtime.config.server_settings(port=port, ui=ui)
     settings.model_id = runtime.model_name  # the UI's header names it
     logger.info("starting the server (%s)", "UI and API" if ui else "API")
-    runtime.app = create_app(
+    app = create_app(
         runtime.engine,
         runtime.collector,
         runtime.store,
@@ -319,8 +297,9 @@ def start_server(runtime: Runtime, port: int | None = None, ui: bool = True):
         learning=runtime.learning,
     )
     log_level = uvicorn_log_level(runtime.config.log_level)
-    server = ServerThread(runtime.app, host=settings.host, port=settings.port, log_level=log_level)
-    runtime.server = server.start()
+    server = runtime.threads.serve(
+        ServerThread(app, host=settings.host, port=settings.port, log_level=log_level).start()
+    )
     model = runtime.model_name or runtime.model_path
     logger.info("%s", serving_line(model, server.url, ui, settings.model_names[0]))
     if runtime.trainer is not None:
@@ -331,7 +310,7 @@ def start_server(runtime: Runtime, port: int | None = None, ui: bool = True):
             logger.info(
                 "learning is paused (kept from the last run): resume it in the UI or POST /v1/learning"
             )
-    return runtime.server
+    return server
 
 
 def share_publicly(runtime: Runtime) -> str:
@@ -354,16 +333,8 @@ def run(runtime: Runtime, share: bool = False) -> dict:
         raise UserError(
             "--share needs source: live and api_key_env (a public endpoint must not be anonymous)"
         )
-    if runtime.scorer is not None:
-        if config.source == "replay":
-            replay_and_judge(runtime)
-        runtime.scorer.start()
-        if config.source == "live":
-            start_server(runtime)
-            if share:
-                share_publicly(runtime)
-        elif config.source == "simulated":
-            start_simulation(runtime, start_server(runtime, port=0, ui=False).url)
+    if runtime.scorer is not None:  # the main process
+        start_source(runtime, share)
     try:
         with _sigterm_as_interrupt():
             trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
@@ -380,6 +351,31 @@ def run(runtime: Runtime, share: bool = False) -> dict:
                 logger.info("stopped at v%d, kept in %s%s", trainer.state.global_step, checkpoint, again)
         runtime.close()
     return last_step_metrics(trainer.state.log_history)
+
+
+def start_source(runtime: Runtime, share: bool = False) -> None:
+    """The scorer and the ``source``'s turns: the recorded ones replayed and judged first, or the server
+    (``live``; with ``share`` a public link too), or the server and the simulated user's thread."""
+    config = runtime.config
+    if config.source == "replay":
+        replay_and_judge(
+            config.replay_path,
+            runtime.tokenizer,
+            runtime.engine,
+            runtime.collector,
+            runtime.scorer,
+            config.temperature,
+        )
+    runtime.scorer.start()
+    if config.source == "live":
+        start_server(runtime)
+        if share:
+            share_publicly(runtime)
+    elif config.source == "simulated":
+        url = start_server(runtime, port=0, ui=False).url
+        simulation = Simulation.from_config(config)
+        fail = runtime.store.fail_waiters  # a crashed simulation ends the trainer's wait with its error
+        runtime.threads.add(start_simulation(simulation, url, runtime.stop_event, fail))
 
 
 @contextmanager

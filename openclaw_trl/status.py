@@ -2,36 +2,57 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-def learning_status(config, engine, store, trainer=None, learning=None) -> dict:
-    """Policy version, queue, failures and the per-update history of a run.
+if TYPE_CHECKING:
+    from openclaw_trl.config import OpenClawConfig
+    from openclaw_trl.trainer.progress import TrainingProgress
+
+
+@dataclass(frozen=True)
+class LearningStatus:
+    """Policy version, queue, failures and the per-update history of a run, read from any thread.
+
+    Calling it returns the status dict. It reads what the trainer pushed to ``progress`` (never the
+    trainer itself), the ``store``'s counts, the ``engine``'s policy version and the ``learning`` control's
+    state, each safe to read while an update runs.
 
     ``history`` has one entry per logged update (its step, mean reward, hint accept rate, mean OPD
     advantage and loss); ``last_metrics`` is the whole log entry of the last update. Without a trainer
-    (serving only) both are empty. ``best_of_n_groups`` counts the Best-of-N groups stored. ``learning_paused`` is the persisted pause (``POST /v1/learning``),
-    ``samples_rolled_back`` counts the samples of updates a rollback undid; ``trainer_state`` (with a
-    ``LearningControl``) is ``waiting for samples``, ``paused``, ``updating``, ``rolling back`` or ``stopped``.
+    (``progress`` None: serving only) both are empty. ``best_of_n_groups`` counts the Best-of-N groups
+    stored. ``learning_paused`` is the persisted pause (``POST /v1/learning``), ``samples_rolled_back``
+    counts the samples of updates a rollback undid; ``trainer_state`` (with a ``LearningControl``) is
+    ``waiting for samples``, ``paused``, ``updating``, ``rolling back`` or ``stopped``.
     """
-    log = trainer.state.log_history if trainer is not None else []
-    updates = [entry for entry in log if "reward" in entry]
-    return {
-        "policy_version": getattr(engine, "policy_version", 0),
-        "samples_waiting": store.count_waiting(),
-        "batch_size": config.batch_size,
-        "method": config.method,
-        "last_metrics": updates[-1] if updates else {},
-        "history": [_history_entry(entry) for entry in updates],
-        "last_hints": store.recent_hints(5),
-        "turns_failed": store.counts()["turns_failed"],
-        "teacher_failed": store.count_teacher_failed(),
-        "samples_dropped_stale": store.count_dropped_stale(),
-        "best_of_n": config.best_of_n,
-        "best_of_n_groups": store.count_groups(),
-        "learning_paused": store.learning_paused(),
-        "adapter_history": config.adapter_history,
-        "samples_rolled_back": store.count_rolled_back(),
-        "trainer_state": learning.trainer_state if learning is not None else None,
-    }
+
+    config: OpenClawConfig  # batch_size, method, best_of_n and adapter_history
+    engine: object | None
+    store: object
+    progress: TrainingProgress | None = None
+    learning: object | None = None  # a trainer.control.LearningControl
+
+    def __call__(self) -> dict:
+        config, store = self.config, self.store
+        updates = self.progress.updates() if self.progress is not None else []
+        return {
+            "policy_version": getattr(self.engine, "policy_version", 0),
+            "samples_waiting": store.count_waiting(),
+            "batch_size": config.batch_size,
+            "method": config.method,
+            "last_metrics": updates[-1] if updates else {},
+            "history": [_history_entry(entry) for entry in updates],
+            "last_hints": store.recent_hints(5),
+            "turns_failed": store.counts()["turns_failed"],
+            "teacher_failed": store.count_teacher_failed(),
+            "samples_dropped_stale": store.count_dropped_stale(),
+            "best_of_n": config.best_of_n,
+            "best_of_n_groups": store.count_groups(),
+            "learning_paused": store.learning_paused(),
+            "adapter_history": config.adapter_history,
+            "samples_rolled_back": store.count_rolled_back(),
+            "trainer_state": self.learning.trainer_state if self.learning is not None else None,
+        }
 
 
 def _history_entry(entry: dict) -> dict:

@@ -24,7 +24,7 @@ from openclaw_trl.judging import BestOfN, QuickJudge, QuickJudgeConfig, QuickJud
 from openclaw_trl.judging.best_of_n import group_samples, served_index
 from openclaw_trl.losses import group_relative_advantages, group_statistics
 from openclaw_trl.records import TrainingSample
-from openclaw_trl.status import learning_status
+from openclaw_trl.status import LearningStatus
 from openclaw_trl.store import Store
 from tests._server_helpers import ScriptedEngine, running_stack
 from tests.helpers import clipped_surrogate, per_sequence_mean, tiny_hf_engine
@@ -366,7 +366,7 @@ def test_best_of_4_served_over_http_stored_as_a_group_and_trained(hf_engine, tin
         assert max(group.scores) == group.scores[bon["served_index"]]
     assert "best_of_n" not in side.model_extra["openclaw"] and store.count_groups() == 2
     config = OpenClawConfig(output_dir=str(tmp_path / "cfg"), report_to="none", best_of_n=4)
-    assert learning_status(config, hf_engine, store)["best_of_n_groups"] == 2
+    assert LearningStatus(config, hf_engine, store)()["best_of_n_groups"] == 2
 
     samples = store.take_samples(4)  # the first turn's group: 4 samples, its candidates in order
     store.release([s.sample_id for s in samples])

@@ -83,6 +83,10 @@ def test_replay_source_trains_on_recorded_conversations(tmp_path):
     assert len(samples) == 6 and sum(s.consumed_step == 1 for s in samples) == 4
     assert sorted(s.reward for s in samples) == [-1, -1, 1, 1, 1, 1]
     assert sum(bool(s.has_hint) for s in samples) == 2
+    # the status the server shows holds what the trainer logged (pushed to it, never read from the trainer)
+    status = runtime.status()
+    assert status["last_metrics"] == metrics and [h["step"] for h in status["history"]] == [1]
+    assert status["history"][0]["reward_mean"] == metrics["reward"] and status["policy_version"] == 1
 
 
 def test_share_refuses_an_anonymous_public_endpoint(tmp_path):
@@ -90,7 +94,7 @@ def test_share_refuses_an_anonymous_public_endpoint(tmp_path):
     from openclaw_trl.runtime import Runtime, run
 
     config = OpenClawConfig(output_dir=str(tmp_path), source="live")
-    runtime = Runtime(config, "unused", None, None, None, None, None)
+    runtime = Runtime(config, "unused", "unused", tokenizer=None)  # refused before any component is used
     with pytest.raises(ValueError, match="api_key_env"):
         run(runtime, share=True)
 

@@ -389,8 +389,8 @@ def _poisoned_conversation(store: Store, tokenizer) -> dict[str, int]:
 def test_poison_turn_is_set_aside_after_max_attempts_while_later_turns_are_judged(tmp_path, tiny_tokenizer):
     from openclaw_trl.config import OpenClawConfig
     from openclaw_trl.export import collect_rows
-    from openclaw_trl.runtime import Runtime
     from openclaw_trl.serving.ui_panel import PanelViews
+    from openclaw_trl.status import LearningStatus
 
     path = tmp_path / "s.db"
     with Store(path) as store:
@@ -411,7 +411,7 @@ def test_poison_turn_is_set_aside_after_max_attempts_while_later_turns_are_judge
         assert p1.judge_error.startswith("AttributeError") and store.count_ready() == 0
         row = next(t for t in collect_rows(store)["turns"] if t["turn_id"] == turns["p1"])
         assert row["status"] == "failed" and row["judge_error"] == p1.judge_error
-        status = Runtime(OpenClawConfig(output_dir=str(tmp_path)), "", None, store, None, None, None).status()
+        status = LearningStatus(OpenClawConfig(output_dir=str(tmp_path)), None, store)()
         assert (status["turns_failed"], status["teacher_failed"]) == (1, 0)
         assert "1 answer the judge could not score" in PanelViews(store)(status)[0]
 

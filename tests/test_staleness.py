@@ -8,8 +8,9 @@ import pytest
 from openclaw_trl.config import OpenClawConfig
 from openclaw_trl.export import collect_rows
 from openclaw_trl.records import TrainingSample
-from openclaw_trl.status import learning_status
+from openclaw_trl.status import LearningStatus
 from openclaw_trl.store import Store
+from openclaw_trl.trainer.progress import ProgressCallback, TrainingProgress
 from tests.test_trainer import _sampled, _trainer
 
 
@@ -55,6 +56,8 @@ def test_trainer_drops_stale_samples_and_fills_the_batch(tiny_model_dir, tmp_pat
     old = [store.add_sample(s) for s in _sampled(tiny_model_dir, 6, policy_version=0)]
     fresh = [store.add_sample(s) for s in _sampled(tiny_model_dir, 4, seed=1, policy_version=1)]
     trainer = _trainer(tiny_model_dir, tmp_path, store, max_steps=2, max_staleness=0)
+    progress = TrainingProgress()
+    trainer.add_callback(ProgressCallback(progress))
     trainer.train()
     rows = {s.sample_id: s for s in store.iter_samples()}
     # Step 1 (policy v0) trains the first four; step 2 (policy v1) drops the two v0 left, trains the v1 ones.
@@ -66,7 +69,10 @@ def test_trainer_drops_stale_samples_and_fills_the_batch(tiny_model_dir, tmp_pat
         0,
         2,
     ]
-    assert learning_status(trainer.args, None, store, trainer)["samples_dropped_stale"] == 2
+    status = LearningStatus(trainer.args, None, store, progress)()  # what the trainer pushed, not its state
+    assert status["samples_dropped_stale"] == 2
+    assert status["last_metrics"] == [e for e in trainer.state.log_history if "reward" in e][-1]
+    assert [h["step"] for h in status["history"]] == [1, 2]
     exported = {r["sample_id"]: r["dropped_reason"] for r in collect_rows(store)["samples"]}
     assert exported[old[4]].startswith("stale: sampled by v0") and exported[fresh[0]] is None
 

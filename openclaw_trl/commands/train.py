@@ -44,7 +44,7 @@ def model_problem(name: str | None) -> str | None:
     locally, a Hub repository in the local cache or reachable within ``PROBE_TIMEOUT_S``)."""
     from huggingface_hub import HfApi, constants, try_to_load_from_cache
 
-    from openclaw_trl.runtime import TINY_AGENT_MODEL_ID, TINY_MODEL_ID, TOY_MODEL_ID
+    from openclaw_trl.recipe import TINY_AGENT_MODEL_ID, TINY_MODEL_ID, TOY_MODEL_ID
 
     if not name or name in (TINY_MODEL_ID, TINY_AGENT_MODEL_ID, TOY_MODEL_ID) or Path(name).is_dir():
         return None

@@ -36,7 +36,7 @@ def create_app(
     """The FastAPI app: OpenAI routes + the Gradio UI at ``/`` (when ``settings.ui``).
 
     ``collector`` attaches next states and writes turns to ``store`` (``openclaw_trl.sessions``);
-    ``status()`` is the trainer's live view for ``/v1/status`` and the learning panel.
+    ``status()`` returns the learning status for ``/v1/status`` and the learning panel.
     ``best_of_n`` (a ``judging.BestOfN``) samples and quick-judges its ``n`` candidates per trainable turn.
     ``app.state.service`` is the ``ChatService`` both use, ``app.state.api_key`` the bearer key (or ``None``).
     ``learning`` (a ``LearningControl``, or ``None`` when nothing trains) backs ``/v1/adapters``,

@@ -86,7 +86,7 @@ def undone_steps(store, serving: int, steps: list[int]) -> set[int]:
 def summary_markdown(
     status: dict, feedback: FeedbackCounts, trained: int, undone: int, rollback: tuple[int, int] | None = None
 ) -> str:
-    """The panel's summary in words: ``status`` (``learning_status``), the person's ``feedback``, the
+    """The panel's summary in words: ``status`` (``LearningStatus``), the person's ``feedback``, the
     answers ``trained`` on, the updates a rollback ``undone`` and the last ``rollback`` (version, restored)."""
     version = status.get("policy_version", 0)
     history = status.get("history") or []
@@ -188,7 +188,7 @@ def hint_frame(history: list[dict]):
 
 
 class PanelViews:
-    """The panel's words and curves from a ``learning_status`` dict plus what the store knows (the person's
+    """The panel's words and curves from a ``LearningStatus`` dict plus what the store knows (the person's
     feedback, the answers trained on, the lineage of versions); ``learning`` (a ``LearningControl`` or None)
     lists the rollbacks."""
 

@@ -1,0 +1,103 @@
+"""A recipe and the model it names: parse the recipe, find the model's files, its tokenizer and LoRA settings.
+
+``load_recipe(argv)`` parses a recipe YAML (plus command-line overrides) with TRL's ``TrlParser`` into
+``(OpenClawConfig, ModelConfig, recipe_yaml)``. ``resolve_model_path`` turns ``model_name_or_path`` into
+what ``from_pretrained`` loads: a Hub id or a local directory as given, and three names built locally
+(``TINY_MODEL_ID``, ``TINY_AGENT_MODEL_ID``: random tiny models for tests; ``TOY_MODEL_ID``: the pre-trained
+toy model shipped with the package).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from openclaw_trl.config import OpenClawConfig
+from openclaw_trl.errors import UserError
+from openclaw_trl.toy import TOY_MODEL_ID
+
+logger = logging.getLogger(__name__)
+
+TINY_MODEL_ID = "openclaw-trl/tiny"
+"""``model_name_or_path`` value that builds the tiny offline test model (random weights) on first use."""
+TINY_AGENT_MODEL_ID = "openclaw-trl/tiny-agent"
+"""The tiny model with Qwen's real vocabulary and a 65,536-token context, for agent-sized prompts
+(``recipes/tiny_openclaw.yaml``)."""
+_TINY_MODELS = {TINY_MODEL_ID: "tiny-model", TINY_AGENT_MODEL_ID: "tiny-agent-model"}
+
+
+def load_recipe(argv: list[str] | None = None):
+    """``(config, model_args, recipe_yaml)`` from ``--config recipe.yaml`` and CLI overrides (TrlParser)."""
+    from trl import ModelConfig, TrlParser
+
+    parser = TrlParser((OpenClawConfig, ModelConfig))
+    try:
+        config, model_args = parser.parse_args_and_config(argv)
+    except ValueError as err:  # OpenClawConfig.__post_init__ says what is wrong and how to fix it
+        raise UserError(f"invalid recipe: {err}") from err
+    recipe_yaml = None
+    if argv and "--config" in argv:
+        recipe_yaml = Path(argv[argv.index("--config") + 1]).read_text()
+    return config, model_args, recipe_yaml
+
+
+def resolve_model_path(model_args, config: OpenClawConfig) -> str:
+    """The local model directory (building the tiny model when the recipe names ``TINY_MODEL_ID`` or
+    ``TINY_AGENT_MODEL_ID``; the pre-trained toy model shipped with the package when it names
+    ``TOY_MODEL_ID``)."""
+    name = model_args.model_name_or_path
+    if not name:
+        raise UserError("the recipe must set model_name_or_path (a Hub model id or a local directory)")
+    if name in _TINY_MODELS:
+        path = Path(config.output_dir) / _TINY_MODELS[name]
+        if not (path / "config.json").exists():
+            from openclaw_trl import testing
+
+            try:
+                (testing.build_tiny_model if name == TINY_MODEL_ID else testing.build_tiny_agent_model)(path)
+            except ImportError as exc:
+                raise UserError(str(exc)) from exc
+        return str(path)
+    if name == TOY_MODEL_ID:
+        from openclaw_trl.toy.pretrain import toy_model
+
+        return str(toy_model(log=logger.info))
+    return name
+
+
+def lora_config(model_args):
+    """PEFT LoraConfig from TRL's ModelConfig; all linear projections unless the recipe names modules."""
+    from trl import get_peft_config
+
+    if not model_args.use_peft:
+        return None
+    if model_args.lora_target_modules is None:
+        model_args.lora_target_modules = "all-linear"
+    return get_peft_config(model_args)
+
+
+def load_tokenizer(model_path: str):
+    """The model's tokenizer; a model that cannot be loaded is a :class:`UserError` that says what to try."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(model_path)
+    except OSError as err:
+        raise UserError(
+            f"could not load the model {model_path!r} ({str(err).splitlines()[0]}). It is downloaded from the "
+            "Hugging Face Hub on first use: check the connection, or point model_name_or_path at a local "
+            f"copy. Offline, try the toy demo: make run RECIPE=recipes/toy_offline.yaml"
+        ) from err
+
+
+def set_model_init_kwargs(config: OpenClawConfig, model_args) -> None:
+    """``config.model_init_kwargs`` that load the trainer's model in the recipe's ``dtype`` and quantization."""
+    if model_args.dtype not in (None, "auto"):
+        config.model_init_kwargs = {**(config.model_init_kwargs or {}), "dtype": model_args.dtype}
+    if model_args.load_in_4bit or model_args.load_in_8bit:
+        from trl import get_quantization_config
+
+        config.model_init_kwargs = {
+            **(config.model_init_kwargs or {}),
+            "quantization_config": get_quantization_config(model_args),
+        }
