@@ -219,7 +219,7 @@ def check_concurrent_publish(
 
 
 def check_serving_ahead_of_learning(
-    engine, tokenizer, score_calls: int = 4, pairs: int = 32, judge_rows: int = 8, judge_tokens: int = 200
+    engine, tokenizer, score_calls: int = 2, pairs: int = 8, judge_rows: int = 8, judge_tokens: int = 200
 ) -> None:
     """A chat request sent while judge votes are being sampled, with teacher scoring queued behind them (all
     ``priority="learn"``), is answered before most of that work: before the judge has sampled half of its
