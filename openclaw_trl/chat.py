@@ -26,11 +26,26 @@ import json
 import uuid
 from typing import Any
 
-from openclaw_trl.judge import flatten_content
-
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
 END_TOKENS = ("<|im_end|>", "<|endoftext|>")
+
+
+def flatten_content(content) -> str:
+    """Message content as text: lists of OpenAI content parts keep their text parts, joined by spaces."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+        return " ".join(parts)
+    return str(content)
 
 
 def normalize_messages(messages: list[dict]) -> list[dict]:

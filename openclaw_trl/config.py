@@ -16,6 +16,12 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from openclaw_trl.config_checks import (
+    ADVANTAGE_BASELINES,
+    ENGINES,
+    OPD_KD_SCHEDULES,
+    check_openclaw_fields,
+)
 from openclaw_trl.config_trl import (
     check_adapter_history,
     check_importance_sampling_clip,
@@ -27,18 +33,11 @@ from openclaw_trl.config_trl import (
     set_live_training_defaults,
 )
 from openclaw_trl.engines.prefix_cache import DEFAULT_PREFIX_CACHE_MB
-from openclaw_trl.judge import JUDGE_BACKENDS, METHODS
-from openclaw_trl.judging import MAX_BEST_OF_N, JudgeConfig, QuickJudgeConfig
+from openclaw_trl.judge import METHODS
+from openclaw_trl.judging import JudgeConfig, QuickJudgeConfig
 from openclaw_trl.serving.openai_schema import RequestLimits
 from openclaw_trl.serving.settings import ServerSettings
 from openclaw_trl.sessions import SessionConfig
-
-SOURCES = ("live", "replay", "simulated")
-ENGINES = ("hf", "vllm", "vllm_server")
-KD_TOPK_SOURCES = ("teacher", "student")
-ADVANTAGE_BASELINES = ("none", "session_mean")
-OPD_KD_SCHEDULES = ("constant", "switch", "ramp")
-LOG_LEVELS = ("passive", "debug", "info", "warning", "error", "critical")
 
 
 @dataclass
@@ -632,7 +631,10 @@ class OpenClawConfig(GRPOConfig):
     )
 
     def __post_init__(self):
-        self._validate_openclaw_fields()
+        check_openclaw_fields(self)
+        refuse_inapplicable_trl_fields(self)
+        refuse_fields_of_the_other_engine(self)
+        check_vllm_server_fields(self)
         if self.epsilon_high is None:
             self.epsilon_high = self.epsilon if self.method == "opd" else 0.28
         if self.method == "rl":
@@ -648,182 +650,6 @@ class OpenClawConfig(GRPOConfig):
         check_adapter_history(self)
         if self.store_path is None:
             self.store_path = f"{self.output_dir}/openclaw.sqlite"
-
-    def _validate_openclaw_fields(self) -> None:
-        self.request_limits()  # raises when a request limit is not a positive integer
-        if self.max_context_len is not None and (
-            not isinstance(self.max_context_len, int) or self.max_context_len <= self.min_reply_tokens
-        ):
-            raise ValueError(
-                f"max_context_len must be an integer above min_reply_tokens={self.min_reply_tokens} (or null: "
-                f"the model's own context), got {self.max_context_len!r}"
-            )
-        for name in ("max_judge_prompt_tokens", "max_hint_chars", "min_reply_tokens"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
-        checks = [
-            (self.judge_backend in JUDGE_BACKENDS, f"judge_backend must be one of {JUDGE_BACKENDS}"),
-            (self.source in SOURCES, f"source must be one of {SOURCES}, got {self.source!r}"),
-            (self.engine in ENGINES, f"engine must be one of {ENGINES}, got {self.engine!r}"),
-            (self.kd_topk_source in KD_TOPK_SOURCES, f"kd_topk_source must be one of {KD_TOPK_SOURCES}"),
-            (self.batch_size >= 1, "batch_size must be >= 1"),
-            (
-                isinstance(self.prefix_cache_mb, int)
-                and not isinstance(self.prefix_cache_mb, bool)
-                and self.prefix_cache_mb >= 0,
-                f"prefix_cache_mb must be an integer >= 0 (MiB; 0 turns the prefix cache off), got "
-                f"{self.prefix_cache_mb!r}",
-            ),
-            (
-                self.max_staleness is None
-                or (isinstance(self.max_staleness, int) and self.max_staleness >= 0),
-                f"max_staleness must be an integer >= 0 (or null to keep every sample), got {self.max_staleness!r}",
-            ),
-            (
-                not self.prm_monitor or self.method == "opd",
-                f"prm_monitor monitors the PRM reward under method opd; method {self.method} already trains on "
-                "it (its metrics are rl/reward_mean): set prm_monitor: false or method: opd",
-            ),
-            (
-                self.log_level in LOG_LEVELS and self.log_level_replica in LOG_LEVELS,
-                f"log_level and log_level_replica must be one of {', '.join(LOG_LEVELS)}, got "
-                f"{self.log_level!r} and {self.log_level_replica!r}",
-            ),
-            (self.judge_m >= 1, "judge_m must be >= 1"),
-            (self.judge_max_attempts >= 1, f"judge_max_attempts must be >= 1, got {self.judge_max_attempts}"),
-            (self.w_kd >= 0 and self.kd_cap > 0, "w_kd must be >= 0 and kd_cap > 0"),
-            (self.w_kd == 0 or self.kd_topk >= 1, "kd_topk must be >= 1 when w_kd > 0"),
-            (
-                self.num_generations in (None, 1),
-                "num_generations must be 1: a live turn has one completion (for groups of candidates use best_of_n)",
-            ),
-            (self.temperature > 0, "temperature must be > 0 (it is also the training temperature)"),
-            (
-                self.judge_backend != "callable" or bool(self.judge_callable),
-                "judge_backend=callable needs judge_callable",
-            ),
-            (
-                self.judge_backend != "openai"
-                or bool(self.judge_openai_base_url and self.judge_openai_model),
-                "judge_backend=openai needs judge_openai_base_url and judge_openai_model",
-            ),
-            (self.source != "replay" or bool(self.replay_path), "source=replay needs replay_path"),
-            (
-                not (self.fresh_start and self.resume_from_checkpoint),
-                "fresh_start starts at step 0 and resume_from_checkpoint continues a checkpoint: set only one "
-                "(without either, a run continues from the latest checkpoint of output_dir)",
-            ),
-            (
-                self.method != "rl" or self.w_kd == 0,
-                "top-K distillation needs hints: use method opd or combine",
-            ),
-            (
-                self.engine not in ("vllm", "vllm_server") or self.method == "rl" or self.temperature == 1.0,
-                f"engine {self.engine} scores the OPD teacher with prompt log-probs, which vLLM computes at "
-                "temperature 1: set temperature: 1.0 so teacher and student use the same temperature (or use "
-                "engine: hf)",
-            ),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
-        self._validate_baseline_and_schedule()
-        self._validate_best_of_n()
-        self.judge_config()  # raises on a method, teacher or judge value the scorer cannot take
-        self.session_config()  # raises on a session_idle_timeout or a correction_window_s out of bounds
-        refuse_inapplicable_trl_fields(self)
-        refuse_fields_of_the_other_engine(self)
-        check_vllm_server_fields(self)
-
-    def _validate_baseline_and_schedule(self) -> None:
-        if self.advantage_baseline not in ADVANTAGE_BASELINES:
-            raise ValueError(
-                f"advantage_baseline must be one of {ADVANTAGE_BASELINES}, got {self.advantage_baseline!r}"
-            )
-        if self.opd_kd_schedule not in OPD_KD_SCHEDULES:
-            raise ValueError(
-                f"opd_kd_schedule must be one of {OPD_KD_SCHEDULES}, got {self.opd_kd_schedule!r}"
-            )
-        if self.opd_kd_schedule == "constant":
-            if self.opd_kd_schedule_steps is not None:
-                raise ValueError(
-                    "opd_kd_schedule_steps is used by opd_kd_schedule switch or ramp: set one of them, "
-                    "or remove opd_kd_schedule_steps"
-                )
-            return
-        schedule = f"opd_kd_schedule: {self.opd_kd_schedule}"
-        if self.w_kd <= 0 or self.method == "rl":
-            raise ValueError(
-                f"{schedule} moves the weight from OPD to top-K KD: set w_kd > 0 and method opd or combine "
-                "(or use opd_kd_schedule: constant)"
-            )
-        steps = self.opd_kd_schedule_steps
-        if steps is None or len(steps) != 2 or not all(isinstance(s, int) and s >= 0 for s in steps):
-            raise ValueError(
-                f"{schedule} needs opd_kd_schedule_steps: [start, end], two integers >= 0, got {steps!r} "
-                "(e.g. --opd_kd_schedule_steps 0 100)"
-            )
-        if steps[0] > steps[1]:
-            raise ValueError(f"opd_kd_schedule_steps must have start <= end, got {steps}")
-
-    def _validate_best_of_n(self) -> None:
-        self.scale_rewards = {True: "group", False: "none"}.get(self.scale_rewards, self.scale_rewards)
-        n = self.best_of_n
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_BEST_OF_N:
-            raise ValueError(
-                f"best_of_n must be an integer from 1 (off) to {MAX_BEST_OF_N}, got {n!r}: every candidate is "
-                "decoded, scored and stored, and the reply waits for all of them"
-            )
-        if self.scale_rewards not in ("group", "batch", "none"):
-            raise ValueError(f"scale_rewards must be group, batch or none, got {self.scale_rewards!r}")
-        if n == 1:
-            unused = [
-                name
-                for name, value, default in [
-                    ("scale_rewards", self.scale_rewards, "none"),
-                    ("quick_judge_backend", self.quick_judge_backend, QuickJudgeConfig.backend),
-                    ("quick_judge_callable", self.quick_judge_callable, None),
-                    ("best_of_n_explore", self.best_of_n_explore, QuickJudgeConfig.explore),
-                ]
-                if value != default
-            ]
-            if unused:
-                raise ValueError(
-                    f"{', '.join(unused)} only apply to Best-of-N groups: set best_of_n > 1, or remove them "
-                    "(a turn with one completion has no group to score or normalise over)"
-                )
-            return
-        checks = [
-            (
-                self.w_rl > 0 and self.method != "opd",
-                f"best_of_n trains its groups through the RL term (w_rl * A_i), which method {self.method} "
-                "turns off (w_rl = 0): use method rl or combine, or best_of_n: 1",
-            ),
-            (
-                self.source != "replay",
-                "best_of_n samples candidates when a turn is served; source replay serves nothing: use "
-                "source live or simulated, or best_of_n: 1",
-            ),
-            (
-                self.engine != "hf" or n <= self.engine_max_batch_size,
-                f"best_of_n={n} candidates decode in one batch after one prefill: raise engine_max_batch_size "
-                f"(now {self.engine_max_batch_size}) to at least {n}, or lower best_of_n",
-            ),
-            (
-                self.quick_judge_backend != "openai"
-                or bool(self.judge_openai_base_url and self.judge_openai_model),
-                "quick_judge_backend=openai sends its ratings to the judges' endpoint: set "
-                "judge_openai_base_url and judge_openai_model",
-            ),
-            (
-                self.quick_judge_backend != "callable" or bool(self.quick_judge_callable),
-                "quick_judge_backend=callable needs quick_judge_callable (package.module:function)",
-            ),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
-        self.quick_judge_config()  # raises on any other value the quick judge cannot take
 
     def quick_judge_config(self) -> QuickJudgeConfig:
         """The Best-of-N quick judge fields as ``QuickJudgeConfig`` (its endpoint is the judges' openai one)."""

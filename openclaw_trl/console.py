@@ -28,7 +28,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from openclaw_trl.config import LOG_LEVELS
+from openclaw_trl.config_checks import LOG_LEVELS
 
 PACKAGE_LOGGER = "openclaw_trl"
 QUIET_LEVELS = ("passive", "warning", "error", "critical")

@@ -293,7 +293,7 @@ def export_store(
     if out is None and push_to_hub is None:
         raise UserError("nothing to do: pass --out <dir> and/or --push-to-hub <user/name>")
     if out is not None:
-        from openclaw_trl.hub import check_output_dir
+        from openclaw_trl.hub.checks import check_output_dir
 
         try:
             out = check_output_dir(out, force)

@@ -21,6 +21,8 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+from openclaw_trl.chat import flatten_content
+
 METHODS = ("rl", "opd", "combine")
 """The learning methods: which judges run (PRM votes for ``rl``, hint votes for ``opd``, both for ``combine``)."""
 JUDGE_BACKENDS = ("engine", "openai", "callable", "feedback")
@@ -72,23 +74,6 @@ HINT_SYSTEM_PROMPT = (
     "to the assistant.\n"
     "- With \\boxed{-1}, write no hint block."
 )
-
-
-def flatten_content(content) -> str:
-    """Message content as text: lists of OpenAI content parts keep their text parts, joined by spaces."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, dict) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-        return " ".join(parts)
-    return str(content)
 
 
 def _evidence_block(response_text: str, next_state_text: str, next_state_role: str) -> str:

@@ -46,3 +46,13 @@ def toy_demo_model():
         "the packaged toy model is stale: python benchmarks/learning/pretrain.py --package"
     )
     return path
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread during the test: the toy model's pre-training and measurements run several times faster
+    so on a machine whose cores other processes share."""
+    from openclaw_trl.toy.pretrain import torch_threads
+
+    with torch_threads(1):
+        yield

@@ -12,6 +12,7 @@ from openclaw_trl.export import collect_rows
 from openclaw_trl.losses import scheduled_weights
 from openclaw_trl.records import Judgement, TrainingSample
 from openclaw_trl.store import Store
+from tests.helpers import clipped_surrogate, per_sequence_mean
 from tests.test_trainer import _direct_grads, _sampled, _train_and_capture
 
 
@@ -73,10 +74,9 @@ def test_trainer_rl_term_is_reward_minus_baseline(tiny_model_dir, tmp_path):
     assert trainer.state.log_history[0]["rl/baseline_mean"] == pytest.approx(0.375)
 
     def loss_fn(logp, logits, batch, mask):  # clipped objective with A = r - b; ratio 1 on the first pass
-        ratio = torch.exp(logp - logp.detach())
-        adv = (batch["rewards"] - batch["baselines"])[:, None]
-        per_token = -torch.min(ratio * adv, ratio.clamp(0.8, 1.28) * adv)
-        return ((per_token * mask).sum(1) / mask.sum(1)).mean()
+        return per_sequence_mean(
+            clipped_surrogate(logp, (batch["rewards"] - batch["baselines"])[:, None]), mask
+        )
 
     want = _direct_grads(tiny_model_dir, init, samples, loss_fn)
     assert set(want) == set(got)

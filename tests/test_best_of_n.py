@@ -10,7 +10,7 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import openai
@@ -27,6 +27,7 @@ from openclaw_trl.records import TrainingSample
 from openclaw_trl.status import LearningStatus
 from openclaw_trl.store import Store
 from tests._server_helpers import ScriptedEngine, running_stack
+from tests.helpers import clipped_surrogate, per_sequence_mean, tiny_hf_engine
 from tests.test_trainer import _direct_grads, _train_and_capture
 
 ROOT = Path(__file__).parent.parent
@@ -111,14 +112,18 @@ def test_callable_quick_judge_scores_in_parallel_and_bounds_bad_answers():
     finally:
         qj.close()
 
-    def slow(turn):
-        time.sleep(0.5 if turn.response.endswith("x") else 0.0)
+    released = threading.Event()
+
+    def slow(turn):  # the second reply's judge answers only after the scores are returned
+        if turn.response.endswith("x"):
+            released.wait(60)
         return 1.0
 
     qj = QuickJudge(QuickJudgeConfig(backend="callable", callable="unused:fn", timeout_s=0.2), fn=slow)
     try:
         assert qj.scores(_items(2)) == [1.0, None]  # late: no score
     finally:
+        released.set()
         qj.close()
 
 
@@ -305,11 +310,8 @@ def test_existing_store_gains_the_group_table_and_columns(tmp_path):
 
 @pytest.fixture(scope="module")
 def hf_engine(tiny_model_dir):
-    from openclaw_trl.engines.hf import HFEngine
-
-    engine = HFEngine(tiny_model_dir, max_batch_size=8)
-    yield engine
-    engine.close()
+    with tiny_hf_engine(tiny_model_dir, max_batch_size=8) as engine:
+        yield engine
 
 
 def test_best_of_4_served_over_http_stored_as_a_group_and_trained(hf_engine, tiny_model_dir, tmp_path):
@@ -384,10 +386,7 @@ def test_best_of_4_served_over_http_stored_as_a_group_and_trained(hf_engine, tin
     assert logs["best_of_n/reward_std"] == pytest.approx(float(scores.std()), rel=1e-5)
 
     def loss_fn(logp, logits, batch, mask):  # the clipped GRPO objective, ratio 1 on the first pass
-        ratio = torch.exp(logp - logp.detach())
-        adv = want_adv[:, None]
-        per_token = -torch.min(ratio * adv, ratio.clamp(0.8, 1.28) * adv)
-        return ((per_token * mask).sum(1) / mask.sum(1)).mean()
+        return per_sequence_mean(clipped_surrogate(logp, want_adv[:, None]), mask)
 
     want = _direct_grads(tiny_model_dir, init, samples, loss_fn)
     assert set(want) == set(got)

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -21,6 +20,7 @@ import httpx
 import pytest
 
 from openclaw_trl.records import TrainingSample
+from tests.helpers import wait_until
 
 ROOT = Path(__file__).parent.parent
 UPDATE = re.compile(
@@ -169,14 +169,12 @@ class App:
         assert f'OpenAI API at {self.url}/v1 (model "openclaw")' in serving
 
     def wait_for(self, pattern: str, timeout: float = 300.0) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def last_match() -> str | None:
             found = [line for line in list(self.lines) if re.search(pattern, line)]
-            if found:
-                return found[-1]
-            assert self.proc.poll() is None, "\n".join(self.lines[-40:])
-            time.sleep(0.1)
-        raise AssertionError(f"no line matching {pattern!r}:\n" + "\n".join(self.lines[-40:]))
+            assert found or self.proc.poll() is None, "\n".join(self.lines[-40:])
+            return found[-1] if found else None
+
+        return wait_until(last_match, timeout, f"a line matching {pattern!r}", interval=0.1)
 
     def rate(self, session: str, rating: int, text: str | None = None) -> None:
         reply = httpx.post(

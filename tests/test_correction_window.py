@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -22,17 +23,15 @@ from openclaw_trl.records import Judgement, TrainingSample
 from openclaw_trl.sessions import MAX_CORRECTION_WINDOW_S, SessionConfig, TurnCollector
 from openclaw_trl.store import Store
 from tests._server_helpers import running_stack
+from tests.helpers import tiny_hf_engine, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
-    from openclaw_trl.engines.hf import HFEngine
-
-    hf = HFEngine(tiny_model_dir)
-    yield hf
-    hf.close()
+    with tiny_hf_engine(tiny_model_dir) as engine:
+        yield engine
 
 
 def _scorer(store, engine):
@@ -115,10 +114,15 @@ def test_a_rating_without_correction_is_trained_when_the_window_closes(engine, t
             until = datetime.fromisoformat(rated["correction_until"].replace("Z", "+00:00")).timestamp()
             scorer.run_until_idle()
             assert stack.store.count_waiting() == 0
-            # a long poll: the wait wakes when the window closes, not at the next poll
-            started = time.monotonic()
-            (sample,) = stack.store.wait_for_samples(1, timeout=60, poll=60)
-            assert time.time() >= until - 0.01 and time.monotonic() - started < 20
+            # a poll far longer than the test: only the window's closing can wake the wait
+            got: list = []
+            waiter = threading.Thread(
+                target=lambda: got.extend(stack.store.wait_for_samples(1, poll=3600)), daemon=True
+            )
+            waiter.start()
+            wait_until(lambda: not waiter.is_alive(), 60, "the wait to wake when the window closes")
+            (sample,) = got
+            assert time.time() >= until - 0.01  # handed out once the window closed, not before
             assert (sample.turn_id, sample.reward, sample.has_hint) == (turn, -1.0, False)
             assert stack.store.get_turn(turn).next_state["kind"] == "rating"  # the 👎 stands
         finally:
@@ -257,19 +261,9 @@ def test_correction_window_edges_are_accepted():
     assert OpenClawConfig(output_dir="/tmp/unused", report_to="none").correction_window_s == 60
 
 
-def _until(condition, what: str, timeout: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_the_offline_demo_learns_the_correction_typed_after_a_thumbs_down(tmp_path):
     """The offline demo's loop (batch of 2, ``feedback`` judge) with the trainer in a thread: a 👎 does not
     complete the batch; the correction typed after it does, and the update trains on the correction."""
-    import threading
-
     from openclaw_trl.runtime import build_runtime, load_recipe, run
 
     argv = ["--config", "recipes/tiny_offline.yaml", "--output_dir", str(tmp_path / "run"), "--port", "0"]
@@ -288,14 +282,14 @@ def test_the_offline_demo_learns_the_correction_typed_after_a_thumbs_down(tmp_pa
     thread = threading.Thread(target=lambda: _run_into(run, runtime, errors), daemon=True)
     thread.start()
     try:
-        _until(lambda: runtime.server is not None and runtime.server.server.started, "the server")
+        wait_until(lambda: runtime.server is not None and runtime.server.server.started, 300, "the server")
         url, store = runtime.server.url, runtime.store
         client = _client(url)
         liked, _ = _chat(client, "demo-1", [{"role": "user", "content": "Tell me about apples."}])
         disliked, _ = _chat(client, "demo-2", [{"role": "user", "content": "Tell me about pears."}])
         assert _feedback(url, "demo-1", {"turn_id": liked, "rating": 1})["correction_until"] is None
         assert _feedback(url, "demo-2", {"turn_id": disliked, "rating": -1})["correction_seconds_left"] > 100
-        _until(lambda: len(list(store.iter_samples())) == 2, "both ratings judged")
+        wait_until(lambda: len(list(store.iter_samples())) == 2, 300, "both ratings judged")
         status = httpx.get(f"{url}/v1/status", timeout=30).json()
         assert status["samples_waiting"] == 1 and status["correction_window"]["waiting"] == 1
         assert runtime.engine.policy_version == 0  # the 👎 did not complete the batch of 2

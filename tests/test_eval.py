@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests._server_helpers import running_stack, turns
+from tests.helpers import tiny_hf_engine
 
 
 @pytest.mark.parametrize(
@@ -70,11 +71,8 @@ def test_persona_opening_and_settings():
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
-    from openclaw_trl.engines.hf import HFEngine
-
-    eng = HFEngine(tiny_model_dir, max_batch_size=16)
-    yield eng
-    eng.close()
+    with tiny_hf_engine(tiny_model_dir, max_batch_size=16) as engine:
+        yield engine
 
 
 def scripted_persona(script: list[str]):

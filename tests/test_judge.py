@@ -163,12 +163,12 @@ def test_judge_messages_carry_response_and_next_state():
 
 def test_imports_are_light():
     code = (
-        "import sys, time; t = time.perf_counter(); import openclaw_trl.judge; dt = time.perf_counter() - t;"
+        "import sys; import openclaw_trl.judge;"
         "heavy = [m for m in ('torch', 'trl', 'vllm', 'gradio', 'transformers') if m in sys.modules];"
-        "assert not heavy, heavy; assert dt < 1.0, dt;"
+        "assert not heavy, heavy;"
         "import openclaw_trl.losses;"
         "assert 'torch' in sys.modules; bad = [m for m in ('trl', 'vllm', 'gradio') if m in sys.modules];"
-        "assert not bad, bad; print('ok', dt)"
+        "assert not bad, bad; print('ok')"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -21,15 +21,7 @@ from transformers import AutoModelForCausalLM
 from openclaw_trl.config import OpenClawConfig
 from openclaw_trl.losses import topk_distillation_loss
 from openclaw_trl.store import Store
-
-
-def _per_sequence_mean(per_token, mask):
-    return ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1.0)).mean()
-
-
-def _clipped(logp, adv, high=1.28):
-    ratio = torch.exp(logp - logp.detach())
-    return -torch.min(ratio * adv, ratio.clamp(0.8, high) * adv)
+from tests.helpers import clipped_surrogate, per_sequence_mean
 
 
 def _completion_logps(model, prompts, completions):
@@ -96,8 +88,8 @@ def test_beta_gradient_equals_direct_ppo_plus_kl_to_base(tiny_model_dir, tmp_pat
             ref[i, : len(row)] = row
         ratio = torch.exp(logp - logp.detach())
         kl = (torch.exp(ref - logp) - (ref - logp) - 1) * ratio  # TRL's use_bias_correction_kl
-        per_token = _clipped(logp, batch["rewards"][:, None]) + 0.5 * kl
-        return _per_sequence_mean(per_token, mask)
+        per_token = clipped_surrogate(logp, batch["rewards"][:, None]) + 0.5 * kl
+        return per_sequence_mean(per_token, mask)
 
     want = _direct_grads(tiny_model_dir, init, samples, loss_fn)
     got = capture.grads[0]
@@ -118,7 +110,7 @@ def test_truncated_completions_leave_the_loss(tiny_model_dir, tmp_path, masked):
     keep = torch.tensor([0.0, 1.0, 0.0, 1.0]) if masked else torch.ones(4)
 
     def loss_fn(logp, logits, batch, mask):
-        return _per_sequence_mean(_clipped(logp, batch["rewards"][:, None]), mask * keep[:, None])
+        return per_sequence_mean(clipped_surrogate(logp, batch["rewards"][:, None]), mask * keep[:, None])
 
     want = _direct_grads(tiny_model_dir, init, samples, loss_fn)
     for n in want:

@@ -8,17 +8,15 @@ import torch
 from openclaw_trl.config import OpenClawConfig
 from openclaw_trl.judging import JudgeConfig, Scorer
 from openclaw_trl.store import Store
+from tests.helpers import tiny_hf_engine
 from tests.test_scorer import CATS_HINT, FRENCH_HINT, RULES, scripted
 from tests.test_trainer import _sampled, _train_and_capture
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
-    from openclaw_trl.engines.hf import HFEngine
-
-    eng = HFEngine(tiny_model_dir, device="cpu")
-    yield eng
-    eng.close()
+    with tiny_hf_engine(tiny_model_dir, device="cpu") as engine:
+        yield engine
 
 
 def test_opd_with_prm_monitor_stores_both_votes_and_keeps_the_opd_sample_rule(

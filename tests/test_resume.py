@@ -12,7 +12,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from openclaw_trl.config import OpenClawConfig
 from openclaw_trl.records import TrainingSample
 from openclaw_trl.resume import checkpoint_to_resume, start_point
 from openclaw_trl.store import Store
+from tests.helpers import wait_until
 
 ROOT = Path(__file__).parent.parent
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONPATH": str(ROOT)}
@@ -42,14 +42,16 @@ def _app(output_dir: Path, *extra: str) -> subprocess.Popen:
 
 
 def _wait_for(proc: subprocess.Popen, ready, timeout: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
+    def still_running_and_ready():
         if proc.poll() is not None:
             raise AssertionError(f"the run ended before it was stopped: {proc.stderr.read()[-3000:]}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError("timed out waiting for the run")
-        time.sleep(0.2)
+        return ready()
+
+    try:
+        wait_until(still_running_and_ready, timeout, "the run", interval=0.2)
+    except AssertionError:
+        proc.kill()
+        raise
 
 
 def _query(store: Path, sql: str) -> list[tuple]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 import pytest
@@ -15,6 +14,7 @@ from openclaw_trl.judge import HINT_MARKER, append_hint
 from openclaw_trl.judging import JudgeConfig, Scorer
 from openclaw_trl.sessions import SessionConfig, TurnCollector
 from openclaw_trl.store import Store
+from tests.helpers import tiny_hf_engine, wait_until
 
 TOOLS = [{"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}]
 FRENCH_HINT = "Answer in French, the language the user writes in."
@@ -23,11 +23,8 @@ CATS_HINT = "Make the joke about cats and keep it short."
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
-    from openclaw_trl.engines.hf import HFEngine
-
-    eng = HFEngine(tiny_model_dir, device="cpu")
-    yield eng
-    eng.close()
+    with tiny_hf_engine(tiny_model_dir, device="cpu") as engine:
+        yield engine
 
 
 class Clock:
@@ -365,9 +362,7 @@ def test_background_worker_and_resume_after_restart(tmp_path, tiny_tokenizer, en
         scorer.stop()
         assert {s.turn_id for s in batch} == {turns[n] for n in EXPECTED["rl"]}
         assert store.count_ready() == 0
-        deadline = time.monotonic() + 1
-        while scorer.stats["judged"] < 6 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: scorer.stats["judged"] >= 6, 60, "the last turns judged")
         assert scorer.stats["judged"] == 6
         scorer.close()
 

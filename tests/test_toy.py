@@ -10,7 +10,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 
 from openclaw_trl.errors import UserError
 from openclaw_trl.toy.world import OFF_TOPIC_ANSWER
+from tests.helpers import wait_until
 
 ROOT = Path(__file__).parent.parent
 
@@ -32,14 +32,6 @@ FALLBACK_LINE = (
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENCLAW_TRL_CACHE", str(tmp_path / "cache"))
     return tmp_path / "cache"
-
-
-@pytest.fixture
-def one_thread():
-    from openclaw_trl.toy.pretrain import torch_threads
-
-    with torch_threads(1):
-        yield
 
 
 def test_cache_root_follows_the_environment(tmp_path, monkeypatch):
@@ -143,14 +135,15 @@ def test_app_without_a_recipe_falls_back_to_the_toy_demo_offline(toy_demo_model,
     )
     reader.start()  # drained all along: a full pipe would block the server
     try:
-        url, deadline = None, time.monotonic() + 300
-        while url is None and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)
+
+        def served_url() -> str | None:
+            assert proc.poll() is None, "\n".join(lines[-30:])
             found = [
                 m.group(1) for line in list(lines) if (m := re.search(r"OpenAI API at (http://\S+)/v1", line))
             ]
-            url = found[0] if found else None
-        assert url, "\n".join(lines[-30:])
+            return found[0] if found else None
+
+        url = wait_until(served_url, 300, "the server's address", interval=0.2)
         assert FALLBACK_LINE in lines and not any("Traceback" in line for line in lines)
         assert not any("pre-training" in line for line in lines)  # the cached model is reused
         reply = httpx.post(

@@ -19,12 +19,6 @@ MAX_BYTES = 4_000_000  # 4 MB
 RATES = ("bare", "hinted", "follow_up", "off_topic")
 
 
-@pytest.fixture
-def one_thread():
-    with pretrain.torch_threads(1):
-        yield
-
-
 def packaged_meta() -> dict:
     return json.loads((pretrain.PACKAGED_DIR / pretrain.META_FILE).read_text())
 
@@ -105,7 +99,7 @@ def test_the_packaged_model_behaves_as_recorded_and_is_only_read(one_thread):
     assert_same_behaviour(measured, recorded)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_pretraining_again_regenerates_the_same_behaviour(tmp_path, one_thread):
     meta = packaged_meta()
     out = pretrain.pretrain(tmp_path / "again", pretrain.PretrainSettings(), log=lambda *_: None)

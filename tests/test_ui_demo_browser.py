@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-import time
 
 import pytest
 
@@ -50,17 +49,6 @@ def demo_cache(tmp_path, monkeypatch):
     cache.mkdir()
     monkeypatch.setenv("OPENCLAW_TRL_CACHE", str(cache))
     return cache
-
-
-def _until(condition, what: str, timeout: float = DEADLINE_S):
-    """Poll ``condition`` until it is truthy (returned) or the deadline passes (a failure naming ``what``)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
 
 
 def test_demo_explains_itself_and_learns_the_correction_after_a_dislike(demo_cache, tmp_path, driver):  # noqa: F811

@@ -10,8 +10,9 @@ import os
 
 import pytest
 
+from tests.helpers import wait_until
 from tests.test_ui_browser import ARTIFACTS, CHROMEDRIVER, CHROMIUM, driver  # noqa: F401 (the fixture)
-from tests.test_versions import LiveRun, _wait
+from tests.test_versions import LiveRun
 
 pytestmark = [
     pytest.mark.slow,
@@ -69,7 +70,11 @@ def test_rollback_and_pause_from_the_panel(tmp_path, driver):  # noqa: F811
     assert run.runtime.store.learning_paused()
     run.add_samples(2, seed=2)
     learning = run.runtime.learning
-    _wait(lambda: learning.trainer_state == "paused" and run.runtime.store.count_waiting() == 2, "the pause")
+    wait_until(
+        lambda: learning.trainer_state == "paused" and run.runtime.store.count_waiting() == 2,
+        300,
+        "the pause",
+    )
     assert run.version == 3
     wait.until(lambda d: "paused" in text("versions") and "2 judged samples queued" in text("versions"))
     box = driver.find_element(By.CSS_SELECTOR, "#msg textarea")

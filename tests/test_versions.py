@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -26,16 +25,9 @@ import torch
 
 from openclaw_trl.engines.base import GenerationRequest, SamplingParams
 from openclaw_trl.records import TrainingSample
+from tests.helpers import wait_until
 
 RECIPE = "recipes/tiny_offline.yaml"
-
-
-def _wait(condition, what: str, timeout: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 class LiveRun:
@@ -51,10 +43,12 @@ class LiveRun:
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
-        _wait(lambda: self.runtime.server is not None and self.runtime.server.server.started, "the server")
+        wait_until(
+            lambda: self.runtime.server is not None and self.runtime.server.server.started, 300, "the server"
+        )
         self.url = self.runtime.server.url
         learning = self.runtime.learning
-        _wait(lambda: learning.trainer_state in ("waiting for samples", "paused"), "the trainer")
+        wait_until(lambda: learning.trainer_state in ("waiting for samples", "paused"), 300, "the trainer")
         self.client = openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0)
 
     def _run(self):
@@ -97,7 +91,7 @@ class LiveRun:
             self.join()
         learning = self.runtime.learning
         ready = lambda: self.version == version and learning.trainer_state == "waiting for samples"  # noqa: E731
-        _wait(lambda: last or ready(), f"policy version {version}")
+        wait_until(lambda: last or ready(), 300, f"policy version {version}")
 
     def call(self, method: str, path: str, body: dict | None = None):
         """The version routes through the real ``openai`` client (its generic ``get`` / ``post``)."""
@@ -304,7 +298,7 @@ class AppProcess:
         )
         self.lines: list[str] = []
         threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True).start()
-        _wait(lambda: self._url() or self.proc.poll() is not None, "the server")
+        wait_until(lambda: self._url() or self.proc.poll() is not None, 300, "the server")
         assert self.proc.poll() is None, "".join(self.lines)[-3000:]
         self.client = openai.OpenAI(base_url=f"{self._url()}/v1", api_key="unused", max_retries=0)
 
@@ -334,10 +328,12 @@ def test_pause_stops_updates_serving_goes_on_and_a_restart_stays_paused(tmp_path
         status = app.status()
         return status["trainer_state"] == "paused" and status["samples_waiting"] >= n
 
-    _wait(lambda: paused_with_samples(batch), "the trainer to wait, paused, with a batch of samples queued")
+    wait_until(
+        lambda: paused_with_samples(batch), 300, "the trainer to wait, paused, with a batch of samples queued"
+    )
     version = app.status()["policy_version"]
     # The simulated user keeps talking (serving and judging go on); the trainer stays paused, one batch or two.
-    _wait(lambda: paused_with_samples(2 * batch), "more samples")
+    wait_until(lambda: paused_with_samples(2 * batch), 300, "more samples")
     status = app.status()
     assert status["learning_paused"] and status["policy_version"] == version
     reply = app.client.chat.completions.create(
@@ -348,10 +344,12 @@ def test_pause_stops_updates_serving_goes_on_and_a_restart_stays_paused(tmp_path
 
     again = AppProcess(tmp_path / "run")
     assert again.client.get("/learning", cast_to=object) == {"paused": True}  # persisted in the store
-    _wait(lambda: again.status()["trainer_state"] == "paused", "the restarted trainer to wait, paused")
+    wait_until(
+        lambda: again.status()["trainer_state"] == "paused", 300, "the restarted trainer to wait, paused"
+    )
     assert again.status()["policy_version"] == version
     assert again.client.post("/learning", body={"paused": False}, cast_to=object)["paused"] is False
-    _wait(lambda: again.status()["policy_version"] > version, "an update after resuming")
+    wait_until(lambda: again.status()["policy_version"] > version, 300, "an update after resuming")
     assert not again.status()["learning_paused"]
     again.stop()
 

@@ -26,17 +26,17 @@ Why it is built this way:
   the post-load processing, e.g. the CPU oneDNN repacking) and resets the prefix cache. There is only one set
   of weights then: **``base`` means the current policy** in this mode.
 
-Temperature convention (``engines/base.py``): how generation and ``score`` meet it with vLLM's log-probs,
-and when ``score(temperature != 1)`` needs ``max_logprobs=-1``, is described in ``vllm_scores``.
+The requests in vLLM, and how their outputs become completions, are in ``vllm_requests``; the adapter
+versions in ``vllm_loras``. Temperature convention (``engines/base.py``): how generation and ``score`` meet
+it with vLLM's log-probs, and when ``score(temperature != 1)`` needs ``max_logprobs=-1``, is described in
+``vllm_scores``.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
-import math
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,37 +51,17 @@ from openclaw_trl.engines.base import (
     check_score_args,
 )
 from openclaw_trl.engines.vllm_loras import LoraRegistry
+from openclaw_trl.engines.vllm_requests import (
+    InVLLM,
+    LiveRequest,
+    complete,
+    generation_request,
+    rescore_request,
+)
 from openclaw_trl.engines.vllm_scores import completion_scores, generation_params, score_params
 from openclaw_trl.engines.worker import EngineWorker, Job, Pending
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class _Live:
-    """One vLLM request in flight and what its caller needs back.
-
-    A generation with ``n > 1`` candidates is one vLLM request (``n`` in its sampling parameters); its
-    ``candidates`` are one ``_Live`` each (``candidate`` = vLLM's output index, ``stream_index`` = the flat
-    position ``on_token`` names), and ``gathered`` collects their completions until all ``n`` are done.
-    """
-
-    kind: str  # "gen" | "score" | "rescore"
-    job: Job
-    index: int  # the request's result slot in its job
-    lora: Any  # the LoRARequest it runs on (None = base weights)
-    version: int
-    request: GenerationRequest | None = None
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    finish_reason: str = "length"
-    prompt_len: int = 0
-    top_k: int = 0
-    temperature: float = 1.0
-    candidate: int = 0
-    stream_index: int = 0
-    candidates: list[_Live] = field(default_factory=list)
-    gathered: dict[int, Completion] | None = None  # the parent's, shared by its candidates
 
 
 class VLLMEngine:
@@ -173,15 +153,13 @@ class VLLMEngine:
 
         self.policy_version = 0
         self._loras = LoraRegistry(self._engine, adapter_root)
-        self._next_rid = 0
-        self._live: dict[str, _Live] = {}
         self._warned_truncation = False
         self._sleeping = False
         self.stats = {"steps": 0, "requests": 0}
         self._deferred: list[Job] = []  # jobs that need an idle engine (full-weight push, sleep)
         self.max_learn_requests = max(1, int(max_learn_requests))
         self._pending = Pending()  # rows of accepted jobs not in vLLM yet
-        self._learn_live = 0
+        self._in_vllm = InVLLM(self._engine, self._loras, self.stats)  # the requests in vLLM now
         self._worker = EngineWorker("VLLMEngine")
         self._worker.start(self._worker_loop)
 
@@ -275,7 +253,7 @@ class VLLMEngine:
     # ------------------------------------------------------------------ worker side
     def _worker_loop(self) -> None:
         while True:
-            idle = not self._live and not self._deferred and not len(self._pending)
+            idle = not self._in_vllm and not self._deferred and not len(self._pending)
             job = self._worker.next_job(None if idle else 0)
             while job is not False:
                 if job is None:
@@ -285,9 +263,9 @@ class VLLMEngine:
                 job = self._worker.next_job(0)
             if self._deferred:
                 self._run_deferred()
-            self._abort_cancelled()
+            self._in_vllm.abort_cancelled()
             self._admit_pending()
-            if self._live:
+            if self._in_vllm:
                 try:
                     self._step()
                 except BaseException as exc:  # noqa: BLE001 - fail the callers, keep serving
@@ -315,7 +293,7 @@ class VLLMEngine:
         if self._deferred:
             return
         rows = self._pending.take("serve", len(self._pending))
-        free = self.max_learn_requests - self._learn_live
+        free = self.max_learn_requests - self._in_vllm.learning
         if free > 0:
             rows += self._pending.take("learn", free)
         for job, index in rows:
@@ -330,7 +308,7 @@ class VLLMEngine:
         while self._deferred:
             job = self._deferred[0]
             if job.kind == "call":
-                if self._live:
+                if self._in_vllm:
                     return
                 self._deferred.pop(0)
                 try:
@@ -365,80 +343,29 @@ class VLLMEngine:
             self.llm.wake_up()
             self._sleeping = False
 
-    def _add(self, live: _Live, prompt: list[int], params) -> None:
-        rid = f"r{self._next_rid}"
-        self._next_rid += 1
-        self._loras.use(live.lora, +1)
-        self._live[rid] = live
-        self._learn_live += live.job.priority == "learn"
-        self._engine.add_request(rid, {"prompt_token_ids": list(prompt)}, params, lora_request=live.lora)
-        self.stats["requests"] += 1
-
     def _add_row(self, job: Job, i: int) -> None:
         """Add row ``i`` of a ``gen`` or ``score`` job to vLLM (an empty completion is scored at once)."""
         if job.kind == "gen":
             req = job.payload[i]
-            live = _Live(
-                "gen", job, i, self._loras.for_weights(req.weights), self.policy_version, request=req
-            )
-            live.stream_index = sum(r.sampling.n for r in job.payload[:i])
-            if req.sampling.n > 1:
-                live.gathered = {}
-                live.candidates = [
-                    _Live(
-                        "gen",
-                        job,
-                        i,
-                        live.lora,
-                        live.version,
-                        request=req,
-                        candidate=k,
-                        stream_index=live.stream_index + k,
-                        gathered=live.gathered,
-                    )
-                    for k in range(req.sampling.n)
-                ]
-            self._add(live, req.prompt_ids, generation_params(req.sampling))
+            live = generation_request(job, i, self._loras.for_weights(req.weights), self.policy_version)
+            self._in_vllm.add(live, req.prompt_ids, generation_params(req.sampling))
             return
         pairs, weights, top_k, temperature = job.payload
         p, c = pairs[i]
         if not c:
             job.finish_one(i, ([], [], []))
             return
-        live = _Live(
+        live = LiveRequest(
             "score", job, i, self._loras.for_weights(weights), self.policy_version, prompt_len=len(p)
         )
         live.top_k, live.temperature, live.tokens = top_k, temperature, list(c)
-        self._add(live, list(p) + list(c), score_params(top_k, temperature))
+        self._in_vllm.add(live, list(p) + list(c), score_params(top_k, temperature))
 
     def _step(self) -> None:
-        outputs = self._engine.step()
-        self.stats["steps"] += 1
-        for out in outputs:
-            live = self._live.get(out.request_id)
-            if live is None:
-                continue
-            if live.kind == "gen":
-                self._on_gen_output(live, out)
-            if out.finished:
-                del self._live[out.request_id]
-                self._learn_live -= live.job.priority == "learn"
-                self._loras.use(live.lora, -1)
-                self._finish(live, out)
+        self._in_vllm.step(self._finish)
         self._loras.collect()
 
-    def _on_gen_output(self, live: _Live, out) -> None:
-        for comp in out.outputs:  # one per candidate that advanced (n > 1: its ``index`` says which)
-            cand = live.candidates[comp.index] if live.candidates else live
-            for j, token in enumerate(comp.token_ids):
-                cand.tokens.append(int(token))
-                entry = comp.logprobs[j] if comp.logprobs is not None else None
-                cand.logprobs.append(float(entry[token].logprob) if entry is not None else math.nan)
-                live.job.stream(cand.stream_index, int(token))
-            if comp.finish_reason is not None:
-                cand.finish_reason = "length" if comp.finish_reason == "length" else "stop"
-
-    def _finish(self, live: _Live, out) -> None:
+    def _finish(self, live: LiveRequest, out) -> None:
         if live.kind == "gen":
             for cand in live.candidates or [live]:
                 self._finish_candidate(cand)
@@ -450,9 +377,9 @@ class VLLMEngine:
             live.job.finish_one(live.index, scores)
         else:  # rescore of a truncated-sampling generation
             live.logprobs = scores[0]
-            self._complete(live)
+            complete(live)
 
-    def _finish_candidate(self, live: _Live) -> None:
+    def _finish_candidate(self, live: LiveRequest) -> None:
         """A generated candidate is complete, or re-scored first when truncated sampling needs it."""
         sp = live.request.sampling
         truncated = sp.temperature > 0 and (sp.top_p < 1.0 or sp.top_k > 0)
@@ -466,67 +393,16 @@ class VLLMEngine:
                     "VLLMEngine(max_logprobs=-1) for exact full-vocabulary values"
                 )
                 self._warned_truncation = True
-        self._complete(live)
+        complete(live)
 
-    def _complete(self, live: _Live) -> None:
-        """Fill the request's result slot: its completion, or (``n > 1``) the list of its candidates once
-        the last one is complete."""
-        if live.gathered is None:
-            live.job.finish_one(live.index, self._completion(live))
-            return
-        live.gathered[live.candidate] = self._completion(live)
-        n = live.request.sampling.n
-        if len(live.gathered) == n:
-            live.job.finish_one(live.index, [live.gathered[k] for k in range(n)])
-
-    def _completion(self, live: _Live) -> Completion:
-        return Completion(
-            token_ids=list(live.tokens),
-            logprobs=list(live.logprobs),
-            finish_reason=live.finish_reason,  # type: ignore[arg-type]
-            policy_version=live.version,
-        )
-
-    def _rescore(self, live: _Live) -> None:
-        sp = live.request.sampling
-        again = _Live(
-            "rescore",
-            live.job,
-            live.index,
-            live.lora,
-            live.version,
-            request=live.request,
-            candidate=live.candidate,
-            gathered=live.gathered,
-        )
-        again.tokens, again.finish_reason = live.tokens, live.finish_reason
-        again.prompt_len, again.temperature = len(live.request.prompt_ids), sp.temperature
-        self._add(again, list(live.request.prompt_ids) + live.tokens, score_params(0, sp.temperature))
-
-    def _abort_cancelled(self) -> None:
-        """Abort the requests in vLLM whose job was cancelled (its caller gave up, or another row failed it)."""
-        for rid, live in list(self._live.items()):
-            if live.job.cancelled:
-                try:
-                    self._engine.abort_request([rid])
-                except Exception:  # noqa: BLE001 - already finished inside vLLM
-                    pass
-                del self._live[rid]
-                self._learn_live -= live.job.priority == "learn"
-                self._loras.use(live.lora, -1)
+    def _rescore(self, live: LiveRequest) -> None:
+        again = rescore_request(live)
+        prompt = list(live.request.prompt_ids) + live.tokens
+        self._in_vllm.add(again, prompt, score_params(0, live.request.sampling.temperature))
 
     def _abort_all(self, exc: BaseException) -> None:
         """Abort every request in vLLM and fail every job that waits: in vLLM, pending, or deferred."""
-        jobs = {id(live.job): live.job for live in self._live.values()}
-        for rid in list(self._live):
-            try:
-                self._engine.abort_request([rid])
-            except Exception:  # noqa: BLE001
-                pass
-        self._live.clear()
-        self._learn_live = 0
-        self._loras.forget_users()
-        for job in list(jobs.values()) + self._deferred:
+        for job in self._in_vllm.abort_all() + self._deferred:
             job.fail(exc)
         self._pending.fail_all(exc)
         self._deferred = []

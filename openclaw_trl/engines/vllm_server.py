@@ -31,16 +31,15 @@ needs no vLLM installed; what it does:
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import shutil
 import tempfile
 import threading
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -56,8 +55,16 @@ from openclaw_trl.engines.base import (
     check_score_args,
 )
 from openclaw_trl.engines.server_pool import Server, ServerFailure, ServerPool, probe, raise_for_server
+from openclaw_trl.engines.server_requests import (
+    Sampled,
+    completion_body,
+    prompt_logprob_scores,
+    results_in_order,
+    score_body,
+    single_draws,
+    take_chunk,
+)
 from openclaw_trl.engines.server_setup import check_server, served_base_model, wait_for_servers
-from openclaw_trl.engines.vllm_scores import scores_from_positions
 from openclaw_trl.errors import UserError
 from openclaw_trl.openai_client import sse_events
 
@@ -74,30 +81,6 @@ class _Version:
     model: str  # the ``model`` field of its requests: the base model name or the adapter's name
     adapter: Path | None = None
     users: int = 0
-
-
-@dataclass
-class _Sampled:
-    """What one generation has produced so far (kept across a switch of server)."""
-
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    finish_reason: str | None = None
-    gave_up: threading.Event | None = None  # set when the caller stopped waiting: end the stream
-
-
-def _results(futures: list[Future], timeout_s: float | None, gave_up: threading.Event) -> list:
-    """The futures' results in order; after ``timeout_s`` seconds the rest is cancelled (queued rows never start,
-    running streams end at their next chunk) and ``TimeoutError`` raised."""
-    if timeout_s is not None and not timeout_s > 0:
-        raise ValueError(f"timeout_s must be > 0 or None, got {timeout_s!r}")
-    _, late = wait(futures, timeout=timeout_s)
-    if late:
-        gave_up.set()
-        for future in late:
-            future.cancel()
-        raise TimeoutError(f"VLLMServerEngine: no result within {timeout_s} s; the work was cancelled")
-    return [f.result() for f in futures]
 
 
 class VLLMServerEngine:
@@ -187,17 +170,17 @@ class VLLMServerEngine:
         A request with ``sampling.n = N`` is sent as N single requests (seeds ``seed, seed + 1, ...`` when
         seeded), spread over the servers like any others; on one server vLLM's prefix cache computes the
         shared prompt once. Its N completions come back consecutively, under their flat indices. ``timeout_s``:
-        give up after that many seconds (``TimeoutError``; see ``_results``)."""
+        give up after that many seconds (``TimeoutError``; see ``server_requests.results_in_order``)."""
         if not requests:
             return []
         check_generate_args(requests, priority)
-        rows = [row for r in requests for row in _single_draws(r)]
+        rows = [row for r in requests for row in single_draws(r)]
         pool = self._executors[priority]
         gave_up = threading.Event()
         futures = [
             pool.submit(self._generate_row, i, r, on_token, priority, gave_up) for i, r in enumerate(rows)
         ]
-        return _results(futures, timeout_s, gave_up)
+        return results_in_order(futures, timeout_s, gave_up)
 
     def score(
         self,
@@ -218,7 +201,7 @@ class VLLMServerEngine:
                 pool.submit(self._score_row, version, list(p), list(c), top_k, temperature, priority)
                 for p, c in zip(prompt_ids, completion_ids)
             ]
-            return Scores.from_pairs(_results(futures, timeout_s, threading.Event()), top_k)
+            return Scores.from_pairs(results_in_order(futures, timeout_s, threading.Event()), top_k)
 
     def publish_adapter(self, adapter, version: int) -> None:
         """Write ``adapter`` (PEFT state dict or adapter directory), load it on every healthy server, then
@@ -366,7 +349,7 @@ class VLLMServerEngine:
         self, index: int, request: GenerationRequest, on_token, priority: Priority, gave_up: threading.Event
     ) -> Completion:
         with self._pin(request.weights) as version:
-            sampled = _Sampled(gave_up=gave_up)
+            sampled = Sampled(gave_up=gave_up)
             self._on_any_server(
                 priority, lambda s: self._sample(s, version, request, sampled, index, on_token)
             )
@@ -387,29 +370,14 @@ class VLLMServerEngine:
             policy_version=version.version,
         )
 
-    def _sample(self, server: Server, version: _Version, request, sampled: _Sampled, index: int, on_token):
+    def _sample(self, server: Server, version: _Version, request, sampled: Sampled, index: int, on_token):
         """Stream one completion from ``server``, continuing after the tokens ``sampled`` already holds."""
         sp = request.sampling
         remaining = sp.max_new_tokens - len(sampled.tokens)
         if remaining <= 0:
             sampled.finish_reason = "length"
             return
-        greedy = sp.temperature <= 0
-        body = {
-            "model": version.model,
-            "prompt": list(request.prompt_ids) + sampled.tokens,
-            "max_tokens": remaining,
-            "temperature": 0.0 if greedy else sp.temperature,
-            "top_p": 1.0 if greedy else sp.top_p,
-            "top_k": 0 if greedy else sp.top_k,
-            "seed": sp.seed,
-            "stop": list(sp.stop),
-            "include_stop_str_in_output": True,
-            "skip_special_tokens": False,
-            "logprobs": 0,
-            "return_token_ids": True,
-            "stream": True,
-        }
+        body = completion_body(version.model, request, sampled.tokens, remaining)
         with server.client.stream("/completions", body) as response:
             if response.status_code >= 400:
                 response.read()
@@ -419,38 +387,14 @@ class VLLMServerEngine:
                     sampled.finish_reason = "length"  # leaving the stream closes it: the server aborts
                     return
                 for choice in event.get("choices", []):
-                    self._take_chunk(choice, sampled, index, on_token)
+                    take_chunk(choice, sampled, index, on_token)
         if sampled.finish_reason not in ("stop", "length"):
             raise ServerFailure(f"the stream ended without a finish reason ({sampled.finish_reason})")
-
-    @staticmethod
-    def _take_chunk(choice: dict, sampled: _Sampled, index: int, on_token) -> None:
-        ids = choice.get("token_ids") or []
-        logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
-        if len(ids) != len(logprobs):
-            raise ServerFailure(f"a chunk has {len(ids)} token ids but {len(logprobs)} log-probs")
-        for token, logprob in zip(ids, logprobs):
-            sampled.tokens.append(int(token))
-            sampled.logprobs.append(float(logprob))
-            if on_token is not None:
-                try:
-                    on_token(index, int(token))
-                except Exception:  # noqa: BLE001 - a broken stream consumer must not stop the generation
-                    logger.exception("on_token callback failed")
-        if choice.get("finish_reason"):
-            sampled.finish_reason = choice["finish_reason"]
 
     def _score_row(self, version: _Version, prompt, completion, top_k: int, temperature: float, priority):
         if not completion:
             return [], [], []
-        body = {
-            "model": version.model,
-            "prompt": list(prompt) + list(completion),
-            "max_tokens": 1,
-            "temperature": 0.0,
-            "prompt_logprobs": top_k if temperature == 1.0 else -1,
-            "skip_special_tokens": False,
-        }
+        body = score_body(version.model, prompt, completion, top_k, temperature)
 
         def call(server: Server):
             response = server.client.post("/completions", body, check=False)
@@ -458,25 +402,4 @@ class VLLMServerEngine:
             return response.json()["choices"][0]["prompt_logprobs"]
 
         plp = self._on_any_server(priority, call)
-        start = len(prompt)
-        positions = []
-        for entry in plp[start : start + len(completion)]:
-            keys = [int(k) for k in entry]
-            positions.append(
-                (keys, [v["logprob"] for v in entry.values()], [v["rank"] for v in entry.values()])
-            )
-        return scores_from_positions(positions, list(completion), temperature, top_k)
-
-
-def _single_draws(request: GenerationRequest) -> list[GenerationRequest]:
-    """``request`` as ``sampling.n`` requests of one draw each (the seed advanced per draw when seeded)."""
-    sp = request.sampling
-    if sp.n == 1:
-        return [request]
-    return [
-        dataclasses.replace(
-            request,
-            sampling=dataclasses.replace(sp, n=1, seed=None if sp.seed is None else sp.seed + k),
-        )
-        for k in range(sp.n)
-    ]
+        return prompt_logprob_scores(plp, len(prompt), list(completion), temperature, top_k)

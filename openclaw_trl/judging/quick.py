@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from openclaw_trl import judge
+from openclaw_trl.chat import flatten_content
 from openclaw_trl.engines.base import GenerationRequest, SamplingParams
 from openclaw_trl.judging.voters import load_callable
 from openclaw_trl.openai_client import SIDE_TURN
@@ -180,7 +181,7 @@ class QuickJudge:
         message, _ = self.client.chat(
             messages, headers=SIDE_TURN, temperature=0.0, max_tokens=self.config.max_tokens
         )
-        return judge.parse_quick_score(judge.flatten_content(message.get("content")))
+        return judge.parse_quick_score(flatten_content(message.get("content")))
 
     def _engine_scores(self, items: list[QuickJudgeInput]) -> list[float | None]:
         """All candidates in one batched ``generate`` on the base weights (greedy), bounded by ``timeout_s``."""

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from openclaw_trl import judge
+from openclaw_trl.chat import flatten_content
 from openclaw_trl.engines.base import GenerationRequest, SamplingParams
 from openclaw_trl.judging.config import JudgeConfig
 from openclaw_trl.openai_client import SIDE_TURN
@@ -64,7 +65,7 @@ class JudgeInput:
 
     @property
     def next_state_text(self) -> str:
-        return judge.flatten_content(self.next_state.get("content"))
+        return flatten_content(self.next_state.get("content"))
 
 
 @dataclass
@@ -100,7 +101,7 @@ def response_text_for_judge(turn: Turn) -> str:
 def reply_text(message: dict) -> str:
     """An assistant message as a judge reads it: content, then tool calls as ``<tool_call>{json}</tool_call>``
     lines; reasoning left out."""
-    parts = [judge.flatten_content(message.get("content")).strip()]
+    parts = [flatten_content(message.get("content")).strip()]
     for call in message.get("tool_calls") or []:
         fn = call.get("function", call) if isinstance(call, dict) else {}
         args = fn.get("arguments")
@@ -315,7 +316,7 @@ class OpenAIVoter(Voter):
             top_p=cfg.top_p,
             max_tokens=cfg.max_tokens,
         )
-        return judge.flatten_content(message.get("content"))
+        return flatten_content(message.get("content"))
 
     def close(self) -> None:
         self.client.close()

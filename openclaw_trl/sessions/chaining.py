@@ -36,7 +36,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 
-from openclaw_trl.judge import flatten_content
+from openclaw_trl.chat import flatten_content
 
 # What an agent gateway adds to user text and may rewrite or drop when it re-sends the message (OpenClaw 2026.9):
 # per-turn internal context, heartbeat poll markers (merged into the next user message when unanswered), the

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from openclaw_trl.judge import flatten_content
+from openclaw_trl.chat import flatten_content
 from openclaw_trl.sessions.chaining import user_text
 from openclaw_trl.sessions.side_calls import is_side_message
 

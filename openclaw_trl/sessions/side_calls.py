@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from openclaw_trl.judge import flatten_content
+from openclaw_trl.chat import flatten_content
 from openclaw_trl.sessions.chaining import user_text
 
 
