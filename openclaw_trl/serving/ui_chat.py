@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 
-from openclaw_trl.judge import flatten_content
+from openclaw_trl.chat import flatten_content
 
 REASONING_TITLE = "💭 Reasoning"
 VERSION_PREFIX = "policy v"
