@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from array import array
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -55,6 +55,61 @@ def unpack_topk(shape_text, ids_blob, lp_blob) -> tuple[list | None, list | None
         [list(ids[r * k : (r + 1) * k]) for r in range(rows)],
         [list(lps[r * k : (r + 1) * k]) for r in range(rows)],
     )
+
+
+@dataclass(frozen=True)
+class Column:
+    """One stored column of a record, declared once: the table is created, an existing table gains it, the
+    record is written (``to_row``) and read (``from_row``), and the export gets its feature, all from this.
+
+    ``kind`` says how its value is encoded: ``int``, ``float``, ``text`` (as is), ``bool`` (0/1), ``ids`` (a
+    JSON list of ints), ``floats`` (a JSON list of floats), ``json`` (any JSON value), ``blob`` (bytes the
+    record packs itself, e.g. top-K rows). ``attr`` is the record attribute (default: ``name``); the export
+    names the column after it. ``written``: the record's ``to_row`` writes it (False: set by the store's own
+    updates, e.g. ``consumed_step``). ``export``: a column of the dataset export.
+    """
+
+    name: str
+    sql: str  # the SQL declaration, e.g. "INTEGER NOT NULL"; a column added to an existing file must be
+    # nullable or have a DEFAULT (``ALTER TABLE ... ADD COLUMN``)
+    kind: str = "text"
+    attr: str = ""
+    written: bool = True
+    export: bool = True
+
+    @property
+    def field(self) -> str:
+        return self.attr or self.name
+
+    def encode(self, value):
+        """The column value of the record attribute ``value`` (None stays NULL)."""
+        if value is None:
+            return None
+        if self.kind == "int":
+            return int(value)
+        if self.kind == "float":
+            return float(value)
+        if self.kind == "bool":
+            return int(bool(value))
+        if self.kind == "ids":
+            return dumps([int(t) for t in value])
+        if self.kind == "floats":
+            return dumps([float(x) for x in value])
+        if self.kind == "json":
+            return dumps(value)
+        return value
+
+
+def table_sql(table: str, columns: tuple[Column, ...]) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` of ``columns`` (the first one is the primary key)."""
+    body = ",\n    ".join(f"{c.name} {c.sql}" for c in columns)
+    return f"CREATE TABLE IF NOT EXISTS {table} (\n    {body}\n)"
+
+
+def insert_sql(table: str, columns: tuple[Column, ...]) -> str:
+    """The ``INSERT`` of the written ``columns`` (named parameters: ``:name``)."""
+    names = [c.name for c in columns if c.written]
+    return f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join(':' + n for n in names)})"
 
 
 class _Row:
@@ -157,6 +212,64 @@ class Turn(_Row):
     BOOL_COLUMNS: ClassVar[tuple[str, ...]] = ("trainable", "private")
 
 
+# The columns of a served turn that ``Conversations.add_turn`` writes from a :class:`ServedTurn` (the store adds
+# ``idx``, ``created``, ``status`` and ``close_reason``; the next state and the verdict come later).
+SERVED_TURN_COLUMNS: tuple[Column, ...] = (
+    Column("session_id", "INTEGER NOT NULL", "int"),
+    Column("turn_type", "TEXT NOT NULL"),
+    Column("prompt_messages", "TEXT NOT NULL", "json"),
+    Column("tools", "TEXT", "json"),
+    Column("history_hash", "TEXT"),
+    Column("prompt_ids", "TEXT NOT NULL", "ids"),
+    Column("completion_ids", "TEXT NOT NULL", "ids"),
+    Column("sampling_logprobs", "TEXT NOT NULL", "floats"),
+    Column("completion_text", "TEXT NOT NULL"),
+    Column("response_message", "TEXT", "json"),
+    Column("temperature", "REAL NOT NULL", "float"),
+    Column("policy_version", "INTEGER NOT NULL", "int"),
+    Column("finish_reason", "TEXT"),
+    Column("trainable", "INTEGER NOT NULL", "bool"),
+    Column("exchange_key", "TEXT"),
+    Column("reply_key", "TEXT"),
+)
+
+
+@dataclass
+class ServedTurn:
+    """A turn the server is about to answer with, as the store records it (``Conversations.add_turn``):
+    the prompt and completion exactly as the engine saw and sampled them (fields as in :class:`Turn`)."""
+
+    session_id: int
+    turn_type: str  # main / side
+    prompt_messages: list[dict]
+    tools: list[dict] | None
+    prompt_ids: Sequence[int]
+    completion_ids: Sequence[int]
+    sampling_logprobs: Sequence[float]
+    completion_text: str
+    temperature: float
+    policy_version: int
+    finish_reason: str | None
+    trainable: bool  # only a main turn is (a side turn is stored untrainable)
+    history_hash: str | None = None
+    response_message: dict | None = None
+    exchange_key: str | None = None
+    reply_key: str | None = None
+
+    def to_row(self) -> dict[str, Any]:
+        """Its columns (``SERVED_TURN_COLUMNS``); checks the turn type and the per-token log-probs."""
+        if self.turn_type not in ("main", "side"):
+            raise ValueError(f"turn_type must be 'main' or 'side', got {self.turn_type!r}")
+        if len(self.sampling_logprobs) != len(self.completion_ids):
+            raise ValueError(
+                f"{len(self.sampling_logprobs)} sampling log-probs for {len(self.completion_ids)} completion tokens"
+            )
+        row = {c.name: c.encode(getattr(self, c.field)) for c in SERVED_TURN_COLUMNS}
+        row["prompt_messages"] = dumps(list(self.prompt_messages))
+        row["trainable"] = int(bool(self.trainable) and self.turn_type == "main")
+        return row
+
+
 @dataclass
 class Vote(_Row):
     """One judge vote: ``value`` is the parsed verdict (None = invalid, failed or timed out).
@@ -191,6 +304,40 @@ class Feedback(_Row):
     kind: str | None = None
 
     BOOL_COLUMNS: ClassVar[tuple[str, ...]] = ("attached",)
+
+
+# The ``samples`` table, in export order (then the store's own bookkeeping, not exported): the one declaration
+# of a sample's columns (``TrainingSample`` fields document their meaning).
+SAMPLE_COLUMNS: tuple[Column, ...] = (
+    Column("id", "INTEGER PRIMARY KEY", "int", attr="sample_id", written=False),
+    Column("turn_id", "INTEGER NOT NULL", "int"),
+    Column("origin", "TEXT NOT NULL"),  # scorer / group / direct
+    Column("created", "REAL NOT NULL", "float"),
+    Column("prompt_ids", "TEXT NOT NULL", "ids"),
+    Column("completion_ids", "TEXT NOT NULL", "ids"),
+    Column("sampling_logprobs", "TEXT NOT NULL", "floats"),
+    Column("temperature", "REAL NOT NULL", "float"),
+    Column("policy_version", "INTEGER NOT NULL", "int"),
+    Column("reward", "REAL NOT NULL", "float"),
+    Column("baseline", "REAL NOT NULL DEFAULT 0", "float"),
+    Column("has_hint", "INTEGER NOT NULL", "bool"),
+    Column("hint", "TEXT"),
+    Column("teacher_logprobs", "TEXT", "floats"),
+    Column("topk_ids", "BLOB", "blob"),  # int32, row-major (pack_topk)
+    Column("topk_logprobs", "BLOB", "blob"),  # float32, row-major
+    Column("meta", "TEXT NOT NULL", "json"),
+    Column("consumed_step", "INTEGER", "int", written=False),
+    Column("dropped_reason", "TEXT", written=False),  # stale / superseded / withdrawn / rolled_back: ...
+    Column("group_id", "INTEGER", "int"),
+    Column("group_std", "REAL", "float"),
+    Column("weight", "REAL NOT NULL DEFAULT 1", "float"),
+    Column("topk_shape", "TEXT", export=False),  # JSON [T, K] when top-K is stored
+    Column("finish_reason", "TEXT", export=False),
+    Column("teacher_prompt_ids", "TEXT", "ids", export=False),
+    Column("consumed_at", "REAL", "float", written=False, export=False),
+    # the batch lease: the owner token of the queue that handed it out, until consumed or released
+    Column("lease", "TEXT", written=False, export=False),
+)
 
 
 @dataclass
@@ -236,15 +383,11 @@ class TrainingSample(_Row):
     # updates between its weights and the trainer's along the lineage, set when the trainer takes it
     staleness: int | None = field(default=None, compare=False)
 
-    JSON_COLUMNS: ClassVar[tuple[str, ...]] = (
-        "prompt_ids",
-        "completion_ids",
-        "sampling_logprobs",
-        "teacher_logprobs",
-        "teacher_prompt_ids",
-        "meta",
+    COLUMNS: ClassVar[tuple[Column, ...]] = SAMPLE_COLUMNS
+    JSON_COLUMNS: ClassVar[tuple[str, ...]] = tuple(
+        c.name for c in SAMPLE_COLUMNS if c.kind in ("ids", "floats", "json")
     )
-    BOOL_COLUMNS: ClassVar[tuple[str, ...]] = ("has_hint",)
+    BOOL_COLUMNS: ClassVar[tuple[str, ...]] = tuple(c.name for c in SAMPLE_COLUMNS if c.kind == "bool")
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> TrainingSample:
@@ -256,6 +399,22 @@ class TrainingSample(_Row):
             row["topk_shape"], row["topk_ids"], row["topk_logprobs"]
         )
         return cls(**data)
+
+    def to_row(self, **store_fields) -> dict[str, Any]:
+        """The written columns of this sample (``store_fields``, e.g. ``origin`` and ``created``, override its
+        attributes); checks the per-token lengths."""
+        if len(self.sampling_logprobs) != len(self.completion_ids):
+            raise ValueError("sampling_logprobs must have one entry per completion token")
+        if self.teacher_logprobs is not None and len(self.teacher_logprobs) != len(self.completion_ids):
+            raise ValueError("teacher_logprobs must have one entry per completion token")
+        shape, ids_blob, lp_blob = pack_topk(self.topk_ids, self.topk_logprobs)
+        packed = {"topk_shape": shape, "topk_ids": ids_blob, "topk_logprobs": lp_blob, "meta": self.meta or {}}
+        row = {}
+        for column in SAMPLE_COLUMNS:
+            if column.written:
+                value = store_fields.get(column.name, packed.get(column.name, getattr(self, column.field, None)))
+                row[column.name] = column.encode(value)
+        return row
 
 
 @dataclass
