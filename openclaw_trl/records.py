@@ -408,11 +408,18 @@ class TrainingSample(_Row):
         if self.teacher_logprobs is not None and len(self.teacher_logprobs) != len(self.completion_ids):
             raise ValueError("teacher_logprobs must have one entry per completion token")
         shape, ids_blob, lp_blob = pack_topk(self.topk_ids, self.topk_logprobs)
-        packed = {"topk_shape": shape, "topk_ids": ids_blob, "topk_logprobs": lp_blob, "meta": self.meta or {}}
+        packed = {
+            "topk_shape": shape,
+            "topk_ids": ids_blob,
+            "topk_logprobs": lp_blob,
+            "meta": self.meta or {},
+        }
         row = {}
         for column in SAMPLE_COLUMNS:
             if column.written:
-                value = store_fields.get(column.name, packed.get(column.name, getattr(self, column.field, None)))
+                value = store_fields.get(
+                    column.name, packed.get(column.name, getattr(self, column.field, None))
+                )
                 row[column.name] = column.encode(value)
         return row
 
