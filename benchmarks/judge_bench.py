@@ -75,7 +75,7 @@ def fill_store(store, tokenizer, n: int, completion_len: int, seed: int = 0) -> 
     rng = random.Random(seed)
     words = "the total is five apples and three books so we add them for a week of homework".split()
     for i in range(n):
-        session = store.open_session(f"bench-{i}")
+        session = store.conversations.open_session(f"bench-{i}")
         topic = TOPICS[i % len(TOPICS)]
         messages = [
             {"role": "system", "content": "You are a helpful assistant."},
@@ -83,7 +83,7 @@ def fill_store(store, tokenizer, n: int, completion_len: int, seed: int = 0) -> 
         ]
         text = " ".join(rng.choice(words) for _ in range(completion_len))
         completion = tokenizer.encode(text, add_special_tokens=False)[:completion_len]
-        turn = store.add_turn(
+        turn = store.conversations.add_turn(
             session,
             "main",
             messages,
@@ -98,7 +98,7 @@ def fill_store(store, tokenizer, n: int, completion_len: int, seed: int = 0) -> 
             True,
             response_message={"role": "assistant", "content": text},
         )
-        store.attach_next_state(
+        store.conversations.attach_next_state(
             turn, {"role": "user", "content": "No, answer in French and be brief."}, "request"
         )
 
@@ -138,7 +138,7 @@ def bench_scorer(model_dir: Path, m: int, turns: int, completion_len: int, judge
             t0 = time.perf_counter()
             judged = scorer.run_until_idle()
             wall = time.perf_counter() - t0
-            samples = store.count_waiting()
+            samples = store.queue.count_waiting()
             scorer.close()
             store.close()
     finally:

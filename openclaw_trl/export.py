@@ -7,7 +7,7 @@ log-probs the trainer used; each Best-of-N group (split ``groups``) keeps the ca
 their quick scores and which one was served (the split is left out of a store without groups). Conversations marked "don't learn" (private sessions) stay out unless the
 caller asks for them, and a Hub push is private unless asked otherwise.
 
-The store is read only through its public export API (``Store.iter_sessions / iter_turns / iter_samples``).
+The store is read only through its public export API (``store.queries.iter_sessions / iter_turns / iter_samples``).
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def collect_rows(store, include_private: bool = False) -> dict[str, list[dict[st
             "private": s.private,
             "anonymous": s.anonymous,
         }
-        for s in store.iter_sessions()
+        for s in store.queries.iter_sessions()
         if include_private or not s.private
     ]
     turns = [
@@ -174,7 +174,7 @@ def collect_rows(store, include_private: bool = False) -> dict[str, list[dict[st
             "completion_ids": t.completion_ids,
             "sampling_logprobs": t.sampling_logprobs,
         }
-        for t in store.iter_turns(include_private=include_private)
+        for t in store.queries.iter_turns(include_private=include_private)
     ]
     samples = [
         {
@@ -201,7 +201,7 @@ def collect_rows(store, include_private: bool = False) -> dict[str, list[dict[st
             "group_std": s.group_std,
             "weight": s.weight,  # multiplies its advantage (a served Best-of-N candidate's verdict)
         }
-        for s in store.iter_samples(include_private=include_private)
+        for s in store.queries.iter_samples(include_private=include_private)
     ]
     groups = [
         {
@@ -221,7 +221,7 @@ def collect_rows(store, include_private: bool = False) -> dict[str, list[dict[st
             "finish_reasons": [c.finish_reason for c in g.candidates],
             "policy_versions": [c.policy_version for c in g.candidates],
         }
-        for g in store.iter_groups(include_private=include_private)
+        for g in store.groups.iter_groups(include_private=include_private)
     ]
     return {"sessions": sessions, "turns": turns, "samples": samples, "groups": groups}
 

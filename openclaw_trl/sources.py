@@ -127,6 +127,6 @@ def _guard(fn, name: str, runtime):
             fn()
         except Exception as exc:
             logger.exception("%s thread failed", name)
-            runtime.store.fail_waiters(f"the {name} source crashed: {type(exc).__name__}: {exc}")
+            runtime.store.queue.fail_waiters(f"the {name} source crashed: {type(exc).__name__}: {exc}")
 
     return run

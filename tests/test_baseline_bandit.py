@@ -118,14 +118,14 @@ def test_the_scorer_turns_a_zero_reward_into_a_sample_when_the_rl_term_has_a_bas
         return Verdict(reward=next(rewards))
 
     with Store(tmp_path / "s.db") as store:
-        session = store.open_session("a")
+        session = store.conversations.open_session("a")
         for text in ("first", "second"):
-            turn = store.add_turn(
+            turn = store.conversations.add_turn(
                 session, "main", [{"role": "user", "content": text}], None, [1, 2], [3], [-0.5], "x", 1.0, 0,
                 "stop", trainable=True,
             )  # fmt: skip
-            store.attach_next_state(turn, {"role": "user", "content": "next"}, "request")
+            store.conversations.attach_next_state(turn, {"role": "user", "content": "next"}, "request")
         config = JudgeConfig(method="rl", backend="callable", callable="unused:fn", every_judged_turn=True)
         Scorer(store, config, judge_fn=judge_fn).run_until_idle()
-        samples = list(store.iter_samples())
+        samples = list(store.queries.iter_samples())
     assert [(s.reward, s.baseline) for s in samples] == [(1.0, 0.0), (0.0, 1.0)]  # the r = 0 turn: A = -1

@@ -66,10 +66,13 @@ def test_rollback_and_pause_from_the_panel(tmp_path, driver):  # noqa: F811
     # Pause: samples queue, no update; the chat still answers; then resume and the update runs.
     driver.find_element(By.CSS_SELECTOR, "#pause-learning input").click()
     wait.until(lambda d: "Learning paused" in text("versions-notice"))
-    assert run.runtime.store.learning_paused()
+    assert run.runtime.store.versions.learning_paused()
     run.add_samples(2, seed=2)
     learning = run.runtime.learning
-    _wait(lambda: learning.trainer_state == "paused" and run.runtime.store.count_waiting() == 2, "the pause")
+    _wait(
+        lambda: learning.trainer_state == "paused" and run.runtime.store.queue.count_waiting() == 2,
+        "the pause",
+    )
     assert run.version == 3
     wait.until(lambda d: "paused" in text("versions") and "2 judged samples queued" in text("versions"))
     box = driver.find_element(By.CSS_SELECTOR, "#msg textarea")
@@ -80,4 +83,4 @@ def test_rollback_and_pause_from_the_panel(tmp_path, driver):  # noqa: F811
     driver.find_element(By.CSS_SELECTOR, "#pause-learning input").click()
     wait.until(lambda d: "Learning resumed" in text("versions-notice"))
     run.join()  # the update after resuming is the run's last (max_steps 4)
-    assert run.version == 4 and not run.runtime.store.learning_paused()
+    assert run.version == 4 and not run.runtime.store.versions.learning_paused()

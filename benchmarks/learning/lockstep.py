@@ -61,7 +61,7 @@ class LockstepUser:
     def _settle(self) -> None:
         store, scorer = self.runtime.store, self.runtime.scorer
         deadline = time.monotonic() + 60
-        while store.count_ready() > 0 and time.monotonic() < deadline and not self.stop.is_set():
+        while store.judging.count_ready() > 0 and time.monotonic() < deadline and not self.stop.is_set():
             scorer.wake()
             time.sleep(0.01)
 
@@ -79,7 +79,7 @@ class LockstepUser:
                     self.turns += conversation.turns
                     self.first_ok.append(conversation.first_reply_satisfied)
                 self._settle()
-                if self.runtime.store.count_waiting() >= self.settings.batch_size:
+                if self.runtime.store.queue.count_waiting() >= self.settings.batch_size:
                     self.gate.clear()
         except BaseException as exc:  # noqa: BLE001 - reported by run_one
             self.error = exc
@@ -109,9 +109,9 @@ class BudgetedQueue:
     def wait_for_samples(self, n: int, timeout: float | None = None, poll: float = 0.2, **staleness):
         while True:
             try:
-                return self._store.wait_for_samples(n, timeout=1.0, poll=poll, **staleness)
+                return self._store.queue.wait_for_samples(n, timeout=1.0, poll=poll, **staleness)
             except TimeoutError:
-                if self._exhausted.is_set() and self._store.count_waiting() < n:
+                if self._exhausted.is_set() and self._store.queue.count_waiting() < n:
                     raise BudgetExhausted(
                         f"conversation budget spent with {n} samples still needed"
                     ) from None

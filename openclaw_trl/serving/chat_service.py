@@ -269,7 +269,7 @@ class ChatService:
         top-p / top-k truncation), whatever the request asks."""
         if not ctx.trainable:
             return False
-        session = self.store.get_session(ctx.session_id)
+        session = self.store.conversations.get_session(ctx.session_id)
         return not (session and session.private)
 
     def _render(self, messages: list[dict], tools: list[dict] | None) -> list[int]:
@@ -490,9 +490,9 @@ class ChatService:
         ``openclaw_trl.sessions.correction_window_view``)."""
         out = dict(self._status() if self._status else {})
         out.setdefault("policy_version", getattr(self.engine, "policy_version", 0))
-        if "samples_waiting" not in out and hasattr(self.store, "count_waiting"):
-            out["samples_waiting"] = self.store.count_waiting()
-        if "correction_window" not in out and hasattr(self.store, "open_correction_windows"):
+        if "samples_waiting" not in out and hasattr(self.store.queue, "count_waiting"):
+            out["samples_waiting"] = self.store.queue.count_waiting()
+        if "correction_window" not in out and hasattr(self.store.holds, "open_correction_windows"):
             from openclaw_trl.sessions import correction_window_view
 
             window = self.collector.config.correction_window_s

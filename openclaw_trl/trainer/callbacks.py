@@ -65,7 +65,7 @@ class PublishAndConsume(TrainerCallback):
         trainer._updates_left_in_batch -= 1
         if trainer._updates_left_in_batch <= 0 and trainer._batch_sample_ids:
             if trainer.accelerator.is_main_process:
-                trainer.store.mark_consumed(trainer._batch_sample_ids, state.global_step)
+                trainer.store.queue.mark_consumed(trainer._batch_sample_ids, state.global_step)
             trainer.samples_used += len(trainer._batch_sample_ids)
             trainer.turns_used.update(trainer._batch_turn_ids)
             trainer._batch_sample_ids = []
@@ -82,7 +82,7 @@ def run_info(trainer) -> dict:
     the step is resumed from the checkpoint and the turns and samples consumed are counted in the store.
     """
     model = trainer.accelerator.unwrap_model(trainer.model)
-    totals = trainer.store.training_totals() if trainer.store is not None else {}
+    totals = trainer.store.queue.training_totals() if trainer.store is not None else {}
     return {
         "base_model": _base_model_name(model),
         "method": trainer.args.method,

@@ -185,7 +185,7 @@ class OpenClawTrainer(GRPOTrainer):
         after ``sample_timeout`` seconds of waiting for samples (paused time not counted)."""
         wanted, waited = self.args.generation_batch_size, 0.0
         poll = self.learning.poll_s if self.learning is not None else None
-        dropped = self.store.count_dropped_stale()
+        dropped = self.store.queue.count_dropped_stale()
         while True:
             if self.learning is not None and (version := self.learning.wait_while_paused()) is not None:
                 return "rollback", version
@@ -194,7 +194,7 @@ class OpenClawTrainer(GRPOTrainer):
             left = None if self.sample_timeout is None else self.sample_timeout - waited
             wait = left if poll is None else (poll if left is None else min(poll, left))
             try:
-                samples = self.store.wait_for_samples(
+                samples = self.store.queue.wait_for_samples(
                     wanted,
                     timeout=wait,
                     policy_version=self.state.global_step,
@@ -210,10 +210,10 @@ class OpenClawTrainer(GRPOTrainer):
                 continue
             if self.learning is not None and self.learning.paused:
                 # paused while this wait was under way: the batch goes back to the queue, untouched
-                self.store.release([s.sample_id for s in samples])
+                self.store.queue.release([s.sample_id for s in samples])
                 continue
-            self._log("samples/dropped_stale", self.store.count_dropped_stale() - dropped)
-            lineage = self.store.lineage()
+            self._log("samples/dropped_stale", self.store.queue.count_dropped_stale() - dropped)
+            lineage = self.store.lineage.lineage()
             for s in samples:
                 s.staleness = lineage.staleness(s.policy_version, self.state.global_step)
             if self.learning is not None:
@@ -418,8 +418,10 @@ class OpenClawTrainer(GRPOTrainer):
         self._log("completions/clipped_ratio", batch["truncated"].float().mean())
         self._log("samples/staleness", sum(s.staleness or 0 for s in samples) / len(samples))
         if self.store is not None:  # the main process's
-            self._log("samples/waiting", self.store.count_waiting())
-            self._log("opd/teacher_failed", self.store.count_teacher_failed())  # turns so far without teacher
+            self._log("samples/waiting", self.store.queue.count_waiting())
+            self._log(
+                "opd/teacher_failed", self.store.judging.count_teacher_failed()
+            )  # turns so far without teacher
 
     def _log_best_of_n(self, samples) -> None:
         """``best_of_n/score_mean`` (quick scores of the batch's group samples), ``best_of_n/served_score``
@@ -547,7 +549,7 @@ class OpenClawTrainer(GRPOTrainer):
         if note == "update":
             parent = version - 1
         if self.store is not None:
-            self.store.record_published(version, parent, updates, note)
+            self.store.lineage.record_published(version, parent, updates, note)
         if self.engine is None:
             return
         state = self._adapter_snapshot(self.accelerator.unwrap_model(self.model))
@@ -566,7 +568,7 @@ class OpenClawTrainer(GRPOTrainer):
                 raise ValueError(f"no complete checkpoint in {self.args.output_dir} to resume from")
         step = checkpoint_step(resume_from_checkpoint) if resume_from_checkpoint else 0
         if self.accelerator.is_main_process and self.store is not None:
-            requeued = self.store.requeue_after(step)
+            requeued = self.store.queue.requeue_after(step)
             if requeued:
                 logger.info(
                     "training from step %s: %s samples consumed after it are queued again", step, requeued

@@ -71,11 +71,11 @@ def record_version(trainer, restored_from: int | None = None) -> None:
         return
     step = trainer.state.global_step
     updated = restored_from is None and step > 0  # an update's version, not the initial or a restored one
-    trainer.store.record_adapter_version(
+    trainer.store.versions.record_adapter_version(
         AdapterVersion(
             version=step,
             created=time.time(),
-            samples=trainer.store.count_consumed_at(step) if updated else 0,
+            samples=trainer.store.versions.count_consumed_at(step) if updated else 0,
             metrics=_update_metrics(trainer.state.log_history, step) if updated else {},
             restored_from=restored_from,
             checkpoint=str(checkpoint_dir(trainer, step)),
@@ -154,7 +154,9 @@ def publish_start(trainer) -> None:
     number ever names two sets of weights and the samples of the lost versions stay recognisably stale.
     """
     step = trainer.state.global_step
-    last = main_value(trainer, lambda: trainer.store.last_published_version() if trainer.store else None)
+    last = main_value(
+        trainer, lambda: trainer.store.lineage.last_published_version() if trainer.store else None
+    )
     if last is None or last <= step:
         if step == 0:
             trainer.publish(parent=None, updates=0, note="initial")
@@ -205,9 +207,9 @@ def roll_back(trainer, version: int) -> RollbackResult:
     marked, waiting = 0, 0
     if trainer.store is not None and trainer.accelerator.is_main_process:
         reason = f"version {version} restored as version {before + 1}"
-        undone = trainer.store.lineage().undone(before, version)
-        marked = trainer.store.mark_rolled_back(undone, reason)
-        waiting = trainer.store.count_waiting()
+        undone = trainer.store.lineage.lineage().undone(before, version)
+        marked = trainer.store.versions.mark_rolled_back(undone, reason)
+        waiting = trainer.store.queue.count_waiting()
     logger.info(
         "rollback to v%d · now serving its weights as v%d · %d samples of the undone updates kept out of "
         "training",
