@@ -23,7 +23,7 @@ from openclaw_trl.export import collect_rows
 from openclaw_trl.judging import BestOfN, QuickJudge, QuickJudgeConfig, QuickJudgeInput
 from openclaw_trl.judging.best_of_n import group_samples, served_index
 from openclaw_trl.losses import group_relative_advantages, group_statistics
-from openclaw_trl.records import TrainingSample
+from openclaw_trl.records import ServedTurn, TrainingSample
 from openclaw_trl.status import learning_status
 from openclaw_trl.store import Store
 from tests._server_helpers import ScriptedEngine, running_stack
@@ -228,10 +228,7 @@ def test_config_builds_the_quick_judge_from_the_judges_fields(tmp_path):
 
 def _turn(store: Store, key: str = "s") -> int:
     session = store.conversations.open_session(key)
-    return store.conversations.add_turn(
-        session, "main", [{"role": "user", "content": "q"}], None, [1, 2], [3], [-0.5], "x", 1.0, 0, "stop",
-        trainable=True,
-    )  # fmt: skip
+    return store.conversations.add_turn(ServedTurn(session_id=session, turn_type="main", prompt_messages=[{"role": "user", "content": "q"}], tools=None, prompt_ids=[1, 2], completion_ids=[3], sampling_logprobs=[-0.5], completion_text="x", temperature=1.0, policy_version=0, finish_reason="stop", trainable=True))  # fmt: skip
 
 
 def _group(store: Store, turn_id: int, scores) -> int:

@@ -12,7 +12,7 @@ import pytest
 
 from openclaw_trl.cli import main
 from openclaw_trl.export import build_dataset, dataset_features, export_store
-from openclaw_trl.records import Judgement, TrainingSample, Vote
+from openclaw_trl.records import Judgement, ServedTurn, TrainingSample, Vote
 from openclaw_trl.store import Store
 
 SYSTEM = {"role": "system", "content": "You are a helpful tutor."}
@@ -34,19 +34,21 @@ def _add_turn(
     store: Store, session: int, messages, text: str, version: int, *, tools=None, turn_type="main"
 ) -> int:
     return store.conversations.add_turn(
-        session,
-        turn_type,
-        messages,
-        tools,
-        prompt_ids=[11, 12, 13, 14],
-        completion_ids=[21, 22, 23],
-        sampling_logprobs=[-0.125, -1.5, -0.03125],
-        completion_text=text,
-        temperature=0.7,
-        policy_version=version,
-        finish_reason="stop",
-        trainable=True,
-        response_message={"role": "assistant", "content": text},
+        ServedTurn(
+            session_id=session,
+            turn_type=turn_type,
+            prompt_messages=messages,
+            tools=tools,
+            prompt_ids=[11, 12, 13, 14],
+            completion_ids=[21, 22, 23],
+            sampling_logprobs=[-0.125, -1.5, -0.03125],
+            completion_text=text,
+            temperature=0.7,
+            policy_version=version,
+            finish_reason="stop",
+            trainable=True,
+            response_message={"role": "assistant", "content": text},
+        )
     )
 
 

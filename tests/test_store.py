@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_trl.records import Judgement, TrainingSample, Vote
+from openclaw_trl.records import Judgement, ServedTurn, TrainingSample, Vote
 from openclaw_trl.store import SCHEMA_VERSION, Store, StoreError
 
 
@@ -34,18 +34,20 @@ def _turn(
     store: Store, session: int, turn_type: str = "main", text: str = "hi", trainable: bool = True
 ) -> int:
     return store.conversations.add_turn(
-        session,
-        turn_type,
-        [{"role": "user", "content": text}],
-        [{"type": "function", "function": {"name": "calc"}}],
-        [1, 2, 3],
-        [4, 5],
-        [-0.5, -0.25],
-        "hello",
-        0.7,
-        2,
-        "stop",
-        trainable=trainable,
+        ServedTurn(
+            session_id=session,
+            turn_type=turn_type,
+            prompt_messages=[{"role": "user", "content": text}],
+            tools=[{"type": "function", "function": {"name": "calc"}}],
+            prompt_ids=[1, 2, 3],
+            completion_ids=[4, 5],
+            sampling_logprobs=[-0.5, -0.25],
+            completion_text="hello",
+            temperature=0.7,
+            policy_version=2,
+            finish_reason="stop",
+            trainable=trainable,
+        )
     )
 
 
@@ -271,7 +273,20 @@ def test_recent_hints_newest_last_without_private(tmp_path):
     for i, private in enumerate([False, True, False, False]):
         sid = store.conversations.open_session(f"k{i}", private=private)
         tid = store.conversations.add_turn(
-            sid, "main", [{"role": "user", "content": "q"}], None, [1], [2], [-0.1], "a", 1.0, 0, "stop", True
+            ServedTurn(
+                session_id=sid,
+                turn_type="main",
+                prompt_messages=[{"role": "user", "content": "q"}],
+                tools=None,
+                prompt_ids=[1],
+                completion_ids=[2],
+                sampling_logprobs=[-0.1],
+                completion_text="a",
+                temperature=1.0,
+                policy_version=0,
+                finish_reason="stop",
+                trainable=True,
+            )
         )
         store.conversations.attach_next_state(tid, {"role": "user", "content": "fix it"}, "request")
         votes = [Vote("hint", "callable", "r", 1, f"hint number {i}")]

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 
 from openclaw_trl.engines.base import Completion
-from openclaw_trl.records import Session, Turn
+from openclaw_trl.records import ServedTurn, Session, Turn
 from openclaw_trl.sessions.chaining import request_exchanges, system_text, turn_keys
 from openclaw_trl.sessions.requests import (
     RequestContext,
@@ -241,23 +241,25 @@ class TurnCollector(TurnSignals):
         now = self.clock()
         with self._lock, self.store.atomic():
             turn_id = self.store.conversations.add_turn(
-                ctx.session_id,
-                ctx.turn_type,
-                ctx.messages,
-                ctx.tools,
-                prompt_ids,
-                completion.token_ids,
-                completion.logprobs,
-                completion_text,
-                temperature,
-                completion.policy_version,
-                completion.finish_reason,
-                trainable=ctx.trainable and len(completion.token_ids) > 0,
-                history_hash=ctx.history_hash,
-                response_message=response_message,
+                ServedTurn(
+                    session_id=ctx.session_id,
+                    turn_type=ctx.turn_type,
+                    prompt_messages=ctx.messages,
+                    tools=ctx.tools,
+                    prompt_ids=prompt_ids,
+                    completion_ids=completion.token_ids,
+                    sampling_logprobs=completion.logprobs,
+                    completion_text=completion_text,
+                    temperature=temperature,
+                    policy_version=completion.policy_version,
+                    finish_reason=completion.finish_reason,
+                    trainable=ctx.trainable and len(completion.token_ids) > 0,
+                    history_hash=ctx.history_hash,
+                    response_message=response_message,
+                    exchange_key=exchange_key,
+                    reply_key=reply_key,
+                ),
                 now=now,
-                exchange_key=exchange_key,
-                reply_key=reply_key,
             )
             if ctx.session_done:
                 self.store.conversations.end_session(ctx.session_id, "done", now)
