@@ -7,8 +7,8 @@ budget is spent; :func:`probe_callback` evaluates each published policy and rele
 
 from __future__ import annotations
 
-import logging
 import copy
+import logging
 import threading
 import time
 from collections.abc import Callable
