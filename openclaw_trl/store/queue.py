@@ -4,8 +4,8 @@ Queue rules:
 
 * nothing is ever deleted: samples beyond a training batch stay queued for the next batch, and a consumed
   sample is marked with the training step that used it (:meth:`SampleQueue.mark_consumed`);
-* "waiting" = not consumed, not dropped, not leased, and not of a session flagged private after it was judged
-  (such samples are kept, never handed out);
+* "waiting" = not consumed, not dropped, and not of a session flagged private after it was judged (such
+  samples are kept, never handed out); a batch takes waiting samples that no batch leases;
 * a waiting sample whose weights are more than ``max_staleness`` updates away from the current ones along
   the lineage (:mod:`~openclaw_trl.store.lineage`) is dropped when a batch is taken: it stays in the store
   with its ``dropped_reason`` and is never handed out (:meth:`SampleQueue.drop_stale`); the batch is filled
@@ -45,9 +45,9 @@ from openclaw_trl.store.lineage import PolicyLineage
 _WAITING_SQL = (
     " FROM samples s LEFT JOIN turns t ON s.origin IN ('scorer', 'group') AND t.id = s.turn_id"
     " LEFT JOIN sessions ss ON ss.id = t.session_id"
-    " WHERE s.consumed_step IS NULL AND s.dropped_reason IS NULL AND s.lease IS NULL"
-    " AND COALESCE(ss.private, 0) = 0"
+    " WHERE s.consumed_step IS NULL AND s.dropped_reason IS NULL AND COALESCE(ss.private, 0) = 0"
 )
+_FREE_SQL = " AND s.lease IS NULL"  # ... and not leased to a batch
 
 # ... and not held by an open correction window of its turn (the parameter: now, a Unix time).
 _UNHELD_SQL = " AND COALESCE(t.correction_until, 0) <= ?"
@@ -118,7 +118,7 @@ class SampleQueue:
         return sample_id
 
     def _available_ids(self, limit: int | None = None, conn: sqlite3.Connection | None = None) -> list[int]:
-        sql = "SELECT s.id" + _WAITING_SQL + _UNHELD_SQL + " ORDER BY s.id"
+        sql = "SELECT s.id" + _WAITING_SQL + _FREE_SQL + _UNHELD_SQL + " ORDER BY s.id"
         params: tuple = (time.time(),)
         if limit is not None:
             sql += " LIMIT ?"
@@ -137,7 +137,7 @@ class SampleQueue:
     def count_waiting(self) -> int:
         """Judged samples not consumed yet, not held by a correction window and not leased to a batch (what
         the next batch sees)."""
-        sql = "SELECT COUNT(*)" + _WAITING_SQL + _UNHELD_SQL
+        sql = "SELECT COUNT(*)" + _WAITING_SQL + _FREE_SQL + _UNHELD_SQL
         return self._db.conn().execute(sql, (time.time(),)).fetchone()[0]
 
     def next_window_close(self) -> float | None:
@@ -201,7 +201,7 @@ class SampleQueue:
         """Mark the waiting samples more than ``max_staleness`` updates away from ``policy_version`` along the
         lineage (:meth:`~openclaw_trl.store.lineage.Lineage.staleness`) as dropped (kept, with the reason,
         never handed out); returns how many were dropped now. Leased samples are never dropped."""
-        sql = "SELECT s.id, s.policy_version" + _WAITING_SQL + " AND s.policy_version != ?"
+        sql = "SELECT s.id, s.policy_version" + _WAITING_SQL + _FREE_SQL + " AND s.policy_version != ?"
         rows = [(r[0], r[1]) for r in self._db.conn().execute(sql, (int(policy_version),)).fetchall()]
         if not rows:
             return 0
