@@ -63,8 +63,8 @@ class Column:
     record is written (``to_row``) and read (``from_row``), and the export gets its feature, all from this.
 
     ``kind`` says how its value is encoded: ``int``, ``float``, ``text`` (as is), ``bool`` (0/1), ``ids`` (a
-    JSON list of ints), ``floats`` (a JSON list of floats), ``json`` (any JSON value), ``blob`` (bytes the
-    record packs itself, e.g. top-K rows). ``attr`` is the record attribute (default: ``name``); the export
+    JSON list of ints), ``floats`` (a JSON list of floats), ``json`` (any JSON value), ``int32_rows`` /
+    ``float32_rows`` (``[T][K]`` rows the record packs itself, :func:`pack_topk`). ``attr`` is the record attribute (default: ``name``); the export
     names the column after it. ``written``: the record's ``to_row`` writes it (False: set by the store's own
     updates, e.g. ``consumed_step``). ``export``: a column of the dataset export.
     """
@@ -323,8 +323,8 @@ SAMPLE_COLUMNS: tuple[Column, ...] = (
     Column("has_hint", "INTEGER NOT NULL", "bool"),
     Column("hint", "TEXT"),
     Column("teacher_logprobs", "TEXT", "floats"),
-    Column("topk_ids", "BLOB", "blob"),  # int32, row-major (pack_topk)
-    Column("topk_logprobs", "BLOB", "blob"),  # float32, row-major
+    Column("topk_ids", "BLOB", "int32_rows"),  # int32, row-major (pack_topk)
+    Column("topk_logprobs", "BLOB", "float32_rows"),  # float32, row-major
     Column("meta", "TEXT NOT NULL", "json"),
     Column("consumed_step", "INTEGER", "int", written=False),
     Column("dropped_reason", "TEXT", written=False),  # stale / superseded / withdrawn / rolled_back: ...
