@@ -5,138 +5,32 @@ their attributes; nothing here does I/O. Each stored record is built from a row 
 ``from_row(row)`` (a row is any mapping of column names to values, e.g. a ``sqlite3.Row``), which decodes the
 record's JSON columns, named once in its ``JSON_COLUMNS``, and turns its 0/1 columns into booleans.
 
-Column encodings shared with the store's writes (:func:`dumps` / :func:`loads`, :func:`pack_topk` /
-:func:`unpack_topk`): token ids, log-probs and messages are JSON (exact: Python floats round-trip through
-JSON); top-K teacher rows are row-major packed ``int32`` ids and ``float32`` log-probs with their ``[T, K]``
-shape as JSON.
+A sample's columns are declared once, in :data:`SAMPLE_COLUMNS` (:class:`~openclaw_trl.columns.Column`): the
+store creates its table and its ``INSERT`` from them, :meth:`TrainingSample.to_row` writes them, and the export
+takes its features from them; a served turn's written columns likewise (:data:`SERVED_TURN_COLUMNS`,
+:class:`ServedTurn`). The encodings (JSON ids and log-probs, packed top-K rows) are :mod:`openclaw_trl.columns`'.
 """
 
 from __future__ import annotations
 
-import json
-from array import array
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-
-def dumps(value) -> str | None:
-    """A JSON column value (None stays NULL)."""
-    return None if value is None else json.dumps(value, ensure_ascii=False)
-
-
-def loads(text):
-    """The value of a JSON column (NULL gives None)."""
-    return None if text is None else json.loads(text)
-
-
-def pack_topk(ids, logprobs) -> tuple[str | None, bytes | None, bytes | None]:
-    """``(shape JSON, int32 ids, float32 log-probs)`` of ``[T][K]`` top-K rows; all None without them."""
-    if ids is None or logprobs is None:
-        return None, None, None
-    rows = len(ids)
-    k = len(ids[0]) if rows else 0
-    if any(len(r) != k for r in ids) or len(logprobs) != rows or any(len(r) != k for r in logprobs):
-        raise ValueError("top-K ids and log-probs must both be [T][K] with the same T and K")
-    flat_ids = array("i", [int(x) for r in ids for x in r])
-    flat_lp = array("f", [float(x) for r in logprobs for x in r])
-    return json.dumps([rows, k]), flat_ids.tobytes(), flat_lp.tobytes()
-
-
-def unpack_topk(shape_text, ids_blob, lp_blob) -> tuple[list | None, list | None]:
-    """The ``[T][K]`` ids and log-probs packed by :func:`pack_topk` (None, None without a shape)."""
-    if shape_text is None:
-        return None, None
-    rows, k = json.loads(shape_text)
-    ids, lps = array("i"), array("f")
-    ids.frombytes(ids_blob)
-    lps.frombytes(lp_blob)
-    return (
-        [list(ids[r * k : (r + 1) * k]) for r in range(rows)],
-        [list(lps[r * k : (r + 1) * k]) for r in range(rows)],
-    )
-
-
-@dataclass(frozen=True)
-class Column:
-    """One stored column of a record, declared once: the table is created, an existing table gains it, the
-    record is written (``to_row``) and read (``from_row``), and the export gets its feature, all from this.
-
-    ``kind`` says how its value is encoded: ``int``, ``float``, ``text`` (as is), ``bool`` (0/1), ``ids`` (a
-    JSON list of ints), ``floats`` (a JSON list of floats), ``json`` (any JSON value), ``int32_rows`` /
-    ``float32_rows`` (``[T][K]`` rows the record packs itself, :func:`pack_topk`). ``attr`` is the record attribute (default: ``name``); the export
-    names the column after it. ``written``: the record's ``to_row`` writes it (False: set by the store's own
-    updates, e.g. ``consumed_step``). ``export``: a column of the dataset export.
-    """
-
-    name: str
-    sql: str  # the SQL declaration, e.g. "INTEGER NOT NULL"; a column added to an existing file must be
-    # nullable or have a DEFAULT (``ALTER TABLE ... ADD COLUMN``)
-    kind: str = "text"
-    attr: str = ""
-    written: bool = True
-    export: bool = True
-
-    @property
-    def field(self) -> str:
-        return self.attr or self.name
-
-    def encode(self, value):
-        """The column value of the record attribute ``value`` (None stays NULL)."""
-        if value is None:
-            return None
-        if self.kind == "int":
-            return int(value)
-        if self.kind == "float":
-            return float(value)
-        if self.kind == "bool":
-            return int(bool(value))
-        if self.kind == "ids":
-            return dumps([int(t) for t in value])
-        if self.kind == "floats":
-            return dumps([float(x) for x in value])
-        if self.kind == "json":
-            return dumps(value)
-        return value
-
-
-def table_sql(table: str, columns: tuple[Column, ...]) -> str:
-    """``CREATE TABLE IF NOT EXISTS`` of ``columns`` (the first one is the primary key)."""
-    body = ",\n    ".join(f"{c.name} {c.sql}" for c in columns)
-    return f"CREATE TABLE IF NOT EXISTS {table} (\n    {body}\n)"
-
-
-def insert_sql(table: str, columns: tuple[Column, ...]) -> str:
-    """The ``INSERT`` of the written ``columns`` (named parameters: ``:name``)."""
-    names = [c.name for c in columns if c.written]
-    return f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join(':' + n for n in names)})"
-
-
-class _Row:
-    """``from_row``: a record from a row holding (at least) its columns; extra columns are ignored and
-    missing ones keep the field's default."""
-
-    JSON_COLUMNS: ClassVar[tuple[str, ...]] = ()
-    BOOL_COLUMNS: ClassVar[tuple[str, ...]] = ()
-
-    @classmethod
-    def _decoded(cls, row: Mapping[str, Any]) -> dict[str, Any]:
-        data = dict(row)
-        for name in cls.JSON_COLUMNS:
-            if name in data:
-                data[name] = loads(data[name])
-        for name in cls.BOOL_COLUMNS:
-            if data.get(name) is not None:
-                data[name] = bool(data[name])
-        return {f.name: data[f.name] for f in fields(cls) if f.name in data}
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]):
-        return cls(**cls._decoded(row))
+from openclaw_trl.columns import (  # noqa: F401 - the column helpers are part of this module's API
+    Column,
+    Row,
+    dumps,
+    insert_sql,
+    loads,
+    pack_topk,
+    table_sql,
+    unpack_topk,
+)
 
 
 @dataclass
-class Session(_Row):
+class Session(Row):
     """One conversation: the ``generation``-th session of the client's ``key`` (None when anonymous)."""
 
     id: int
@@ -153,7 +47,7 @@ class Session(_Row):
 
 
 @dataclass
-class Turn(_Row):
+class Turn(Row):
     """One served assistant turn: the prompt and the sampled completion exactly as the engine saw them,
     its next state once known, and the judge's verdict.
 
@@ -271,7 +165,7 @@ class ServedTurn:
 
 
 @dataclass
-class Vote(_Row):
+class Vote(Row):
     """One judge vote: ``value`` is the parsed verdict (None = invalid, failed or timed out).
 
     The judge builds the first six fields; the store adds where the vote belongs when it reads it back.
@@ -290,7 +184,7 @@ class Vote(_Row):
 
 
 @dataclass
-class Feedback(_Row):
+class Feedback(Row):
     """Explicit feedback on a turn (a rating of +1 / -1 and/or a text); ``attached`` when it became the
     turn's next state. ``kind``: ``rating`` (👍/👎), ``correction`` (typed), ``edit`` (the answer edited in
     the UI), ``reject`` (retry: the user asked for another answer); None for feedback stored before kinds."""
@@ -341,7 +235,7 @@ SAMPLE_COLUMNS: tuple[Column, ...] = (
 
 
 @dataclass
-class TrainingSample(_Row):
+class TrainingSample(Row):
     """One assistant turn, judged, ready for a PPO update.
 
     The token ids are exactly those the engine saw and sampled (never re-tokenized text).
@@ -437,7 +331,7 @@ class Candidate:
 
 
 @dataclass
-class CandidateGroup(_Row):
+class CandidateGroup(Row):
     """The ``N`` candidates sampled for one served turn (Best-of-N), their quick scores, the one served.
 
     ``score_mean`` / ``score_std`` are over the candidates that have a score (the std with Bessel's

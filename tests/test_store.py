@@ -116,14 +116,13 @@ def test_reopen_serves_unconsumed_first_and_requeue_after(tmp_path):
         ids = [s.queue.add_sample(_sample(turn_id=i)) for i in range(4)]
         s.queue.mark_consumed([s.queue.take_samples(1)[0].sample_id], step=1)
         s.queue.mark_consumed([s.queue.take_samples(1)[0].sample_id], step=2)
-        s.queue.take_samples(1)  # handed out but never consumed: the process "crashes"
+        s.queue.take_samples(1)  # leased, never consumed: closing the store releases it
     with Store(path) as s:
         assert s.queue.resume_position().last_consumed_step == 2
         assert [x.sample_id for x in s.queue.take_samples(10)] == ids[2:]
         s.queue.release(ids[2:])
-        assert (
-            s.queue.requeue_after(1) == 1
-        )  # the checkpoint is at step 1: step 2's samples are trained again
+        # the checkpoint is at step 1: step 2's samples are trained again
+        assert s.queue.requeue_after(1) == 1
         assert [x.sample_id for x in s.queue.take_samples(10)] == [ids[1], ids[2], ids[3]]
 
 
