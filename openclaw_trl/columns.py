@@ -5,8 +5,8 @@ creates the table and its ``INSERT`` from it (:func:`table_sql`, :func:`insert_s
 row with it (``to_row``) and reads one back (``from_row``, :class:`Row`), and the export takes its features
 from it. Nothing here does I/O.
 
-Column encodings (:func:`dumps` / :func:`loads`, :func:`pack_topk` / :func:`unpack_topk`): token ids, log-probs
-and messages are JSON (exact: Python floats round-trip through JSON); top-K teacher rows are row-major packed
+Column encodings (:func:`dumps` / :func:`loads`, :func:`pack_topk` / :func:`unpack_topk`): token ids,
+log-probs and messages are JSON (exact: Python floats round-trip through JSON); top-K teacher rows are row-major packed
 ``int32`` ids and ``float32`` log-probs with their ``[T, K]`` shape as JSON.
 """
 
@@ -63,9 +63,10 @@ class Column:
 
     ``kind`` says how its value is encoded: ``int``, ``float``, ``text`` (as is), ``bool`` (0/1), ``ids`` (a
     JSON list of ints), ``floats`` (a JSON list of floats), ``json`` (any JSON value), ``int32_rows`` /
-    ``float32_rows`` (``[T][K]`` rows the record packs itself, :func:`pack_topk`). ``attr`` is the record attribute (default: ``name``); the export
-    names the column after it. ``written``: the record's ``to_row`` writes it (False: set by the store's own
-    updates, e.g. ``consumed_step``). ``export``: a column of the dataset export.
+    ``float32_rows`` (``[T][K]`` rows the record packs itself, :func:`pack_topk`). ``attr`` is the record
+    attribute (default: ``name``); the export names the column after it. ``written``: the record's ``to_row``
+    writes it (False: set by the store's own updates, e.g. ``consumed_step``). ``export``: a column of the
+    dataset export.
     """
 
     name: str

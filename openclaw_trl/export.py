@@ -7,7 +7,9 @@ log-probs the trainer used; each Best-of-N group (split ``groups``) keeps the ca
 their quick scores and which one was served (the split is left out of a store without groups). Conversations marked "don't learn" (private sessions) stay out unless the
 caller asks for them, and a Hub push is private unless asked otherwise.
 
-The store is read only through its public export API (``store.queries.iter_sessions / iter_turns / iter_samples``).
+The store is read only through its public export API (``store.queries``: ``iter_sessions``, ``iter_turns``,
+``iter_samples``, ``iter_groups``); the samples split's columns are the sample's own declaration
+(``records.SAMPLE_COLUMNS``).
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ their attributes; nothing here does I/O. Each stored record is built from a row 
 record's JSON columns, named once in its ``JSON_COLUMNS``, and turns its 0/1 columns into booleans.
 
 A sample's columns are declared once, in :data:`SAMPLE_COLUMNS` (:class:`~openclaw_trl.columns.Column`): the
-store creates its table and its ``INSERT`` from them, :meth:`TrainingSample.to_row` writes them, and the export
-takes its features from them; a served turn's written columns likewise (:data:`SERVED_TURN_COLUMNS`,
-:class:`ServedTurn`). The encodings (JSON ids and log-probs, packed top-K rows) are :mod:`openclaw_trl.columns`'.
+store creates its table and its ``INSERT`` from them, :meth:`TrainingSample.to_row` writes them, and the
+export takes its features from them; a served turn's written columns likewise (:data:`SERVED_TURN_COLUMNS`,
+:class:`ServedTurn`). The encodings (JSON ids and log-probs, packed top-K rows): :mod:`openclaw_trl.columns`.
 """
 
 from __future__ import annotations
@@ -106,8 +106,8 @@ class Turn(Row):
     BOOL_COLUMNS: ClassVar[tuple[str, ...]] = ("trainable", "private")
 
 
-# The columns of a served turn that ``Conversations.add_turn`` writes from a :class:`ServedTurn` (the store adds
-# ``idx``, ``created``, ``status`` and ``close_reason``; the next state and the verdict come later).
+# The columns of a served turn that ``Conversations.add_turn`` writes from a :class:`ServedTurn` (the store
+# adds ``idx``, ``created``, ``status`` and ``close_reason``; the next state and the verdict come later).
 SERVED_TURN_COLUMNS: tuple[Column, ...] = (
     Column("session_id", "INTEGER NOT NULL", "int"),
     Column("turn_type", "TEXT NOT NULL"),
@@ -156,7 +156,8 @@ class ServedTurn:
             raise ValueError(f"turn_type must be 'main' or 'side', got {self.turn_type!r}")
         if len(self.sampling_logprobs) != len(self.completion_ids):
             raise ValueError(
-                f"{len(self.sampling_logprobs)} sampling log-probs for {len(self.completion_ids)} completion tokens"
+                f"{len(self.sampling_logprobs)} sampling log-probs for "
+                f"{len(self.completion_ids)} completion tokens"
             )
         row = {c.name: c.encode(getattr(self, c.field)) for c in SERVED_TURN_COLUMNS}
         row["prompt_messages"] = dumps(list(self.prompt_messages))

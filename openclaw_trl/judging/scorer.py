@@ -9,13 +9,14 @@ A background worker (its own thread) polls the store for ``ready`` turns, a grou
    :func:`~openclaw_trl.judge.select_hint` of the hint votes;
 3. for turns with an accepted hint, scores the original completion ids under the hint-augmented prompt
    (:mod:`openclaw_trl.judging.teacher`);
-4. commits votes, verdict and sample in one transaction (:meth:`~openclaw_trl.store.judging.Judging.save_judgement`).
+4. commits votes, verdict and sample in one transaction (``store.judging.save_judgement``).
 
 A turn whose judging raises (a broken judge callable, a malformed stored turn) is judged again alone, so
 the other turns of its group go on; after ``max_attempts`` failed attempts it is set aside as ``failed``
-with its error (:meth:`~openclaw_trl.store.judging.Judging.record_judge_failure`) and never blocks later turns. A turn whose accepted
+with its error (``store.judging.record_judge_failure``) and never blocks later turns. A turn whose accepted
 hint could not be teacher-scored (the prompt does not render, or the engine refuses or fails the scoring)
-keeps at most its RL reward and is counted (``stats["teacher_failed"]``, :meth:`~openclaw_trl.store.judging.Judging.count_teacher_failed`).
+keeps at most its RL reward and is counted (``stats["teacher_failed"]``,
+``store.judging.count_teacher_failed``).
 
 Sample rules (a turn yields at most one sample; a turn without a usable verdict yields none, never a
 masked placeholder):

@@ -6,7 +6,7 @@ connection per thread, ``BEGIN IMMEDIATE`` write transactions ``tx()``, ``atomic
 repositories over it, one job each, sharing nothing but the database:
 
 * ``store.conversations`` (:class:`~openclaw_trl.store.conversations.Conversations`): sessions and served
-  turns, their next states and feedback, withdrawals; the turn life cycle. Used by :mod:`openclaw_trl.sessions`;
+  turns, their next states and feedback, withdrawals; the turn life cycle. Used by the sessions;
 * ``store.judging`` (:class:`~openclaw_trl.store.judging.Judging`): ready turns, judgements committed in one
   transaction, votes, judge failures. Used by :mod:`openclaw_trl.judging`;
 * ``store.queue`` (:class:`~openclaw_trl.store.queue.SampleQueue`): samples leased to the trainer oldest

@@ -8,7 +8,8 @@ Turn life cycle (``turns.status``)::
           `--session ended / history diverged / side turn--> closed   (never trained; reason kept)
     any status --withdrawn (the user undid the exchange)--> closed ``withdrawn`` (never judged or trained)
 
-A turn is committed before the server answers (:meth:`Conversations.add_turn`, a :class:`~openclaw_trl.records.ServedTurn`); attaching a next state
+A turn is committed before the server answers (:meth:`Conversations.add_turn`, one
+:class:`~openclaw_trl.records.ServedTurn`); attaching a next state
 checks and moves the turn's status in one transaction. A turn has at most one live sample: explicit
 feedback on a judged turn whose sample was not trained on yet supersedes that sample (kept with
 ``dropped_reason = 'superseded'``, never handed out) and the turn is judged again; a sample that was
@@ -300,8 +301,8 @@ def _withdraw_group_samples(tx: sqlite3.Connection, turn_id: int) -> None:
     """A withdrawn turn's waiting Best-of-N group samples are dropped too (kept, reason ``withdrawn``): the
     undone exchange teaches nothing, its candidates included; those leased to a batch are left to it."""
     tx.execute(
-        "UPDATE samples SET dropped_reason = ? WHERE turn_id = ? AND origin = 'group' AND consumed_step IS NULL"
-        " AND dropped_reason IS NULL AND lease IS NULL",
+        "UPDATE samples SET dropped_reason = ? WHERE turn_id = ? AND origin = 'group'"
+        " AND consumed_step IS NULL AND dropped_reason IS NULL AND lease IS NULL",
         (WITHDRAWN, turn_id),
     )
 

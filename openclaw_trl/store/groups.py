@@ -1,9 +1,10 @@
 """Best-of-N groups: the candidates of a served turn with their quick scores, and their group samples.
 
 A group and its samples are written in one transaction (:meth:`Groups.add_group`), in the one that records
-the served turn (``store.atomic()``), before the reply leaves: a crash never leaves a group without its samples,
-samples without their group, or a served turn without its group. Group samples have ``origin = 'group'`` and join the sample queue like judged ones
-(oldest first, withheld when their session is flagged private, dropped when too stale).
+the served turn (``store.atomic()``), before the reply leaves: a crash never leaves a group without its
+samples, samples without their group, or a served turn without its group. Group samples have
+``origin = 'group'`` and join the sample queue like judged ones (oldest first, withheld when their session
+is flagged private, dropped when too stale).
 """
 
 from __future__ import annotations

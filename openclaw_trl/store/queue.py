@@ -214,7 +214,8 @@ class SampleQueue:
             return 0
         with self._db.tx() as tx:
             tx.executemany(
-                "UPDATE samples SET dropped_reason = ? WHERE id = ? AND consumed_step IS NULL AND lease IS NULL",
+                "UPDATE samples SET dropped_reason = ? WHERE id = ?"
+                " AND consumed_step IS NULL AND lease IS NULL",
                 [
                     (
                         f"stale: sampled by v{v}, {distance[v]} updates from policy v{policy_version}, "
