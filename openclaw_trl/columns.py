@@ -6,8 +6,8 @@ row with it (``to_row``) and reads one back (``from_row``, :class:`Row`), and th
 from it. Nothing here does I/O.
 
 Column encodings (:func:`dumps` / :func:`loads`, :func:`pack_topk` / :func:`unpack_topk`): token ids,
-log-probs and messages are JSON (exact: Python floats round-trip through JSON); top-K teacher rows are row-major packed
-``int32`` ids and ``float32`` log-probs with their ``[T, K]`` shape as JSON.
+log-probs and messages are JSON (exact: Python floats round-trip through JSON); top-K teacher rows are
+row-major packed ``int32`` ids and ``float32`` log-probs with their ``[T, K]`` shape as JSON.
 """
 
 from __future__ import annotations
