@@ -299,7 +299,7 @@ def train_case(args) -> dict:
                 values = getattr(s, name)
                 if values is not None:
                     setattr(s, name, (values + [-1.0] * args.completion)[: args.completion])
-            store.add_sample(s)
+            store.queue.add_sample(s)
         config = openclaw_args(geometry, args.steps, tmp)  # Combine, no checkpoint per update
         config.update(checkpointing_args(True))
         cuda = torch.cuda.is_available()

@@ -139,7 +139,7 @@ def build_trainer(path: Path, geometry: dict, steps: int, tmp: str, engine, time
     tokenizer = AutoTokenizer.from_pretrained(path)
     store = Store(Path(tmp) / "store.sqlite")
     for s in make_samples(steps * geometry["batch"], geometry, min(len(tokenizer), 2000)):
-        store.add_sample(s)
+        store.queue.add_sample(s)
     args = {**openclaw_args(geometry, steps, tmp), **checkpointing_args(True)}
     cuda = torch.cuda.is_available()
     load = {"dtype": torch.bfloat16 if cuda else torch.float32}

@@ -71,11 +71,12 @@ class CountingEngine:
 def fill_store(store, tokenizer, n: int, completion_len: int, seed: int = 0) -> None:
     """``n`` ready turns: a short conversation, a completion of random ids, and a user reply as next state."""
     from openclaw_trl.chat import render_prompt_ids
+    from openclaw_trl.records import ServedTurn
 
     rng = random.Random(seed)
     words = "the total is five apples and three books so we add them for a week of homework".split()
     for i in range(n):
-        session = store.open_session(f"bench-{i}")
+        session = store.conversations.open_session(f"bench-{i}")
         topic = TOPICS[i % len(TOPICS)]
         messages = [
             {"role": "system", "content": "You are a helpful assistant."},
@@ -83,22 +84,24 @@ def fill_store(store, tokenizer, n: int, completion_len: int, seed: int = 0) -> 
         ]
         text = " ".join(rng.choice(words) for _ in range(completion_len))
         completion = tokenizer.encode(text, add_special_tokens=False)[:completion_len]
-        turn = store.add_turn(
-            session,
-            "main",
-            messages,
-            None,
-            render_prompt_ids(tokenizer, messages),
-            completion,
-            [-1.0] * len(completion),
-            text,
-            1.0,
-            0,
-            "stop",
-            True,
-            response_message={"role": "assistant", "content": text},
+        turn = store.conversations.add_turn(
+            ServedTurn(
+                session_id=session,
+                turn_type="main",
+                prompt_messages=messages,
+                tools=None,
+                prompt_ids=render_prompt_ids(tokenizer, messages),
+                completion_ids=completion,
+                sampling_logprobs=[-1.0] * len(completion),
+                completion_text=text,
+                temperature=1.0,
+                policy_version=0,
+                finish_reason="stop",
+                trainable=True,
+                response_message={"role": "assistant", "content": text},
+            )
         )
-        store.attach_next_state(
+        store.conversations.attach_next_state(
             turn, {"role": "user", "content": "No, answer in French and be brief."}, "request"
         )
 
@@ -138,7 +141,7 @@ def bench_scorer(model_dir: Path, m: int, turns: int, completion_len: int, judge
             t0 = time.perf_counter()
             judged = scorer.run_until_idle()
             wall = time.perf_counter() - t0
-            samples = store.count_waiting()
+            samples = store.queue.count_waiting()
             scorer.close()
             store.close()
     finally:

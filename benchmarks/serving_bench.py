@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> dict:
                 load.join(timeout=600)
                 version = load.version
                 rows.append(summarize("training", results, wall, load))
-        stored = sum(1 for _ in serving.store.iter_turns(include_private=True))
+        stored = sum(1 for _ in serving.store.queries.iter_turns(include_private=True))
     finally:
         serving.close()
         shutil.rmtree(work, ignore_errors=True)  # the 0.6B-shaped model alone is 2.4 GB

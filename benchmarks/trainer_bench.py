@@ -337,7 +337,7 @@ def build_openclaw(path: Path, samples: list, geometry: dict, steps: int, tmp: s
 
     store = Store(Path(tmp) / "store.sqlite")
     for s in samples[: steps * geometry["batch"]]:
-        store.add_sample(s)
+        store.queue.add_sample(s)
     args = openclaw_args(geometry, steps, tmp)
     if kd_topk:
         args.update(w_kd=0.1, kd_topk=kd_topk)

@@ -1,8 +1,9 @@
 """Did it learn for me? Your recent prompts replayed through two policies, side by side, with the same seed.
 
 The prompts are the token ids of the most recent main turns of conversations not marked private ("don't
-learn from this conversation"), exactly as the engine saw them (``Store.recent_prompt_turns``; ``distinct_prompt_turns`` keeps one turn per
-prompt text, so a question asked in many conversations is replayed once). Each prompt is
+learn from this conversation"), exactly as the engine saw them (``store.queries.recent_prompt_turns``;
+``distinct_prompt_turns`` keeps one turn per prompt text, so a question asked in many conversations is
+replayed once). Each prompt is
 generated once per side with the same sampling parameters and the same seed (``seed + i`` for the i-th
 prompt), so a difference between the two replies comes from the weights, not from the dice.
 
@@ -65,7 +66,7 @@ def distinct_prompt_turns(store, n: int, scan: int = 16) -> list[Turn]:
     person's last message) differ, newest first, found among the ``n * scan`` most recent distinct prompts:
     a person who asks the same question in many conversations gets it once, and the others as well."""
     seen, out = set(), []
-    for turn in store.recent_prompt_turns(n * scan):
+    for turn in store.queries.recent_prompt_turns(n * scan):
         text = prompt_text(turn).strip()
         if text not in seen:
             seen.add(text)

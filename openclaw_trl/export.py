@@ -7,7 +7,9 @@ log-probs the trainer used; each Best-of-N group (split ``groups``) keeps the ca
 their quick scores and which one was served (the split is left out of a store without groups). Conversations marked "don't learn" (private sessions) stay out unless the
 caller asks for them, and a Hub push is private unless asked otherwise.
 
-The store is read only through its public export API (``Store.iter_sessions / iter_turns / iter_samples``).
+The store is read only through its public export API (``store.queries``: ``iter_sessions``, ``iter_turns``,
+``iter_samples``, ``iter_groups``); the samples split's columns are the sample's own declaration
+(``records.SAMPLE_COLUMNS``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from openclaw_trl.errors import UserError
 from openclaw_trl.fsutil import staged_directory
+from openclaw_trl.records import SAMPLE_COLUMNS, Column
 
 SPLITS = ("sessions", "turns", "samples", "groups")
 
@@ -47,6 +50,17 @@ def dataset_features() -> dict[str, Any]:
     int64, int32, float64, string, boolean = (
         Value(t) for t in ("int64", "int32", "float64", "string", "bool")
     )
+    kinds = {  # the feature of each column kind (records.Column)
+        "int": int64,
+        "float": float64,
+        "text": string,
+        "bool": boolean,
+        "ids": List(int32),
+        "floats": List(float64),
+        "json": json_feature,
+        "int32_rows": List(List(int32)),
+        "float32_rows": List(List(Value("float32"))),
+    }
     return {
         "sessions": Features(
             session_id=int64,
@@ -86,29 +100,8 @@ def dataset_features() -> dict[str, Any]:
             sampling_logprobs=List(float64),
         ),
         "samples": Features(
-            sample_id=int64,
-            turn_id=int64,
-            origin=string,
-            created=float64,
-            prompt_ids=List(int32),
-            completion_ids=List(int32),
-            sampling_logprobs=List(float64),
-            temperature=float64,
-            policy_version=int64,
-            reward=float64,
-            baseline=float64,
-            has_hint=boolean,
-            hint=string,
-            teacher_logprobs=List(float64),
-            topk_ids=List(List(int32)),
-            topk_logprobs=List(List(Value("float32"))),  # stored as float32: exported exactly
-            meta=json_feature,
-            consumed_step=int64,
-            dropped_reason=string,
-            group_id=int64,
-            group_std=float64,
-            weight=float64,
-        ),
+            {c.field: kinds[c.kind] for c in SAMPLE_COLUMNS if c.export}
+        ),  # topk_logprobs stored as float32: exported exactly
         "groups": Features(
             group_id=int64,
             turn_id=int64,
@@ -144,7 +137,7 @@ def collect_rows(store, include_private: bool = False) -> dict[str, list[dict[st
             "private": s.private,
             "anonymous": s.anonymous,
         }
-        for s in store.iter_sessions()
+        for s in store.queries.iter_sessions()
         if include_private or not s.private
     ]
     turns = [
@@ -174,34 +167,12 @@ def collect_rows(store, include_private: bool = False) -> dict[str, list[dict[st
             "completion_ids": t.completion_ids,
             "sampling_logprobs": t.sampling_logprobs,
         }
-        for t in store.iter_turns(include_private=include_private)
+        for t in store.queries.iter_turns(include_private=include_private)
     ]
+    exported = [c for c in SAMPLE_COLUMNS if c.export]
     samples = [
-        {
-            "sample_id": s.sample_id,
-            "turn_id": s.turn_id,
-            "origin": s.origin,
-            "created": s.created,
-            "prompt_ids": s.prompt_ids,
-            "completion_ids": s.completion_ids,
-            "sampling_logprobs": s.sampling_logprobs,
-            "temperature": s.temperature,
-            "policy_version": s.policy_version,
-            "reward": s.reward,
-            "baseline": s.baseline,
-            "has_hint": s.has_hint,
-            "hint": s.hint,
-            "teacher_logprobs": s.teacher_logprobs,
-            "topk_ids": s.topk_ids,
-            "topk_logprobs": s.topk_logprobs,
-            "meta": encode(s.meta),
-            "consumed_step": s.consumed_step,
-            "dropped_reason": s.dropped_reason,  # set when it was never trained on (e.g. stale)
-            "group_id": s.group_id,  # a Best-of-N group sample (origin "group")
-            "group_std": s.group_std,
-            "weight": s.weight,  # multiplies its advantage (a served Best-of-N candidate's verdict)
-        }
-        for s in store.iter_samples(include_private=include_private)
+        {c.field: _export_value(c, getattr(s, c.field), encode) for c in exported}
+        for s in store.queries.iter_samples(include_private=include_private)
     ]
     groups = [
         {
@@ -221,9 +192,14 @@ def collect_rows(store, include_private: bool = False) -> dict[str, list[dict[st
             "finish_reasons": [c.finish_reason for c in g.candidates],
             "policy_versions": [c.policy_version for c in g.candidates],
         }
-        for g in store.iter_groups(include_private=include_private)
+        for g in store.groups.iter_groups(include_private=include_private)
     ]
     return {"sessions": sessions, "turns": turns, "samples": samples, "groups": groups}
+
+
+def _export_value(column: Column, value, encode):
+    """A record attribute as the export holds it (free-form JSON through ``encode``)."""
+    return encode(value) if column.kind == "json" else value
 
 
 def open_store(path: str | os.PathLike):

@@ -5,83 +5,32 @@ their attributes; nothing here does I/O. Each stored record is built from a row 
 ``from_row(row)`` (a row is any mapping of column names to values, e.g. a ``sqlite3.Row``), which decodes the
 record's JSON columns, named once in its ``JSON_COLUMNS``, and turns its 0/1 columns into booleans.
 
-Column encodings shared with the store's writes (:func:`dumps` / :func:`loads`, :func:`pack_topk` /
-:func:`unpack_topk`): token ids, log-probs and messages are JSON (exact: Python floats round-trip through
-JSON); top-K teacher rows are row-major packed ``int32`` ids and ``float32`` log-probs with their ``[T, K]``
-shape as JSON.
+A sample's columns are declared once, in :data:`SAMPLE_COLUMNS` (:class:`~openclaw_trl.columns.Column`): the
+store creates its table and its ``INSERT`` from them, :meth:`TrainingSample.to_row` writes them, and the
+export takes its features from them; a served turn's written columns likewise (:data:`SERVED_TURN_COLUMNS`,
+:class:`ServedTurn`). The encodings (JSON ids and log-probs, packed top-K rows): :mod:`openclaw_trl.columns`.
 """
 
 from __future__ import annotations
 
-import json
-from array import array
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-
-def dumps(value) -> str | None:
-    """A JSON column value (None stays NULL)."""
-    return None if value is None else json.dumps(value, ensure_ascii=False)
-
-
-def loads(text):
-    """The value of a JSON column (NULL gives None)."""
-    return None if text is None else json.loads(text)
-
-
-def pack_topk(ids, logprobs) -> tuple[str | None, bytes | None, bytes | None]:
-    """``(shape JSON, int32 ids, float32 log-probs)`` of ``[T][K]`` top-K rows; all None without them."""
-    if ids is None or logprobs is None:
-        return None, None, None
-    rows = len(ids)
-    k = len(ids[0]) if rows else 0
-    if any(len(r) != k for r in ids) or len(logprobs) != rows or any(len(r) != k for r in logprobs):
-        raise ValueError("top-K ids and log-probs must both be [T][K] with the same T and K")
-    flat_ids = array("i", [int(x) for r in ids for x in r])
-    flat_lp = array("f", [float(x) for r in logprobs for x in r])
-    return json.dumps([rows, k]), flat_ids.tobytes(), flat_lp.tobytes()
-
-
-def unpack_topk(shape_text, ids_blob, lp_blob) -> tuple[list | None, list | None]:
-    """The ``[T][K]`` ids and log-probs packed by :func:`pack_topk` (None, None without a shape)."""
-    if shape_text is None:
-        return None, None
-    rows, k = json.loads(shape_text)
-    ids, lps = array("i"), array("f")
-    ids.frombytes(ids_blob)
-    lps.frombytes(lp_blob)
-    return (
-        [list(ids[r * k : (r + 1) * k]) for r in range(rows)],
-        [list(lps[r * k : (r + 1) * k]) for r in range(rows)],
-    )
-
-
-class _Row:
-    """``from_row``: a record from a row holding (at least) its columns; extra columns are ignored and
-    missing ones keep the field's default."""
-
-    JSON_COLUMNS: ClassVar[tuple[str, ...]] = ()
-    BOOL_COLUMNS: ClassVar[tuple[str, ...]] = ()
-
-    @classmethod
-    def _decoded(cls, row: Mapping[str, Any]) -> dict[str, Any]:
-        data = dict(row)
-        for name in cls.JSON_COLUMNS:
-            if name in data:
-                data[name] = loads(data[name])
-        for name in cls.BOOL_COLUMNS:
-            if data.get(name) is not None:
-                data[name] = bool(data[name])
-        return {f.name: data[f.name] for f in fields(cls) if f.name in data}
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]):
-        return cls(**cls._decoded(row))
+from openclaw_trl.columns import (  # noqa: F401 - the column helpers are part of this module's API
+    Column,
+    Row,
+    dumps,
+    insert_sql,
+    loads,
+    pack_topk,
+    table_sql,
+    unpack_topk,
+)
 
 
 @dataclass
-class Session(_Row):
+class Session(Row):
     """One conversation: the ``generation``-th session of the client's ``key`` (None when anonymous)."""
 
     id: int
@@ -98,7 +47,7 @@ class Session(_Row):
 
 
 @dataclass
-class Turn(_Row):
+class Turn(Row):
     """One served assistant turn: the prompt and the sampled completion exactly as the engine saw them,
     its next state once known, and the judge's verdict.
 
@@ -157,8 +106,67 @@ class Turn(_Row):
     BOOL_COLUMNS: ClassVar[tuple[str, ...]] = ("trainable", "private")
 
 
+# The columns of a served turn that ``Conversations.add_turn`` writes from a :class:`ServedTurn` (the store
+# adds ``idx``, ``created``, ``status`` and ``close_reason``; the next state and the verdict come later).
+SERVED_TURN_COLUMNS: tuple[Column, ...] = (
+    Column("session_id", "INTEGER NOT NULL", "int"),
+    Column("turn_type", "TEXT NOT NULL"),
+    Column("prompt_messages", "TEXT NOT NULL", "json"),
+    Column("tools", "TEXT", "json"),
+    Column("history_hash", "TEXT"),
+    Column("prompt_ids", "TEXT NOT NULL", "ids"),
+    Column("completion_ids", "TEXT NOT NULL", "ids"),
+    Column("sampling_logprobs", "TEXT NOT NULL", "floats"),
+    Column("completion_text", "TEXT NOT NULL"),
+    Column("response_message", "TEXT", "json"),
+    Column("temperature", "REAL NOT NULL", "float"),
+    Column("policy_version", "INTEGER NOT NULL", "int"),
+    Column("finish_reason", "TEXT"),
+    Column("trainable", "INTEGER NOT NULL", "bool"),
+    Column("exchange_key", "TEXT"),
+    Column("reply_key", "TEXT"),
+)
+
+
 @dataclass
-class Vote(_Row):
+class ServedTurn:
+    """A turn the server is about to answer with, as the store records it (``Conversations.add_turn``):
+    the prompt and completion exactly as the engine saw and sampled them (fields as in :class:`Turn`)."""
+
+    session_id: int
+    turn_type: str  # main / side
+    prompt_messages: list[dict]
+    tools: list[dict] | None
+    prompt_ids: Sequence[int]
+    completion_ids: Sequence[int]
+    sampling_logprobs: Sequence[float]
+    completion_text: str
+    temperature: float
+    policy_version: int
+    finish_reason: str | None
+    trainable: bool  # only a main turn is (a side turn is stored untrainable)
+    history_hash: str | None = None
+    response_message: dict | None = None
+    exchange_key: str | None = None
+    reply_key: str | None = None
+
+    def to_row(self) -> dict[str, Any]:
+        """Its columns (``SERVED_TURN_COLUMNS``); checks the turn type and the per-token log-probs."""
+        if self.turn_type not in ("main", "side"):
+            raise ValueError(f"turn_type must be 'main' or 'side', got {self.turn_type!r}")
+        if len(self.sampling_logprobs) != len(self.completion_ids):
+            raise ValueError(
+                f"{len(self.sampling_logprobs)} sampling log-probs for "
+                f"{len(self.completion_ids)} completion tokens"
+            )
+        row = {c.name: c.encode(getattr(self, c.field)) for c in SERVED_TURN_COLUMNS}
+        row["prompt_messages"] = dumps(list(self.prompt_messages))
+        row["trainable"] = int(bool(self.trainable) and self.turn_type == "main")
+        return row
+
+
+@dataclass
+class Vote(Row):
     """One judge vote: ``value`` is the parsed verdict (None = invalid, failed or timed out).
 
     The judge builds the first six fields; the store adds where the vote belongs when it reads it back.
@@ -177,7 +185,7 @@ class Vote(_Row):
 
 
 @dataclass
-class Feedback(_Row):
+class Feedback(Row):
     """Explicit feedback on a turn (a rating of +1 / -1 and/or a text); ``attached`` when it became the
     turn's next state. ``kind``: ``rating`` (👍/👎), ``correction`` (typed), ``edit`` (the answer edited in
     the UI), ``reject`` (retry: the user asked for another answer); None for feedback stored before kinds."""
@@ -193,8 +201,42 @@ class Feedback(_Row):
     BOOL_COLUMNS: ClassVar[tuple[str, ...]] = ("attached",)
 
 
+# The ``samples`` table, in export order (then the store's own bookkeeping, not exported): the one declaration
+# of a sample's columns (``TrainingSample`` fields document their meaning).
+SAMPLE_COLUMNS: tuple[Column, ...] = (
+    Column("id", "INTEGER PRIMARY KEY", "int", attr="sample_id", written=False),
+    Column("turn_id", "INTEGER NOT NULL", "int"),
+    Column("origin", "TEXT NOT NULL"),  # scorer / group / direct
+    Column("created", "REAL NOT NULL", "float"),
+    Column("prompt_ids", "TEXT NOT NULL", "ids"),
+    Column("completion_ids", "TEXT NOT NULL", "ids"),
+    Column("sampling_logprobs", "TEXT NOT NULL", "floats"),
+    Column("temperature", "REAL NOT NULL", "float"),
+    Column("policy_version", "INTEGER NOT NULL", "int"),
+    Column("reward", "REAL NOT NULL", "float"),
+    Column("baseline", "REAL NOT NULL DEFAULT 0", "float"),
+    Column("has_hint", "INTEGER NOT NULL", "bool"),
+    Column("hint", "TEXT"),
+    Column("teacher_logprobs", "TEXT", "floats"),
+    Column("topk_ids", "BLOB", "int32_rows"),  # int32, row-major (pack_topk)
+    Column("topk_logprobs", "BLOB", "float32_rows"),  # float32, row-major
+    Column("meta", "TEXT NOT NULL", "json"),
+    Column("consumed_step", "INTEGER", "int", written=False),
+    Column("dropped_reason", "TEXT", written=False),  # stale / superseded / withdrawn / rolled_back: ...
+    Column("group_id", "INTEGER", "int"),
+    Column("group_std", "REAL", "float"),
+    Column("weight", "REAL NOT NULL DEFAULT 1", "float"),
+    Column("topk_shape", "TEXT", export=False),  # JSON [T, K] when top-K is stored
+    Column("finish_reason", "TEXT", export=False),
+    Column("teacher_prompt_ids", "TEXT", "ids", export=False),
+    Column("consumed_at", "REAL", "float", written=False, export=False),
+    # the batch lease: the owner token of the queue that handed it out, until consumed or released
+    Column("lease", "TEXT", written=False, export=False),
+)
+
+
 @dataclass
-class TrainingSample(_Row):
+class TrainingSample(Row):
     """One assistant turn, judged, ready for a PPO update.
 
     The token ids are exactly those the engine saw and sampled (never re-tokenized text).
@@ -236,15 +278,11 @@ class TrainingSample(_Row):
     # updates between its weights and the trainer's along the lineage, set when the trainer takes it
     staleness: int | None = field(default=None, compare=False)
 
-    JSON_COLUMNS: ClassVar[tuple[str, ...]] = (
-        "prompt_ids",
-        "completion_ids",
-        "sampling_logprobs",
-        "teacher_logprobs",
-        "teacher_prompt_ids",
-        "meta",
+    COLUMNS: ClassVar[tuple[Column, ...]] = SAMPLE_COLUMNS
+    JSON_COLUMNS: ClassVar[tuple[str, ...]] = tuple(
+        c.name for c in SAMPLE_COLUMNS if c.kind in ("ids", "floats", "json")
     )
-    BOOL_COLUMNS: ClassVar[tuple[str, ...]] = ("has_hint",)
+    BOOL_COLUMNS: ClassVar[tuple[str, ...]] = tuple(c.name for c in SAMPLE_COLUMNS if c.kind == "bool")
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> TrainingSample:
@@ -256,6 +294,29 @@ class TrainingSample(_Row):
             row["topk_shape"], row["topk_ids"], row["topk_logprobs"]
         )
         return cls(**data)
+
+    def to_row(self, **store_fields) -> dict[str, Any]:
+        """The written columns of this sample (``store_fields``, e.g. ``origin`` and ``created``, override its
+        attributes); checks the per-token lengths."""
+        if len(self.sampling_logprobs) != len(self.completion_ids):
+            raise ValueError("sampling_logprobs must have one entry per completion token")
+        if self.teacher_logprobs is not None and len(self.teacher_logprobs) != len(self.completion_ids):
+            raise ValueError("teacher_logprobs must have one entry per completion token")
+        shape, ids_blob, lp_blob = pack_topk(self.topk_ids, self.topk_logprobs)
+        packed = {
+            "topk_shape": shape,
+            "topk_ids": ids_blob,
+            "topk_logprobs": lp_blob,
+            "meta": self.meta or {},
+        }
+        row = {}
+        for column in SAMPLE_COLUMNS:
+            if column.written:
+                value = store_fields.get(
+                    column.name, packed.get(column.name, getattr(self, column.field, None))
+                )
+                row[column.name] = column.encode(value)
+        return row
 
 
 @dataclass
@@ -271,7 +332,7 @@ class Candidate:
 
 
 @dataclass
-class CandidateGroup(_Row):
+class CandidateGroup(Row):
     """The ``N`` candidates sampled for one served turn (Best-of-N), their quick scores, the one served.
 
     ``score_mean`` / ``score_std`` are over the candidates that have a score (the std with Bessel's

@@ -165,7 +165,7 @@ def start_point(config, store, moved_to: str | None = None) -> StartPoint:
     checkpoint = checkpoint_to_resume(config)
     step = checkpoint_step(checkpoint) if checkpoint else 0
     later = move_later_checkpoints(config.output_dir, step)
-    requeued = store.requeue_after(step)
+    requeued = store.queue.requeue_after(step)
     optimizer = bool(checkpoint) and (Path(checkpoint) / "optimizer.pt").is_file()
-    last = store.last_published_version()
+    last = store.lineage.last_published_version()
     return StartPoint(str(config.output_dir), checkpoint, step, optimizer, requeued, moved_to or later, last)

@@ -374,7 +374,7 @@ def start_source(runtime: Runtime, share: bool = False) -> None:
     elif config.source == "simulated":
         url = start_server(runtime, port=0, ui=False).url
         simulation = Simulation.from_config(config)
-        fail = runtime.store.fail_waiters  # a crashed simulation ends the trainer's wait with its error
+        fail = runtime.store.queue.fail_waiters  # a crashed simulation ends the trainer's wait with its error
         runtime.threads.add(start_simulation(simulation, url, runtime.stop_event, fail))
 
 

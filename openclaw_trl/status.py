@@ -37,20 +37,20 @@ class LearningStatus:
         updates = self.progress.updates() if self.progress is not None else []
         return {
             "policy_version": getattr(self.engine, "policy_version", 0),
-            "samples_waiting": store.count_waiting(),
+            "samples_waiting": store.queue.count_waiting(),
             "batch_size": config.batch_size,
             "method": config.method,
             "last_metrics": updates[-1] if updates else {},
             "history": [_history_entry(entry) for entry in updates],
-            "last_hints": store.recent_hints(5),
-            "turns_failed": store.counts()["turns_failed"],
-            "teacher_failed": store.count_teacher_failed(),
-            "samples_dropped_stale": store.count_dropped_stale(),
+            "last_hints": store.queries.recent_hints(5),
+            "turns_failed": store.queries.counts()["turns_failed"],
+            "teacher_failed": store.judging.count_teacher_failed(),
+            "samples_dropped_stale": store.queue.count_dropped_stale(),
             "best_of_n": config.best_of_n,
-            "best_of_n_groups": store.count_groups(),
-            "learning_paused": store.learning_paused(),
+            "best_of_n_groups": store.groups.count_groups(),
+            "learning_paused": store.versions.learning_paused(),
             "adapter_history": config.adapter_history,
-            "samples_rolled_back": store.count_rolled_back(),
+            "samples_rolled_back": store.versions.count_rolled_back(),
             "trainer_state": self.learning.trainer_state if self.learning is not None else None,
         }
 

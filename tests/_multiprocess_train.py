@@ -67,7 +67,7 @@ def train_once(model_dir: str, out: Path, loss_type: str) -> None:
     if state.is_main_process:
         store = Store(config.store_path)
         for s in samples():
-            store.add_sample(s)
+            store.queue.add_sample(s)
     state.wait_for_everyone()
     trainer = OpenClawTrainer(
         model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
@@ -83,7 +83,7 @@ def train_once(model_dir: str, out: Path, loss_type: str) -> None:
         save_file(
             {k: v.detach().contiguous() for k, v in adapter.items()}, str(out / f"{loss_type}.safetensors")
         )
-        consumed = {s.consumed_step for s in store.iter_samples(include_private=True)}
+        consumed = {s.consumed_step for s in store.queries.iter_samples(include_private=True)}
         assert consumed == {1}, consumed
     state.wait_for_everyone()
 

@@ -87,4 +87,4 @@ def running_stack(engine, db_path, ui: bool = False, sessions=None, **settings):
 
 
 def turns(store) -> list[Turn]:
-    return list(store.iter_turns(include_private=True))
+    return list(store.queries.iter_turns(include_private=True))

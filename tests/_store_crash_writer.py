@@ -6,37 +6,41 @@ the parent knows what was durably committed before it sends SIGKILL.
 
 import sys
 
-from openclaw_trl.records import Judgement, TrainingSample, Vote
+from openclaw_trl.records import Judgement, ServedTurn, TrainingSample, Vote
 from openclaw_trl.store import Store
 
 
 def main(path: str) -> None:
     store = Store(path)
-    session = store.open_session("crash")
+    session = store.conversations.open_session("crash")
     previous = None
     i = 0
     while True:
-        turn_id = store.add_turn(
-            session,
-            "main",
-            [{"role": "user", "content": f"message {i}"}],
-            None,
-            [1, 2, 3],
-            [4, 5],
-            [-0.5, -0.25],
-            "hi",
-            1.0,
-            0,
-            "stop",
-            trainable=True,
+        turn_id = store.conversations.add_turn(
+            ServedTurn(
+                session_id=session,
+                turn_type="main",
+                prompt_messages=[{"role": "user", "content": f"message {i}"}],
+                tools=None,
+                prompt_ids=[1, 2, 3],
+                completion_ids=[4, 5],
+                sampling_logprobs=[-0.5, -0.25],
+                completion_text="hi",
+                temperature=1.0,
+                policy_version=0,
+                finish_reason="stop",
+                trainable=True,
+            )
         )
         print(f"turn {turn_id}", flush=True)
         if previous is not None:
-            store.attach_next_state(previous, {"role": "user", "content": f"message {i}"}, "request")
-            turn = store.get_turn(previous)
+            store.conversations.attach_next_state(
+                previous, {"role": "user", "content": f"message {i}"}, "request"
+            )
+            turn = store.conversations.get_turn(previous)
             sample = TrainingSample(previous, [1, 2, 3], [4, 5], [-0.5, -0.25], 1.0, 0, reward=1.0)
             votes = [Vote("prm", "test", "\\boxed{1}", 1)]
-            sample_id = store.save_judgement(Judgement(turn, votes, 1, sample=sample))
+            sample_id = store.judging.save_judgement(Judgement(turn, votes, 1, sample=sample))
             print(f"sample {sample_id}", flush=True)
         previous = turn_id
         i += 1

@@ -52,7 +52,7 @@ def test_an_openclaw_turn_is_served_and_the_next_one_continues_it(agent_engine, 
         )
         assert second.model_extra["openclaw"]["session_id"] == meta["session_id"]
         assert second.model_extra["openclaw"]["next_state_of"] == meta["turn_id"]
-        turn = stack.store.get_turn(meta["turn_id"])
+        turn = stack.store.conversations.get_turn(meta["turn_id"])
         assert turn.trainable and turn.status == "ready" and turn.next_state["content"] == "Thanks!"
 
 
@@ -66,7 +66,7 @@ def test_the_context_limit_and_the_reply_room(agent_engine, tmp_path):
         error = refused.value.body
         assert error["code"] == "context_length_exceeded" and "12000" in error["message"]
         n_prompt = int(error["message"].split("resulted in ")[1].split(" tokens")[0])
-        assert stack.store.get_session(1) is None  # nothing stored for a refused request
+        assert stack.store.conversations.get_session(1) is None  # nothing stored for a refused request
     with running_stack(agent_engine, tmp_path / "room.db", max_context_len=n_prompt + 300) as stack:
         reply = _client(stack).chat.completions.create(
             model="openclaw",

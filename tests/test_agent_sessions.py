@@ -90,13 +90,13 @@ def test_recorded_openclaw_session_chains_without_any_session_id(col, first_turn
     m2 = openclaw_next(messages, r1, "[Tue 2026-12-01 23:23 UTC] Thanks. And what is 3+3?")
     c2, t2, r2 = serve(col, m2, "Six.", tools=tools)
     assert (c2.session_id, c2.next_state_of) == (c1.session_id, t1)
-    state = store.get_turn(t1).next_state
+    state = store.conversations.get_turn(t1).next_state
     assert state["content"] == "Thanks. And what is 3+3?"  # no context block, no timestamp envelope
     # the system prompt changes between turns (a bootstrap section goes away): still the same conversation
     m3 = openclaw_next(m2, r2, "Great, a joke now.", system=messages[0]["content"][:20_000])
     c3, _, _ = serve(col, m3, "Knock knock.", tools=tools)
     assert (c3.session_id, c3.next_state_of) == (c1.session_id, t2)
-    assert store.get_turn(t2).status == "ready"
+    assert store.conversations.get_turn(t2).status == "ready"
     # a second OpenClaw session with the same opening words is its own conversation
     other = copy.deepcopy(messages)
     other[1]["content"] = other[1]["content"].replace("Hello, what is 2+2?", "Hello, what is 5+5?")
@@ -155,7 +155,7 @@ def test_tool_calls_with_reencoded_arguments_and_parallel_results(col):
         {"role": "tool", "tool_call_id": "call_1", "content": "contents of a"},
     ]
     c2, t2, _ = serve(col, m2, "Done.")
-    assert c2.next_state_of == t1 and col.store.get_turn(t1).next_state["role"] == "tool"
+    assert c2.next_state_of == t1 and col.store.conversations.get_turn(t1).next_state["role"] == "tool"
     changed = {**call, "function": {"name": "read", "arguments": '{"path": "b", "n": 2}'}}
     m2b = [*m1, {"role": "assistant", "content": None, "tool_calls": [changed]}, m2[-1]]
     assert serve(col, m2b, "x")[0].next_state_of is None  # another call is another conversation
@@ -168,14 +168,17 @@ def test_memory_flush_and_heartbeat_are_side_calls_that_leave_the_main_turn_wait
     flush = [*m1, r1, {"role": "user", "content": "Pre-compaction memory flush. Store durable memories now."}]
     cf, tf, rf = serve(col, flush, "NO_REPLY")
     assert (cf.turn_type, cf.session_id, cf.next_state_of) == ("side", c1.session_id, None)
-    assert store.get_turn(t1).status == "awaiting" and store.get_turn(tf).status == "closed"
+    assert (
+        store.conversations.get_turn(t1).status == "awaiting"
+        and store.conversations.get_turn(tf).status == "closed"
+    )
     heartbeat = [*m1, r1, {"role": "user", "content": HEARTBEAT_PROMPT}]
     assert serve(col, heartbeat, "HEARTBEAT_OK")[0].turn_type == "side"
     # the next main turn keeps the flush exchange in its history: the person's message is turn 1's next state
     m2 = [*flush, rf, {"role": "user", "content": "Also, I live in Paris."}]
     c2, _, _ = serve(col, m2, "Got it.")
     assert (c2.turn_type, c2.next_state_of) == ("main", t1)
-    assert store.get_turn(t1).next_state["content"] == "Also, I live in Paris."
+    assert store.conversations.get_turn(t1).next_state["content"] == "Also, I live in Paris."
 
 
 def test_compaction_and_unrecognised_summaries_neither_train_nor_close_the_turn(col):
@@ -191,13 +194,13 @@ def test_compaction_and_unrecognised_summaries_neither_train_nor_close_the_turn(
     ]
     assert side_call_kind(compaction, None) == "compaction"
     cc, _, _ = serve(col, compaction, "Summary: greeting.", headers={"X-Session-Id": "s"})
-    assert cc.turn_type == "side" and store.get_turn(t1).status == "awaiting"
+    assert cc.turn_type == "side" and store.conversations.get_turn(t1).status == "awaiting"
     title = [{"role": "system", "content": "Write a short title."}, {"role": "user", "content": "Hi"}]
     ct, _, _ = serve(col, title, "Greeting", headers={"X-Session-Id": "s"})
-    assert ct.turn_type == "side" and store.get_turn(t1).status == "awaiting"
+    assert ct.turn_type == "side" and store.conversations.get_turn(t1).status == "awaiting"
     # asking the first prompt again (a regeneration) is a main turn that closes the one it replaces
     cr, _, _ = serve(col, m1, "Hey!", headers={"X-Session-Id": "s"})
-    assert cr.turn_type == "main" and store.get_turn(t1).close_reason == "history_diverged"
+    assert cr.turn_type == "main" and store.conversations.get_turn(t1).close_reason == "history_diverged"
 
 
 def test_after_compaction_the_conversation_goes_on(col):
@@ -238,7 +241,7 @@ def test_explicit_ids_win_and_affinity_cycles_are_one_session(col):
         "y",
         headers={"X-Session-Id": "named"},
     )
-    assert c4.session_id != c3.session_id and col.store.get_turn(t3).status == "awaiting"
+    assert c4.session_id != c3.session_id and col.store.conversations.get_turn(t3).status == "awaiting"
     # the server's own chain id, sent back, names that conversation
     c5, _, _ = serve(
         col,
@@ -278,7 +281,7 @@ def test_anonymous_conversations_can_be_kept_out_of_training(tmp_path):
             [{"role": "user", "content": "Hi"}, r1, {"role": "user", "content": "x"}],
             headers={"X-Session-Private": "true"},
         )
-        assert store.get_session(private.session_id).private
+        assert store.conversations.get_session(private.session_id).private
 
 
 def recorded(name: str) -> dict:
@@ -320,7 +323,11 @@ def test_recorded_compaction_keeps_the_conversation(col):
         assert serve(col, side["messages"], "## Decisions\n- none")[0].turn_type == "side"
     c14, t14, _ = serve(col, after["messages"], "Reply number 8. Sure, here is my answer.")
     assert (c14.session_id, c14.next_state_of) == (c13.session_id, t13)
-    assert col.store.get_turn(t13).next_state["content"].startswith("Turn 14. Please remember these notes.")
+    assert (
+        col.store.conversations.get_turn(t13)
+        .next_state["content"]
+        .startswith("Turn 14. Please remember these notes.")
+    )
     c15, _, _ = serve(col, after2["messages"], "ok")
     assert (c15.session_id, c15.next_state_of) == (c13.session_id, t14)
 
@@ -336,4 +343,7 @@ def test_recorded_heartbeats_are_skipped_for_the_next_state(col):
     assert c1.turn_type == "main"
     c2, _, _ = serve(col, messages, "Four.")
     assert (c2.turn_type, c2.session_id, c2.next_state_of) == ("main", c1.session_id, t1)
-    assert col.store.get_turn(t1).next_state["content"] == "Main turn after heartbeats: what is 2+2?"
+    assert (
+        col.store.conversations.get_turn(t1).next_state["content"]
+        == "Main turn after heartbeats: what is 2+2?"
+    )

@@ -20,6 +20,7 @@ from openclaw_trl import judge
 from openclaw_trl.judging import JudgeConfig, Scorer
 from openclaw_trl.judging.voters import Verdict
 from openclaw_trl.losses import combined_advantages
+from openclaw_trl.records import ServedTurn
 from openclaw_trl.store import Store
 
 THETA = torch.tensor([0.4, 0.0, -0.3], dtype=torch.float64)
@@ -118,14 +119,11 @@ def test_the_scorer_turns_a_zero_reward_into_a_sample_when_the_rl_term_has_a_bas
         return Verdict(reward=next(rewards))
 
     with Store(tmp_path / "s.db") as store:
-        session = store.open_session("a")
+        session = store.conversations.open_session("a")
         for text in ("first", "second"):
-            turn = store.add_turn(
-                session, "main", [{"role": "user", "content": text}], None, [1, 2], [3], [-0.5], "x", 1.0, 0,
-                "stop", trainable=True,
-            )  # fmt: skip
-            store.attach_next_state(turn, {"role": "user", "content": "next"}, "request")
+            turn = store.conversations.add_turn(ServedTurn(session_id=session, turn_type="main", prompt_messages=[{"role": "user", "content": text}], tools=None, prompt_ids=[1, 2], completion_ids=[3], sampling_logprobs=[-0.5], completion_text="x", temperature=1.0, policy_version=0, finish_reason="stop", trainable=True))  # fmt: skip
+            store.conversations.attach_next_state(turn, {"role": "user", "content": "next"}, "request")
         config = JudgeConfig(method="rl", backend="callable", callable="unused:fn", every_judged_turn=True)
         Scorer(store, config, judge_fn=judge_fn).run_until_idle()
-        samples = list(store.iter_samples())
+        samples = list(store.queries.iter_samples())
     assert [(s.reward, s.baseline) for s in samples] == [(1.0, 0.0), (0.0, 1.0)]  # the r = 0 turn: A = -1

@@ -10,7 +10,7 @@ import torch
 from openclaw_trl.config import OpenClawConfig
 from openclaw_trl.export import collect_rows
 from openclaw_trl.losses import scheduled_weights
-from openclaw_trl.records import Judgement, TrainingSample
+from openclaw_trl.records import Judgement, ServedTurn, TrainingSample
 from openclaw_trl.store import Store
 from tests.helpers import clipped_surrogate, per_sequence_mean
 from tests.test_trainer import _direct_grads, _sampled, _train_and_capture
@@ -18,30 +18,32 @@ from tests.test_trainer import _direct_grads, _sampled, _train_and_capture
 
 def _judge(store: Store, session: int, reward: int, idx_text: str) -> TrainingSample:
     """Add a turn to ``session``, attach a next state, judge it with ``reward``; returns its stored sample."""
-    turn_id = store.add_turn(
-        session,
-        "main",
-        [{"role": "user", "content": idx_text}],
-        None,
-        [1, 2],
-        [3],
-        [-0.5],
-        "x",
-        1.0,
-        0,
-        "stop",
-        trainable=True,
+    turn_id = store.conversations.add_turn(
+        ServedTurn(
+            session_id=session,
+            turn_type="main",
+            prompt_messages=[{"role": "user", "content": idx_text}],
+            tools=None,
+            prompt_ids=[1, 2],
+            completion_ids=[3],
+            sampling_logprobs=[-0.5],
+            completion_text="x",
+            temperature=1.0,
+            policy_version=0,
+            finish_reason="stop",
+            trainable=True,
+        )
     )
-    store.attach_next_state(turn_id, {"role": "user", "content": "next"}, "request")
-    turn = store.get_turn(turn_id)
+    store.conversations.attach_next_state(turn_id, {"role": "user", "content": "next"}, "request")
+    turn = store.conversations.get_turn(turn_id)
     sample = TrainingSample(turn_id, [1, 2], [3], [-0.5], 1.0, 0, reward=float(reward))
-    sample_id = store.save_judgement(Judgement(turn, [], reward, sample=sample))
-    return store.get_samples([sample_id])[0]
+    sample_id = store.judging.save_judgement(Judgement(turn, [], reward, sample=sample))
+    return store.queue.get_samples([sample_id])[0]
 
 
 def test_session_baseline_is_the_mean_of_earlier_judged_rewards(tmp_path):
     with Store(tmp_path / "s.db") as store:
-        a, b = store.open_session("a"), store.open_session("b")
+        a, b = store.conversations.open_session("a"), store.conversations.open_session("b")
         got = [_judge(store, a, 1, "1"), _judge(store, b, -1, "other"), _judge(store, a, -1, "2")]
         got.append(_judge(store, a, 1, "3"))
         session_a = [got[0], got[2], got[3]]
@@ -54,13 +56,13 @@ def test_session_baseline_is_the_mean_of_earlier_judged_rewards(tmp_path):
 def test_existing_store_gains_the_baseline_column(tmp_path):
     path = tmp_path / "old.sqlite"
     with Store(path) as store:
-        store.add_sample(TrainingSample(1, [1, 2], [3], [-0.5], 1.0, 0, reward=1.0))
+        store.queue.add_sample(TrainingSample(1, [1, 2], [3], [-0.5], 1.0, 0, reward=1.0))
     conn = sqlite3.connect(path)
     conn.execute("ALTER TABLE samples DROP COLUMN baseline")
     conn.commit()
     conn.close()
     with Store(path) as store:
-        (back,) = store.take_samples(1)
+        (back,) = store.queue.take_samples(1)
     assert back.baseline == 0.0
 
 

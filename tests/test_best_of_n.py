@@ -23,7 +23,7 @@ from openclaw_trl.export import collect_rows
 from openclaw_trl.judging import BestOfN, QuickJudge, QuickJudgeConfig, QuickJudgeInput
 from openclaw_trl.judging.best_of_n import group_samples, served_index
 from openclaw_trl.losses import group_relative_advantages, group_statistics
-from openclaw_trl.records import TrainingSample
+from openclaw_trl.records import ServedTurn, TrainingSample
 from openclaw_trl.status import LearningStatus
 from openclaw_trl.store import Store
 from tests._server_helpers import ScriptedEngine, running_stack
@@ -232,11 +232,8 @@ def test_config_builds_the_quick_judge_from_the_judges_fields(tmp_path):
 
 
 def _turn(store: Store, key: str = "s") -> int:
-    session = store.open_session(key)
-    return store.add_turn(
-        session, "main", [{"role": "user", "content": "q"}], None, [1, 2], [3], [-0.5], "x", 1.0, 0, "stop",
-        trainable=True,
-    )  # fmt: skip
+    session = store.conversations.open_session(key)
+    return store.conversations.add_turn(ServedTurn(session_id=session, turn_type="main", prompt_messages=[{"role": "user", "content": "q"}], tools=None, prompt_ids=[1, 2], completion_ids=[3], sampling_logprobs=[-0.5], completion_text="x", temperature=1.0, policy_version=0, finish_reason="stop", trainable=True))  # fmt: skip
 
 
 def _group(store: Store, turn_id: int, scores) -> int:
@@ -257,21 +254,21 @@ def test_group_is_stored_queued_exported_and_withheld_when_private(tmp_path):
         turn_id = _turn(store)
         group_id = _group(store, turn_id, [1.0, None, 3.0])
         empty = _group(store, _turn(store, "t"), [None, None])
-        group = store.get_group(group_id)
+        group = store.groups.get_group(group_id)
         assert group.scores == [1.0, None, 3.0] and group.served_index == 2 and group.score_mean == 2.0
         assert [c.completion_text for c in group.candidates] == ["t0", "t1", "t2"]
-        assert store.get_group(empty).candidates and store.count_groups() == 2
-        samples = store.take_samples(10)
+        assert store.groups.get_group(empty).candidates and store.groups.count_groups() == 2
+        samples = store.queue.take_samples(10)
         assert [s.origin for s in samples] == ["group"] * 3 and {s.group_id for s in samples} == {group_id}
         assert [s.reward for s in samples] == [1.0, 2.0, 3.0] and samples[0].group_std == pytest.approx(
             math.sqrt(2.0)
         )
-        store.release([s.sample_id for s in samples])
+        store.queue.release([s.sample_id for s in samples])
         rows = collect_rows(store)
         assert [g["scores"] for g in rows["groups"]] == [[1.0, None, 3.0], [None, None]]
         assert [r["group_id"] for r in rows["samples"]] == [group_id] * 3
-        store.set_private(store.get_turn(turn_id).session_id, True)
-        assert store.count_waiting() == 0  # kept, never handed out
+        store.conversations.set_private(store.conversations.get_turn(turn_id).session_id, True)
+        assert store.queue.count_waiting() == 0  # kept, never handed out
         assert collect_rows(store)["groups"][0]["turn_id"] != turn_id
 
 
@@ -280,8 +277,8 @@ def test_withdrawing_the_served_turn_drops_its_waiting_group_samples(tmp_path):
         kept, undone = _turn(store), _turn(store, "u")
         _group(store, kept, [1.0, 3.0])
         _group(store, undone, [0.0, 2.0])
-        store.withdraw_turn(undone)
-        samples = store.take_samples(10)
+        store.conversations.withdraw_turn(undone)
+        samples = store.queue.take_samples(10)
         assert {s.turn_id for s in samples} == {kept} and len(samples) == 2
         reasons = [r["dropped_reason"] for r in collect_rows(store)["samples"] if r["turn_id"] == undone]
         assert reasons == ["withdrawn", "withdrawn"]  # kept in the store, never handed out
@@ -290,7 +287,7 @@ def test_withdrawing_the_served_turn_drops_its_waiting_group_samples(tmp_path):
 def test_existing_store_gains_the_group_table_and_columns(tmp_path):
     path = tmp_path / "old.sqlite"
     with Store(path) as store:
-        store.add_sample(TrainingSample(1, [1, 2], [3], [-0.5], 1.0, 0, reward=1.0))
+        store.queue.add_sample(TrainingSample(1, [1, 2], [3], [-0.5], 1.0, 0, reward=1.0))
     conn = sqlite3.connect(path)
     conn.execute("DROP TABLE candidate_groups")
     conn.execute("ALTER TABLE samples DROP COLUMN group_id")
@@ -298,11 +295,11 @@ def test_existing_store_gains_the_group_table_and_columns(tmp_path):
     conn.commit()
     conn.close()
     with Store(path) as store:
-        (back,) = store.take_samples(1)
+        (back,) = store.queue.take_samples(1)
         assert back.group_id is None and back.group_std is None
-        assert store.count_groups() == 0
+        assert store.groups.count_groups() == 0
         _group(store, _turn(store), [1.0, 2.0])
-        assert store.count_groups() == 1
+        assert store.groups.count_groups() == 1
 
 
 # ------------------------------------------------------------------ end to end
@@ -353,8 +350,8 @@ def test_best_of_4_served_over_http_stored_as_a_group_and_trained(hf_engine, tin
 
     for meta, content in [(first, reply.choices[0].message.content), (second, streamed)]:
         bon = meta["best_of_n"]
-        group = store.get_group(bon["group_id"])
-        turn = store.get_turn(meta["turn_id"])
+        group = store.groups.get_group(bon["group_id"])
+        turn = store.conversations.get_turn(meta["turn_id"])
         assert bon["n"] == 4 and len(group.candidates) == 4 and group.turn_id == turn.id
         assert bon["scores"] == group.scores and bon["served_index"] == served_index(group.scores)
         served = group.candidates[bon["served_index"]]
@@ -364,12 +361,12 @@ def test_best_of_4_served_over_http_stored_as_a_group_and_trained(hf_engine, tin
         )
         assert turn.response_message["content"] == content  # the conversation holds only the served reply
         assert max(group.scores) == group.scores[bon["served_index"]]
-    assert "best_of_n" not in side.model_extra["openclaw"] and store.count_groups() == 2
+    assert "best_of_n" not in side.model_extra["openclaw"] and store.groups.count_groups() == 2
     config = OpenClawConfig(output_dir=str(tmp_path / "cfg"), report_to="none", best_of_n=4)
     assert LearningStatus(config, hf_engine, store)()["best_of_n_groups"] == 2
 
-    samples = store.take_samples(4)  # the first turn's group: 4 samples, its candidates in order
-    store.release([s.sample_id for s in samples])
+    samples = store.queue.take_samples(4)  # the first turn's group: 4 samples, its candidates in order
+    store.queue.release([s.sample_id for s in samples])
     assert {s.group_id for s in samples} == {first["best_of_n"]["group_id"]} and len(samples) == 4
     scores = torch.tensor(first["best_of_n"]["scores"])
     want_adv = (scores - scores.mean()) / (scores.std() + 1e-4)  # scale_rewards: group, hand-computed
@@ -408,7 +405,7 @@ def test_acceptance_tiny_simulated_best_of_4(tmp_path):
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["policy_version"] == 2
     with Store(tmp_path / "run" / "openclaw.sqlite") as store:
-        groups = list(store.iter_groups())
+        groups = list(store.groups.iter_groups())
         assert groups and all(len(g.candidates) == 4 for g in groups)
 
 

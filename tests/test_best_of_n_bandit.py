@@ -20,7 +20,7 @@ import torch
 from openclaw_trl.judging import JudgeConfig, QuickJudge, QuickJudgeConfig, Scorer
 from openclaw_trl.judging.best_of_n import BestOfN, choose_served, served_probability, verdict_weight
 from openclaw_trl.judging.voters import Verdict
-from openclaw_trl.records import Candidate, CandidateGroup
+from openclaw_trl.records import Candidate, CandidateGroup, ServedTurn
 from openclaw_trl.store import Store
 
 PI = torch.full((3,), 1 / 3, dtype=torch.float64)
@@ -81,29 +81,26 @@ def test_choose_served_explores_with_the_recorded_probability():
 
 
 def _served_turn(store: Store, session: int, served_prob: float | None) -> int:
-    turn = store.add_turn(
-        session, "main", [{"role": "user", "content": f"hi {served_prob}"}], None, [1, 2], [3], [-0.5], "x",
-        1.0, 0, "stop", trainable=True,
-    )  # fmt: skip
+    turn = store.conversations.add_turn(ServedTurn(session_id=session, turn_type="main", prompt_messages=[{"role": "user", "content": f"hi {served_prob}"}], tools=None, prompt_ids=[1, 2], completion_ids=[3], sampling_logprobs=[-0.5], completion_text="x", temperature=1.0, policy_version=0, finish_reason="stop", trainable=True))  # fmt: skip
     candidates = [Candidate([3], [-0.5], "x", "stop", 0, 1.0), Candidate([4], [-0.7], "y", "stop", 0, 0.0)]
-    store.add_group(CandidateGroup(turn, "callable", 0, candidates, 0.5, 0.7, served_prob), [])
-    store.attach_next_state(turn, {"role": "user", "content": "next"}, "request")
+    store.groups.add_group(CandidateGroup(turn, "callable", 0, candidates, 0.5, 0.7, served_prob), [])
+    store.conversations.attach_next_state(turn, {"role": "user", "content": "next"}, "request")
     return turn
 
 
 def test_the_scorer_weights_the_served_verdict_and_leaves_a_certain_pick_untrained(tmp_path):
     with Store(tmp_path / "s.db") as store:
-        session = store.open_session("a")
+        session = store.conversations.open_session("a")
         explored = _served_turn(store, session, served_probability(True, 2, 0.25))
         certain = _served_turn(store, session, None)
         config = JudgeConfig(method="rl", backend="callable", callable="unused:fn")
         scorer = Scorer(store, config, judge_fn=lambda item: Verdict(reward=1))
         scorer.run_until_idle()
-        samples = {s.turn_id: s for s in store.iter_samples() if s.origin == "scorer"}
+        samples = {s.turn_id: s for s in store.queries.iter_samples() if s.origin == "scorer"}
         assert set(samples) == {explored} and scorer.stats["best_of_n_not_trained"] == 1
         assert samples[explored].weight == (1 / 2) / 0.875
         assert samples[explored].meta["best_of_n_served"]["served_prob"] == 0.875
-        assert store.get_turn(certain).reward == 1  # the verdict is kept on its turn
+        assert store.conversations.get_turn(certain).reward == 1  # the verdict is kept on its turn
 
 
 def test_best_of_n_records_the_served_probability(tmp_path):

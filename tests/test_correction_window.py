@@ -60,7 +60,7 @@ def _client(url: str) -> openai.OpenAI:
 
 
 def _live_samples(store, turn_id: int):
-    return [s for s in store.iter_samples(include_private=True) if s.turn_id == turn_id]
+    return [s for s in store.queries.iter_samples(include_private=True) if s.turn_id == turn_id]
 
 
 def test_a_correction_within_the_window_is_what_is_learned(engine, tmp_path):
@@ -78,7 +78,9 @@ def test_a_correction_within_the_window_is_what_is_learned(engine, tmp_path):
             assert scorer.run_until_idle() == 1  # the 👎 is judged at once ...
             (held,) = _live_samples(stack.store, turn)
             assert held.reward == -1.0 and not held.has_hint
-            assert stack.store.count_waiting() == 0 and stack.store.take_samples(5) == []  # ... but held
+            assert (
+                stack.store.queue.count_waiting() == 0 and stack.store.queue.take_samples(5) == []
+            )  # ... but held
             status = httpx.get(f"{stack.url}/v1/status", timeout=30).json()["correction_window"]
             assert (status["window_s"], status["waiting"]) == (120.0, 1)
             assert status["turns"][0]["turn_id"] == turn and 100 < status["seconds_left"] <= 120
@@ -90,7 +92,9 @@ def test_a_correction_within_the_window_is_what_is_learned(engine, tmp_path):
             assert corrected["attached"] and corrected["rating"] is None
             assert (corrected["correction_until"], corrected["correction_seconds_left"]) == (None, None)
             assert scorer.run_until_idle() == 1
-            (sample,) = stack.store.take_samples(5)  # trainable at once: the correction closed the window
+            (sample,) = stack.store.queue.take_samples(
+                5
+            )  # trainable at once: the correction closed the window
             assert (sample.turn_id, sample.reward, sample.has_hint, sample.hint) == (
                 turn,
                 -1.0,
@@ -113,18 +117,18 @@ def test_a_rating_without_correction_is_trained_when_the_window_closes(engine, t
             rated = _feedback(stack.url, "w2", {"turn_id": turn, "rating": -1})
             until = datetime.fromisoformat(rated["correction_until"].replace("Z", "+00:00")).timestamp()
             scorer.run_until_idle()
-            assert stack.store.count_waiting() == 0
+            assert stack.store.queue.count_waiting() == 0
             # a poll far longer than the test: only the window's closing can wake the wait
             got: list = []
             waiter = threading.Thread(
-                target=lambda: got.extend(stack.store.wait_for_samples(1, poll=3600)), daemon=True
+                target=lambda: got.extend(stack.store.queue.wait_for_samples(1, poll=3600)), daemon=True
             )
             waiter.start()
             wait_until(lambda: not waiter.is_alive(), 60, "the wait to wake when the window closes")
             (sample,) = got
             assert time.time() >= until - 0.01  # handed out once the window closed, not before
             assert (sample.turn_id, sample.reward, sample.has_hint) == (turn, -1.0, False)
-            assert stack.store.get_turn(turn).next_state["kind"] == "rating"  # the 👎 stands
+            assert stack.store.conversations.get_turn(turn).next_state["kind"] == "rating"  # the 👎 stands
         finally:
             scorer.close()
 
@@ -138,11 +142,13 @@ def test_the_next_message_closes_the_window_and_the_rating_stands(engine, tmp_pa
             assert _feedback(stack.url, "w3", {"turn_id": turn, "rating": -1})["correction_until"]
             assert _feedback(stack.url, "elsewhere", {"turn_id": other, "rating": -1})["correction_until"]
             scorer.run_until_idle()
-            assert stack.store.count_waiting() == 0
+            assert stack.store.queue.count_waiting() == 0
             _chat(client, "w3", [*messages, {"role": "user", "content": "never mind, next question"}])
-            (sample,) = stack.store.take_samples(5)  # only w3's window closed; the other session's waits
+            (sample,) = stack.store.queue.take_samples(
+                5
+            )  # only w3's window closed; the other session's waits
             assert (sample.turn_id, sample.reward, sample.has_hint) == (turn, -1.0, False)
-            state = stack.store.get_turn(turn).next_state
+            state = stack.store.conversations.get_turn(turn).next_state
             assert (state["kind"], state["rating"]) == ("rating", -1)  # the 👎 stays the next state
             windows = httpx.get(f"{stack.url}/v1/status", timeout=30).json()["correction_window"]
             assert windows["waiting"] == 1 and [w["turn_id"] for w in windows["turns"]] == [other]
@@ -154,9 +160,9 @@ def test_the_next_message_closes_the_window_and_the_rating_stands(engine, tmp_pa
                 max_tokens=4,
                 extra_headers={"X-Session-Id": "elsewhere", "X-Turn-Type": "side"},
             )
-            assert stack.store.take_samples(5) == []
+            assert stack.store.queue.take_samples(5) == []
             assert stack.collector.end_session("elsewhere")  # a new conversation: the 👎 stands
-            assert [s.turn_id for s in stack.store.take_samples(5)] == [other]
+            assert [s.turn_id for s in stack.store.queue.take_samples(5)] == [other]
         finally:
             scorer.close()
 
@@ -169,16 +175,16 @@ def _serve(collector, key: str, text: str) -> int:
 
 
 def _judge(store, turn_id: int, reward: float) -> int:
-    turn = store.get_turn(turn_id)
+    turn = store.conversations.get_turn(turn_id)
     sample = TrainingSample(turn_id, [1, 2], [7, 8], [-0.1, -0.2], 1.0, 0, reward=reward)
-    return store.save_judgement(Judgement(turn, [], reward, sample=sample))
+    return store.judging.save_judgement(Judgement(turn, [], reward, sample=sample))
 
 
 _OTHER_PROCESS = """
 import sys
 from openclaw_trl.store import Store
 with Store(sys.argv[1]) as store:
-    print(len(store.take_samples(5)), store.count_open_correction_windows())
+    print(len(store.queue.take_samples(5)), store.holds.count_open_correction_windows())
 """
 
 
@@ -203,13 +209,13 @@ def test_the_window_survives_a_restart_and_holds_in_another_process(tmp_path):
         assert other.stdout.split() == ["0", "1"]  # another process does not take the held sample either
 
     with Store(path) as reopened:  # the window is in the store: the rest of it is waited for
-        assert reopened.get_turn(turn).correction_until == until
+        assert reopened.conversations.get_turn(turn).correction_until == until
         if time.time() < until:
-            assert reopened.take_samples(5) == []
-        (sample,) = reopened.wait_for_samples(1, timeout=60)
+            assert reopened.queue.take_samples(5) == []
+        (sample,) = reopened.queue.wait_for_samples(1, timeout=60)
         assert time.time() >= until and sample.turn_id == turn
     with Store(path) as after:  # a window that closed while nothing ran holds nothing
-        assert after.count_open_correction_windows() == 0 and after.count_waiting() == 1
+        assert after.holds.count_open_correction_windows() == 0 and after.queue.count_waiting() == 1
 
 
 def test_window_zero_trains_a_rating_at_once(tmp_path):
@@ -219,8 +225,8 @@ def test_window_zero_trains_a_rating_at_once(tmp_path):
         result = collector.feedback(turn, -1)
         assert result.attached and result.correction_until is None
         _judge(store, turn, -1.0)
-        assert [s.turn_id for s in store.take_samples(5)] == [turn]
-        assert store.get_turn(turn).correction_until is None
+        assert [s.turn_id for s in store.queue.take_samples(5)] == [turn]
+        assert store.conversations.get_turn(turn).correction_until is None
 
 
 def test_only_a_bare_thumbs_down_waits(tmp_path):
@@ -234,7 +240,9 @@ def test_only_a_bare_thumbs_down_waits(tmp_path):
         assert collector.feedback(changed, 1).correction_until is None  # changed to 👍: the window closes
         for turn in (up, with_text, rejected, changed):
             _judge(store, turn, 1.0)
-        assert sorted(s.turn_id for s in store.take_samples(5)) == sorted([up, with_text, rejected, changed])
+        assert sorted(s.turn_id for s in store.queue.take_samples(5)) == sorted(
+            [up, with_text, rejected, changed]
+        )
 
 
 @pytest.mark.parametrize(
@@ -289,7 +297,7 @@ def test_the_offline_demo_learns_the_correction_typed_after_a_thumbs_down(tmp_pa
         disliked, _ = _chat(client, "demo-2", [{"role": "user", "content": "Tell me about pears."}])
         assert _feedback(url, "demo-1", {"turn_id": liked, "rating": 1})["correction_until"] is None
         assert _feedback(url, "demo-2", {"turn_id": disliked, "rating": -1})["correction_seconds_left"] > 100
-        wait_until(lambda: len(list(store.iter_samples())) == 2, 300, "both ratings judged")
+        wait_until(lambda: len(list(store.queries.iter_samples())) == 2, 300, "both ratings judged")
         status = httpx.get(f"{url}/v1/status", timeout=30).json()
         assert status["samples_waiting"] == 1 and status["correction_window"]["waiting"] == 1
         assert runtime.engine.policy_version == 0  # the 👎 did not complete the batch of 2
@@ -297,11 +305,13 @@ def test_the_offline_demo_learns_the_correction_typed_after_a_thumbs_down(tmp_pa
         assert _feedback(url, "demo-2", {"turn_id": disliked, "action": "correct", "text": text})["attached"]
         thread.join(timeout=300)
         assert not thread.is_alive() and not errors, errors
-        trained = {s.turn_id: s for s in store.iter_samples() if s.consumed_step == 1}
+        trained = {s.turn_id: s for s in store.queries.iter_samples() if s.consumed_step == 1}
         assert sorted(trained) == sorted([liked, disliked])
         assert (trained[liked].reward, trained[liked].has_hint) == (1.0, False)
         assert (trained[disliked].has_hint, trained[disliked].hint) == (True, text)  # the correction
-        (bare,) = [s for s in store.iter_samples() if s.turn_id == disliked and s.consumed_step is None]
+        (bare,) = [
+            s for s in store.queries.iter_samples() if s.turn_id == disliked and s.consumed_step is None
+        ]
         assert (bare.dropped_reason, bare.has_hint) == ("superseded", False)
     finally:
         runtime.stop_event.set()

@@ -116,7 +116,7 @@ def test_conversation_against_our_server(engine, tmp_path, persona):
         assert first.next_state["content"] == "no bold please, keep the steps"
         assert second.next_state["content"] == "great, thanks"
         assert len(closing.completion_ids) == 1
-        session = stack.store.get_session(first.session_id)
+        session = stack.store.conversations.get_session(first.session_id)
         assert session.end_reason == "done"
     # the persona saw the assistant's replies as "user" messages, its own as "assistant" ones
     conversation_calls = [c for c in calls if c["messages"][0]["role"] == "system"]
@@ -143,7 +143,7 @@ def test_cli_with_the_tiny_model_as_both_sides(engine, tmp_path, capsys):
         report = json.loads(out.read_text())
         assert report["summary"]["problems"] == 2 and report["summary"]["errors"] == 0
         sessions = {r.session_id for r in turns(stack.store) if r.turn_type == "main"}
-        keys = {stack.store.get_session(s).key for s in sessions}
+        keys = {stack.store.conversations.get_session(s).key for s in sessions}
         assert {k for k in keys if k} == {p["session"] for p in report["problems"]}
     printed = capsys.readouterr().out
     assert "student: mean rating of the first answer" in printed and printed.count("problem ") == 2

@@ -12,7 +12,7 @@ import pytest
 
 from openclaw_trl.cli import main
 from openclaw_trl.export import build_dataset, dataset_features, export_store
-from openclaw_trl.records import Judgement, TrainingSample, Vote
+from openclaw_trl.records import Judgement, ServedTurn, TrainingSample, Vote
 from openclaw_trl.store import Store
 
 SYSTEM = {"role": "system", "content": "You are a helpful tutor."}
@@ -33,27 +33,29 @@ TOOLS = [{"type": "function", "function": {"name": "calculator", "parameters": {
 def _add_turn(
     store: Store, session: int, messages, text: str, version: int, *, tools=None, turn_type="main"
 ) -> int:
-    return store.add_turn(
-        session,
-        turn_type,
-        messages,
-        tools,
-        prompt_ids=[11, 12, 13, 14],
-        completion_ids=[21, 22, 23],
-        sampling_logprobs=[-0.125, -1.5, -0.03125],
-        completion_text=text,
-        temperature=0.7,
-        policy_version=version,
-        finish_reason="stop",
-        trainable=True,
-        response_message={"role": "assistant", "content": text},
+    return store.conversations.add_turn(
+        ServedTurn(
+            session_id=session,
+            turn_type=turn_type,
+            prompt_messages=messages,
+            tools=tools,
+            prompt_ids=[11, 12, 13, 14],
+            completion_ids=[21, 22, 23],
+            sampling_logprobs=[-0.125, -1.5, -0.03125],
+            completion_text=text,
+            temperature=0.7,
+            policy_version=version,
+            finish_reason="stop",
+            trainable=True,
+            response_message={"role": "assistant", "content": text},
+        )
     )
 
 
 def _judge(store: Store, turn_id: int, reward: float, hint: str | None, next_state: dict) -> int:
     """What the scorer does: attach the next state, then commit votes + verdict + sample in one go."""
-    assert store.attach_next_state(turn_id, next_state, "request")
-    turn = store.get_turn(turn_id)
+    assert store.conversations.attach_next_state(turn_id, next_state, "request")
+    turn = store.conversations.get_turn(turn_id)
     votes = [
         Vote("prm", "callable", f"\\boxed{{{int(reward)}}}", int(reward)),
         Vote("hint", "callable", "x", 1, hint),
@@ -73,7 +75,7 @@ def _judge(store: Store, turn_id: int, reward: float, hint: str | None, next_sta
         topk_logprobs=[[-0.25, -2.0], [-0.75, -1.0], [-0.0625, -3.5]] if hint else None,
         meta={"judge": "callable"},
     )
-    sample_id = store.save_judgement(Judgement(turn, votes, reward, hint, sample=sample))
+    sample_id = store.judging.save_judgement(Judgement(turn, votes, reward, hint, sample=sample))
     assert sample_id is not None
     return sample_id
 
@@ -83,10 +85,10 @@ def store_path(tmp_path) -> Path:
     """Alice's tutoring chat (judged, a tool call, a side turn) and Bob's chat marked "don't learn"."""
     path = tmp_path / "openclaw.sqlite"
     with Store(path) as store:
-        alice = store.open_session("alice")
+        alice = store.conversations.open_session("alice")
         first = _add_turn(store, alice, [SYSTEM, ASK], "It is 6.", version=0)
         sample = _judge(store, first, -1.0, HINT, CORRECTION)
-        store.mark_consumed([sample], step=1)
+        store.queue.mark_consumed([sample], step=1)
         _add_turn(
             store, alice, [SYSTEM, ASK, {"role": "assistant", "content": "It is 6."}, CORRECTION], "5", 1
         )
@@ -95,15 +97,15 @@ def store_path(tmp_path) -> Path:
         )
         _add_turn(store, alice, [ASK, TOOL_CALL, TOOL_RESULT], "7 * 6 = 42.", 1, tools=TOOLS)
 
-        bob = store.open_session("bob", private=True)
+        bob = store.conversations.open_session("bob", private=True)
         _judge(
             store, _add_turn(store, bob, [{"role": "user", "content": "my secret"}], "ok", 0), 1.0, None, ASK
         )
-        carol = store.open_session("carol")  # judged first, marked "don't learn" afterwards
+        carol = store.conversations.open_session("carol")  # judged first, marked "don't learn" afterwards
         _judge(
             store, _add_turn(store, carol, [{"role": "user", "content": "hi"}], "hello", 1), 1.0, None, ASK
         )
-        store.set_private(carol)
+        store.conversations.set_private(carol)
     return path
 
 

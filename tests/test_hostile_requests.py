@@ -246,7 +246,7 @@ def stack(tiny_model_dir, tmp_path_factory):
 def snapshot(store) -> dict:
     """Every row that a request other than the concurrent well-formed ones (sessions ``good-*``) could have
     written or changed: row counts per table, and each turn's state."""
-    conn = store._db.conn()
+    conn = store.db.conn()
     mine = "SELECT id FROM sessions WHERE key IS NULL OR key NOT LIKE 'good-%'"
     turns = f"SELECT id FROM turns WHERE session_id IN ({mine})"
     out = {
@@ -348,5 +348,5 @@ def test_a_nul_in_text_is_served_and_stored(stack):
     ]
     r = httpx.post(stack.url + "/v1/chat/completions", json=chat(messages=messages), timeout=60)
     assert r.status_code == 200, r.text
-    turn = stack.store.get_turn(r.json()["openclaw"]["turn_id"])
+    turn = stack.store.conversations.get_turn(r.json()["openclaw"]["turn_id"])
     assert turn.prompt_messages[0]["content"] == "a\u0000b"

@@ -30,26 +30,26 @@ def _sample(version: int, turn_id: int) -> TrainingSample:
 
 def _publish_updates(store: Store, versions: range) -> None:
     for v in versions:
-        store.record_published(v, None if v == 0 else v - 1, 0 if v == 0 else 1, "update")
+        store.lineage.record_published(v, None if v == 0 else v - 1, 0 if v == 0 else 1, "update")
 
 
 def test_after_a_rollback_the_restored_versions_samples_are_fresh_and_the_undone_ones_stale(tmp_path):
     with Store(tmp_path / "store.db") as store:
         _publish_updates(store, range(11))  # v0 .. v10, one update each
-        store.record_published(11, 5, 0, "rollback")  # rollback 10 -> 5, served as v11
-        ids = {v: store.add_sample(_sample(v, 100 + v)) for v in (4, 5, 9, 10, 11)}
-        lineage = store.lineage()
+        store.lineage.record_published(11, 5, 0, "rollback")  # rollback 10 -> 5, served as v11
+        ids = {v: store.queue.add_sample(_sample(v, 100 + v)) for v in (4, 5, 9, 10, 11)}
+        lineage = store.lineage.lineage()
         assert [lineage.staleness(v, 11) for v in (4, 5, 9, 10, 11)] == [1, 0, 4, 5, 0]
         assert lineage.undone(10, 5) == [6, 7, 8, 9, 10]
 
-        assert store.drop_stale(policy_version=11, max_staleness=1) == 2
-        reasons = {s.sample_id: s.dropped_reason for s in store.iter_samples()}
+        assert store.queue.drop_stale(policy_version=11, max_staleness=1) == 2
+        reasons = {s.sample_id: s.dropped_reason for s in store.queries.iter_samples()}
         assert reasons[ids[9]] == "stale: sampled by v9, 4 updates from policy v11, max_staleness 1"
         assert reasons[ids[10]].startswith("stale: sampled by v10, 5 updates")
         assert [reasons[ids[v]] for v in (4, 5, 11)] == [None, None, None]
 
-        store.record_published(12, 11, 1, "update")  # one update after the rollback
-        assert store.lineage().staleness(5, 12) == 1 and store.lineage().staleness(9, 12) == 5
+        store.lineage.record_published(12, 11, 1, "update")  # one update after the rollback
+        assert store.lineage.lineage().staleness(5, 12) == 1 and store.lineage.lineage().staleness(9, 12) == 5
 
 
 def test_versions_unknown_to_the_lineage_follow_the_previous_number_and_roots_meet_at_the_base():
@@ -71,7 +71,7 @@ def test_rollback_restores_the_lineage_the_lr_schedule_and_is_all_or_nothing(
 
     store = Store(tmp_path / "store.sqlite")
     for s in _sampled(tiny_model_dir, 8, policy_version=0):
-        store.add_sample(s)
+        store.queue.add_sample(s)
     trainer = _trainer(
         tiny_model_dir,
         tmp_path,
@@ -86,8 +86,8 @@ def test_rollback_restores_the_lineage_the_lr_schedule_and_is_all_or_nothing(
     )
     trainer.train()
     assert trainer.state.global_step == 2
-    v1 = store.add_sample(_sample(1, 501))
-    v2 = store.add_sample(_sample(2, 502))
+    v1 = store.queue.add_sample(_sample(1, 501))
+    v2 = store.queue.add_sample(_sample(2, 502))
 
     result = trainer.rollback_to(1)
 
@@ -96,10 +96,10 @@ def test_rollback_restores_the_lineage_the_lr_schedule_and_is_all_or_nothing(
     # the schedule is at the global step, not restarted at version 1's step
     assert trainer.lr_scheduler.last_epoch == 3
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(_lr_at(trainer, 3))
-    row = store.published_version(3)
+    row = store.lineage.published_version(3)
     assert (row.parent, row.updates, row.note) == (1, 0, "rollback")
-    assert store.drop_stale(policy_version=3, max_staleness=0) == 1  # v2's sample: 1 update away
-    reasons = {s.sample_id: s.dropped_reason for s in store.iter_samples()}
+    assert store.queue.drop_stale(policy_version=3, max_staleness=0) == 1  # v2's sample: 1 update away
+    reasons = {s.sample_id: s.dropped_reason for s in store.queries.iter_samples()}
     assert reasons[v1] is None and reasons[v2].startswith("stale: sampled by v2, 1 updates from policy v3")
 
     # Another process fails to load the checkpoint: every process goes back to the current version.
@@ -107,7 +107,7 @@ def test_rollback_restores_the_lineage_the_lr_schedule_and_is_all_or_nothing(
     monkeypatch.setattr(versions, "everywhere", lambda accelerator, ok: False)
     with pytest.raises(RuntimeError, match="failed on another process: every process is back on version 3"):
         trainer.rollback_to(2)
-    assert trainer.state.global_step == 3 and store.published_version(4) is None
+    assert trainer.state.global_step == 3 and store.lineage.published_version(4) is None
     after = {k: v for k, v in trainer.model.state_dict().items() if "lora" in k}
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert trainer.lr_scheduler.last_epoch == 3
@@ -130,7 +130,7 @@ class KillAfterPublish(TrainerCallback):
 
 store = Store({store!r})
 for s in _sampled({model!r}, 12, policy_version=0):
-    store.add_sample(s)
+    store.queue.add_sample(s)
 trainer = _trainer({model!r}, Path({tmp!r}), store, max_steps=4, adapter_history=2, save_strategy="steps",
                    save_steps=1, save_total_limit=2)
 trainer.add_callback(KillAfterPublish())
@@ -151,9 +151,9 @@ def test_versions_published_then_lost_in_a_sigkill_are_recognised_on_resume(tiny
     assert latest_checkpoint(run) == str(run / "checkpoint-2")  # v3 was published, never checkpointed
 
     store = Store(tmp_path / "store.sqlite")
-    assert store.last_published_version() == 3
-    lost = store.add_sample(_sample(3, 703))  # a turn the lost v3 served
-    kept = [store.add_sample(s) for s in _sampled(tiny_model_dir, 4, seed=2, policy_version=2)]
+    assert store.lineage.last_published_version() == 3
+    lost = store.queue.add_sample(_sample(3, 703))  # a turn the lost v3 served
+    kept = [store.queue.add_sample(s) for s in _sampled(tiny_model_dir, 4, seed=2, policy_version=2)]
     trainer = _trainer(
         tiny_model_dir,
         tmp_path,
@@ -167,11 +167,11 @@ def test_versions_published_then_lost_in_a_sigkill_are_recognised_on_resume(tiny
     )
     trainer.train(resume_from_checkpoint=True)
 
-    row = store.published_version(4)  # checkpoint-2's weights, under a new number
+    row = store.lineage.published_version(4)  # checkpoint-2's weights, under a new number
     assert (row.parent, row.updates, row.note) == (2, 0, "resume")
-    assert store.published_version(3).parent == 2  # the lost version keeps its number and lineage
-    assert trainer.state.global_step == 5 and store.published_version(5).parent == 4
-    samples = {s.sample_id: s for s in store.iter_samples()}
+    assert store.lineage.published_version(3).parent == 2  # the lost version keeps its number and lineage
+    assert trainer.state.global_step == 5 and store.lineage.published_version(5).parent == 4
+    samples = {s.sample_id: s for s in store.queries.iter_samples()}
     assert samples[lost].dropped_reason == "stale: sampled by v3, 1 updates from policy v4, max_staleness 0"
     assert samples[lost].consumed_step is None
     assert [(samples[i].dropped_reason, samples[i].consumed_step) for i in kept] == [(None, 5)] * 4
@@ -188,7 +188,7 @@ def test_existing_store_gains_the_lineage_table_and_the_weight_columns(tmp_path)
 
     path = tmp_path / "old.sqlite"
     with Store(path) as store:
-        store.add_sample(_sample(3, 1))
+        store.queue.add_sample(_sample(3, 1))
     conn = sqlite3.connect(path)
     conn.execute("DROP TABLE policy_lineage")
     conn.execute("ALTER TABLE samples DROP COLUMN weight")
@@ -196,7 +196,9 @@ def test_existing_store_gains_the_lineage_table_and_the_weight_columns(tmp_path)
     conn.commit()
     conn.close()
     with Store(path) as store:
-        (back,) = store.take_samples(1)
-        assert back.weight == 1.0 and store.last_published_version() is None
-        assert store.lineage().staleness(3, 5) == 2  # versions of an older store follow their numbers
-        assert store.record_published(6, 5, 1, "update") and not store.record_published(6, 4, 1, "update")
+        (back,) = store.queue.take_samples(1)
+        assert back.weight == 1.0 and store.lineage.last_published_version() is None
+        assert store.lineage.lineage().staleness(3, 5) == 2  # versions of an older store follow their numbers
+        assert store.lineage.record_published(6, 5, 1, "update") and not store.lineage.record_published(
+            6, 4, 1, "update"
+        )

@@ -39,7 +39,7 @@ def _completion_logps(model, prompts, completions):
 def test_beta_kl_is_zero_on_the_first_pass_and_logged(tiny_model_dir, tmp_path):
     store = Store(tmp_path / "store.sqlite")
     for s in _sampled(tiny_model_dir, 4):
-        store.add_sample(s)
+        store.queue.add_sample(s)
     trainer = _trainer(
         tiny_model_dir,
         tmp_path,
@@ -62,7 +62,7 @@ def test_beta_gradient_equals_direct_ppo_plus_kl_to_base(tiny_model_dir, tmp_pat
     samples = _sampled(tiny_model_dir, 4, rewards=[1.0, -1.0, -1.0, 1.0])
     store = Store(tmp_path / "store.sqlite")
     for s in samples:
-        store.add_sample(s)
+        store.queue.add_sample(s)
     trainer = _trainer(tiny_model_dir, tmp_path, store, method="rl", beta=0.5)
     gen = torch.Generator().manual_seed(5)
     with torch.no_grad():  # move the policy away from the base model
@@ -123,14 +123,14 @@ def test_existing_store_gains_the_new_sample_columns(tmp_path):
     path = tmp_path / "old.sqlite"
     with Store(path) as store:
         sample = _sampled_stub(meta={"finish_reason": "length"})
-        store.add_sample(sample)
+        store.queue.add_sample(sample)
     conn = sqlite3.connect(path)
     conn.execute("ALTER TABLE samples DROP COLUMN finish_reason")
     conn.execute("ALTER TABLE samples DROP COLUMN teacher_prompt_ids")
     conn.commit()
     conn.close()
     with Store(path) as store:
-        (back,) = store.take_samples(1)
+        (back,) = store.queue.take_samples(1)
     assert back.finish_reason == "length" and back.teacher_prompt_ids is None
 
 

@@ -28,14 +28,17 @@ def test_opd_with_prm_monitor_stores_both_votes_and_keeps_the_opd_sample_rule(
         config = JudgeConfig(method="opd", backend="callable", callable=RULES, prm_monitor=True)
         scorer = Scorer(store, config, engine=engine)
         assert scorer.run_until_idle() == 6
-        samples = store.take_samples(100)
+        samples = store.queue.take_samples(100)
         # The OPD samples (an accepted hint), reward 0; the PRM reward is kept for monitoring only.
         got = {names[s.turn_id]: (s.reward, s.hint, s.meta["prm_eval_score"]) for s in samples}
         assert got == {"a3": (0, FRENCH_HINT, -1.0), "b1": (0, CATS_HINT, 0.0)}
         assert all(s.has_hint for s in samples)
         for name in ("a1", "a3", "b1"):
-            assert {v.kind for v in store.votes_for(turns[name])} == {"prm", "hint"}
-        assert store.get_turn(turns["a1"]).reward == 1 and store.get_turn(turns["a3"]).reward == -1
+            assert {v.kind for v in store.judging.votes_for(turns[name])} == {"prm", "hint"}
+        assert (
+            store.conversations.get_turn(turns["a1"]).reward == 1
+            and store.conversations.get_turn(turns["a3"]).reward == -1
+        )
         scorer.close()
 
 

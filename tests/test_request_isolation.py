@@ -144,7 +144,7 @@ def best_of_2(engine, tmp_path):
 
 
 def _rows(store, session: str) -> dict[str, int]:
-    conn = store._db.conn()
+    conn = store.db.conn()
     turns = "SELECT t.id FROM turns t JOIN sessions s ON s.id = t.session_id WHERE s.key = ?"
     out = {"turns": conn.execute(f"SELECT COUNT(*) FROM ({turns})", (session,)).fetchone()[0]}
     for table in ("responses", "candidate_groups"):
@@ -162,7 +162,7 @@ def test_a_turn_whose_response_row_fails_is_not_stored_with_its_group(best_of_2,
     def refuse(*_args, **_kwargs):
         raise RuntimeError("the response row cannot be written")
 
-    monkeypatch.setattr(store, "add_response", refuse)
+    monkeypatch.setattr(store.responses, "add_response", refuse)
     body = {"input": "tell me about tea", "max_output_tokens": 3}
     r = httpx.post(url + "/v1/responses", json=body, headers={"X-Session-Id": "atomic"}, timeout=120)
     assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
@@ -229,14 +229,17 @@ def test_feedback_acts_only_on_the_named_sessions_turns(engine, tmp_path):
         feedback = lambda body, headers=None: httpx.post(  # noqa: E731
             stack.url + "/v1/feedback", json=body, headers=headers or {}
         )
-        before = stack.store.counts()
+        before = stack.store.queries.counts()
         for action in ({"rating": -1}, {"action": "correct", "text": "Say hello."}, {"action": "reject"}):
             r = feedback({"turn_id": turn, "session_id": "mallory", **action})
             assert r.status_code == 404 and "mallory" in r.json()["error"]["message"]
         assert (
             feedback({"turn_id": turn, "action": "withdraw"}, {"X-Session-Id": "mallory"}).status_code == 404
         )
-        assert stack.store.counts() == before and stack.store.get_turn(turn).status == "awaiting"
+        assert (
+            stack.store.queries.counts() == before
+            and stack.store.conversations.get_turn(turn).status == "awaiting"
+        )
         r = feedback({"turn_id": turn, "session_id": "alice", "rating": -1, "text": "Say hello."})
         assert r.status_code == 200 and r.json()["attached"]
         assert feedback({"turn_id": turn, "action": "withdraw"}, {"X-Session-Id": "alice"}).status_code == 200
@@ -245,7 +248,7 @@ def test_feedback_acts_only_on_the_named_sessions_turns(engine, tmp_path):
 
         meta = httpx.post(stack.url + "/v1/chat/completions", json=ask).json()["openclaw"]
         anon, key = meta["turn_id"], meta["session_id"]
-        session = stack.store.get_session(stack.store.get_turn(anon).session_id)
+        session = stack.store.conversations.get_session(stack.store.conversations.get_turn(anon).session_id)
         assert session.key == key and key.startswith("chain-") and session_matches(session, key)
         assert not session_matches(session, f"anonymous-{session.id}")
         r = feedback({"turn_id": anon, "session_id": key, "rating": 1})

@@ -211,7 +211,7 @@ def test_limit_just_over_refused_just_under_served(engine, tiny_tokenizer, tmp_p
             turn = _post(stack, "chat", _chat(), {"X-Session-Id": "fb"}).headers["x-openclaw-turn-id"]
             under = ({**under[0], "turn_id": int(turn)}, under[1])
             over = ({**over[0], "turn_id": int(turn)}, over[1])
-        before = stack.store.counts()
+        before = stack.store.queries.counts()
         refused = _post(stack, route, *over)
         assert refused.status_code == status, refused.text
         error = refused.json()["error"]
@@ -219,7 +219,7 @@ def test_limit_just_over_refused_just_under_served(engine, tiny_tokenizer, tmp_p
         assert error["code"] == code and error["type"] == "invalid_request_error"
         if code != "invalid_session":
             assert f"{name}={value}" in error["message"], error["message"]
-        assert stack.store.counts() == before  # nothing stored, no session opened
+        assert stack.store.queries.counts() == before  # nothing stored, no session opened
         served = _post(stack, route, *under)
         assert served.status_code == 200, served.text
 
@@ -233,7 +233,7 @@ def test_huge_feedback_and_session_id_refused_then_chat_served(engine, tmp_path)
             model="openclaw", messages=USER, max_tokens=4, extra_headers={"X-Session-Id": "alice"}
         )
         turn_id = int(first.headers["x-openclaw-turn-id"])
-        before = stack.store.counts()
+        before = stack.store.queries.counts()
 
         feedback = httpx.post(
             stack.url + "/v1/feedback",
@@ -250,7 +250,7 @@ def test_huge_feedback_and_session_id_refused_then_chat_served(engine, tmp_path)
             )
         assert refused.value.body["code"] == "string_above_max_length"
         assert "max_session_id_chars=128" in refused.value.body["message"]
-        assert stack.store.counts() == before
+        assert stack.store.queries.counts() == before
 
         reply = client.chat.completions.create(  # still served after the refusals
             model="openclaw", messages=USER, max_tokens=4, extra_headers={"X-Session-Id": "bob"}
@@ -290,4 +290,4 @@ def test_the_ui_path_gets_readable_errors(engine, tmp_path):
         conv = {"session_id": "ui", "target": result.turn_id}
         _box, _conv, note, _prompt = handlers.on_correct("a much longer correction", conv)
         assert note.startswith("Correction not recorded:") and "above the limit max_feedback_chars=10" in note
-        assert stack.store.counts()["feedback"] == 0
+        assert stack.store.queries.counts()["feedback"] == 0

@@ -55,7 +55,7 @@ def says(engine):
 
 
 def _turn_of(stack, response):
-    return stack.store.get_turn(response.model_extra["openclaw"]["turn_id"])
+    return stack.store.conversations.get_turn(response.model_extra["openclaw"]["turn_id"])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -139,8 +139,8 @@ def test_responses_create_sync_stores_a_session_turn(stack, client, says):
     ]
     assert r.usage.input_tokens == len(turn.prompt_ids) and r.usage.output_tokens == len(turn.completion_ids)
     assert 0 < r.usage.output_tokens_details.reasoning_tokens < r.usage.output_tokens
-    assert stack.store.get_session(turn.session_id).key == "resp-sync"
-    assert stack.store.get_response(r.id).turn_id == turn.id
+    assert stack.store.conversations.get_session(turn.session_id).key == "resp-sync"
+    assert stack.store.responses.get_response(r.id).turn_id == turn.id
     assert client.responses.retrieve(r.id).model_dump() == r.model_dump()  # GET returns it as it was sent
 
 
@@ -166,7 +166,7 @@ def test_responses_stream_events(stack, client, says):
     assert added == [item.id for item in final.output]
     turn = _turn_of(stack, final)
     assert turn.response_message["content"] == "Here is the plan."
-    assert stack.store.get_session(turn.session_id).key == "resp-stream"
+    assert stack.store.conversations.get_session(turn.session_id).key == "resp-stream"
     # the SDK's stream helper accumulates the same response from the events
     with client.responses.stream(model="openclaw", input="again", max_output_tokens=40) as stream:
         assert stream.get_final_response().output_text == "Here is the plan."
@@ -246,7 +246,7 @@ def test_continued_responses_are_judged_into_samples(stack, client, says):
         scorer.run_until_idle()
     finally:
         scorer.close()
-    samples = {s.turn_id: s for s in stack.store.take_samples(1000)}
+    samples = {s.turn_id: s for s in stack.store.queue.take_samples(1000)}
     assert samples[t1.id].reward == 1.0  # "thanks" is a +1 under the rule judge, as for a chat turn
 
 
@@ -258,7 +258,10 @@ def test_anonymous_conversations_continue_by_previous_response_id(stack, client,
     )
     assert _turn_of(stack, second).session_id == _turn_of(stack, first).session_id
     key = second.model_extra["openclaw"]["session_id"]
-    assert key.startswith("chain-") and stack.store.get_session(_turn_of(stack, first).session_id).anonymous
+    assert (
+        key.startswith("chain-")
+        and stack.store.conversations.get_session(_turn_of(stack, first).session_id).anonymous
+    )
     with pytest.raises(openai.BadRequestError, match=f"session '{key}'"):
         client.responses.create(model="openclaw", input="x", previous_response_id=first.id, user="someone")
 
@@ -285,7 +288,7 @@ def test_store_false_is_served_and_learned_from_but_not_kept(stack, client):
     r = client.responses.create(model="openclaw", input="unstored", max_output_tokens=4, store=False)
     assert r.store is False
     turn = _turn_of(stack, r)
-    assert turn.trainable and stack.store.get_response(r.id) is None
+    assert turn.trainable and stack.store.responses.get_response(r.id) is None
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(r.id)
     with pytest.raises(openai.NotFoundError):
@@ -297,15 +300,15 @@ def test_store_false_is_served_and_learned_from_but_not_kept(stack, client):
     ]
     r2 = client.responses.create(model="openclaw", input=again, max_output_tokens=4, store=False)
     assert _turn_of(stack, r2).session_id == turn.session_id
-    assert stack.store.get_turn(turn.id).next_state["content"] == "next"
+    assert stack.store.conversations.get_turn(turn.id).next_state["content"] == "next"
 
 
 def test_store_false_can_be_kept_out_of_learning(engine, tmp_path):
     with running_stack(engine, tmp_path / "unstored.db", learn_unstored_responses=False) as s:
         client = openai.OpenAI(base_url=f"{s.url}/v1", api_key="x")
         r = client.responses.create(model="openclaw", input="private", max_output_tokens=4, store=False)
-        turn = s.store.get_turn(r.model_extra["openclaw"]["turn_id"])
-        assert s.store.get_session(turn.session_id).private
+        turn = s.store.conversations.get_turn(r.model_extra["openclaw"]["turn_id"])
+        assert s.store.conversations.get_session(turn.session_id).private
 
 
 @pytest.mark.parametrize(

@@ -166,16 +166,16 @@ def _checkpoint(run: Path, step: int, complete: bool = True) -> Path:
 
 
 def _consumed(store: Store) -> dict[int, int | None]:
-    return {s.turn_id: s.consumed_step for s in store.iter_samples(include_private=True)}
+    return {s.turn_id: s.consumed_step for s in store.queries.iter_samples(include_private=True)}
 
 
 def test_start_point_requeues_later_steps_and_moves_incomplete_checkpoints(tmp_path):
     run = tmp_path / "run"
     _checkpoint(run, 2), _checkpoint(run, 4), _checkpoint(run, 6, complete=False)
     store = Store(run / "openclaw.sqlite")
-    ids = [store.add_sample(_sample(t)) for t in range(6)]
+    ids = [store.queue.add_sample(_sample(t)) for t in range(6)]
     for step, pair in enumerate([ids[0:2], ids[2:4], ids[4:6]], start=3):
-        store.mark_consumed(pair, step)
+        store.queue.mark_consumed(pair, step)
     config = OpenClawConfig(output_dir=str(run), report_to="none")
 
     start = start_point(config, store)
@@ -220,7 +220,7 @@ def test_fresh_start_moves_the_old_run_and_store_aside(tmp_path):
     _checkpoint(run, 4)
     (run / "openclaw_run.json").write_text("{}")
     old = Store(outside)
-    old.mark_consumed([old.add_sample(_sample(1))], 4)
+    old.queue.mark_consumed([old.queue.add_sample(_sample(1))], 4)
     old.close()
     config = OpenClawConfig(output_dir=str(run), report_to="none", fresh_start=True, store_path=str(outside))
 
@@ -231,7 +231,7 @@ def test_fresh_start_moves_the_old_run_and_store_aside(tmp_path):
     assert moved.parent == run and moved.name.startswith("previous-")
     assert sorted(p.name for p in run.iterdir()) == [moved.name]
     assert {"checkpoint-4", "openclaw_run.json", "store.sqlite"} <= {p.name for p in moved.iterdir()}
-    assert store.counts()["samples"] == 0  # a new, empty store
+    assert store.queries.counts()["samples"] == 0  # a new, empty store
     assert start.describe() == f"new run in {run} (older data moved to {moved})"
     with Store(moved / "store.sqlite") as kept:
         assert _consumed(kept) == {1: 4}

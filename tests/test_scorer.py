@@ -124,20 +124,20 @@ def test_scripted_conversation_gives_exact_samples(tmp_path, tiny_tokenizer, eng
         names = {v: k for k, v in turns.items()}
         scorer = Scorer(store, JudgeConfig(method=method, backend="callable", callable=RULES), engine=engine)
         assert scorer.run_until_idle() == 6  # a1 a2 a3 a4 b1 b2: everything with a next state
-        samples = store.take_samples(100)
+        samples = store.queue.take_samples(100)
         got = {names[s.turn_id]: (s.reward, s.hint) for s in samples}
         assert got == EXPECTED[method]
         for s in samples:
-            turn = store.get_turn(s.turn_id)
+            turn = store.conversations.get_turn(s.turn_id)
             assert s.completion_ids == turn.completion_ids and s.prompt_ids == turn.prompt_ids
             assert s.has_hint == (s.hint is not None) and s.temperature == 0.7 and s.policy_version == 1
             assert (s.teacher_logprobs is not None) == s.has_hint
             if s.has_hint:
                 assert len(s.teacher_logprobs) == len(s.completion_ids)
-        statuses = {n: store.get_turn(t).status for n, t in turns.items()}
+        statuses = {n: store.conversations.get_turn(t).status for n, t in turns.items()}
         assert statuses["a5"] == statuses["b3"] == statuses["side"] == "closed"
-        assert statuses["a4"] == "judged" and store.get_turn(turns["a4"]).reward == 0
-        assert all(store.votes_for(turns[n]) for n in ("a1", "a4", "b1"))
+        assert statuses["a4"] == "judged" and store.conversations.get_turn(turns["a4"]).reward == 0
+        assert all(store.judging.votes_for(turns[n]) for n in ("a1", "a4", "b1"))
         scorer.close()
 
 
@@ -148,10 +148,10 @@ def test_teacher_logprobs_match_an_independent_forward(tmp_path, tiny_model_dir,
         turns = scripted(store, tiny_tokenizer)
         config = JudgeConfig(method="opd", backend="callable", callable=RULES, kd_topk=4)
         Scorer(store, config, engine=engine).run_until_idle()
-        samples = {s.turn_id: s for s in store.take_samples(100)}
+        samples = {s.turn_id: s for s in store.queue.take_samples(100)}
         model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
         for name, hint in (("a3", FRENCH_HINT), ("b1", CATS_HINT)):
-            s, turn = samples[turns[name]], store.get_turn(turns[name])
+            s, turn = samples[turns[name]], store.conversations.get_turn(turns[name])
             enhanced = render_prompt_ids(tiny_tokenizer, append_hint(turn.prompt_messages, hint), turn.tools)
             assert s.meta["teacher_prompt_len"] == len(enhanced) and len(enhanced) > len(s.prompt_ids)
             assert s.teacher_prompt_ids == enhanced and s.finish_reason == turn.finish_reason
@@ -175,8 +175,8 @@ def test_engine_backend_garbage_votes_are_none(tmp_path, tiny_tokenizer, engine)
         )
         scorer = Scorer(store, config, engine=engine)
         assert scorer.run_until_idle() == 6
-        assert store.count_waiting() == 0
-        votes = store.votes_for(turns["a1"])
+        assert store.queue.count_waiting() == 0
+        votes = store.judging.votes_for(turns["a1"])
         assert [v.kind for v in votes] == ["prm", "prm", "hint", "hint"]
         assert all(v.value is None and isinstance(v.raw_text, str) and v.raw_text for v in votes)
         assert scorer.stats["none_votes"] == scorer.stats["votes"] == 24
@@ -191,10 +191,10 @@ def test_feedback_after_judgement_rejudges_a_turn_without_sample(tmp_path, tiny_
         m += [conv.say("t1", m, "hello", headers=h)]
         conv.say("t2", [*m, {"role": "user", "content": "hmm"}], "ok", headers=h)
         scorer = Scorer(store, JudgeConfig(method="rl", backend="feedback"), engine=engine)
-        assert scorer.run_until_idle() == 1 and store.count_waiting() == 0  # a plain reply: nothing
+        assert scorer.run_until_idle() == 1 and store.queue.count_waiting() == 0  # a plain reply: nothing
         assert conv.col.feedback(conv.turns["t1"], -1).attached  # the 👎 arrives later
         assert scorer.run_until_idle() == 1
-        (s,) = store.take_samples(5)
+        (s,) = store.queue.take_samples(5)
         assert (s.turn_id, s.reward) == (conv.turns["t1"], -1.0)
         assert not conv.col.feedback(conv.turns["t1"], +1).attached  # judged into a sample: never twice
         assert scorer.run_until_idle() == 0
@@ -216,13 +216,15 @@ class _FailingScoreEngine:
 def test_one_failing_teacher_prompt_does_not_sink_the_group(tmp_path, tiny_tokenizer, engine):
     with Store(tmp_path / "s.db") as store:
         turns = scripted(store, tiny_tokenizer)
-        a3_prompt = store.get_turn(turns["a3"]).prompt_ids  # the long one (tools + history)
+        a3_prompt = store.conversations.get_turn(turns["a3"]).prompt_ids  # the long one (tools + history)
         flaky = _FailingScoreEngine(engine, limit=len(a3_prompt))
         scorer = Scorer(store, JudgeConfig(method="opd", backend="callable", callable=RULES), engine=flaky)
         scorer.run_until_idle()
-        (s,) = store.take_samples(5)
+        (s,) = store.queue.take_samples(5)
         assert s.turn_id == turns["b1"]
-        assert store.get_turn(turns["a3"]).judge_error.startswith("teacher: ValueError: prompt too long")
+        assert store.conversations.get_turn(turns["a3"]).judge_error.startswith(
+            "teacher: ValueError: prompt too long"
+        )
         scorer.close()
 
 
@@ -252,15 +254,15 @@ def test_feedback_backend(tmp_path, tiny_tokenizer, engine):
                 _replay_turns(store, copy)
                 scorer = Scorer(copy, JudgeConfig(method=method, backend="feedback"), engine=engine)
                 assert scorer.run_until_idle() == 4
-                got = {s.turn_id: (s.reward, s.hint) for s in copy.take_samples(10)}
+                got = {s.turn_id: (s.reward, s.hint) for s in copy.queue.take_samples(10)}
                 assert got == expected, method
-                assert copy.votes_for(t["t1"]) == []  # a plain reply gives no vote
+                assert copy.judging.votes_for(t["t1"]) == []  # a plain reply gives no vote
                 scorer.close()
 
 
 def _replay_turns(src: Store, dst: Store) -> None:
     """Copy a store's sessions and turns (same ids) so one conversation can be judged by several methods."""
-    src_conn, dst_conn = src._db.conn(), dst._db.conn()
+    src_conn, dst_conn = src.db.conn(), dst.db.conn()
     for table in ("sessions", "turns"):
         rows = src_conn.execute(f"SELECT * FROM {table} ORDER BY id").fetchall()
         cols = rows[0].keys()
@@ -306,9 +308,9 @@ def test_openai_backend_wire_format_and_failures(tmp_path, tiny_tokenizer, engin
         assert scorer.run_until_idle() == 1
         assert len(calls) == 6 and all(auth == "Bearer sk-test" for auth, _ in calls)
         assert {c["model"] for _, c in calls} == {"judge-model"} and calls[0][1]["max_tokens"] == 64
-        votes = store.votes_for(conv.turns["t1"])
+        votes = store.judging.votes_for(conv.turns["t1"])
         assert sum(v.value is None for v in votes) == 2  # the two HTTP 500s
-        (s,) = store.take_samples(5)
+        (s,) = store.queue.take_samples(5)
         assert (s.reward, s.hint, s.has_hint) == (1.0, "Use a numbered list of steps.", True)
         scorer.close()
 
@@ -331,9 +333,12 @@ def test_judge_failures_become_none_votes(tmp_path, tiny_tokenizer, path, error)
         conv.say("t2", [*m, {"role": "user", "content": "thanks"}], "ok", headers=h)
         scorer = Scorer(store, JudgeConfig(method="rl", backend="callable", callable=path, timeout_s=0.3))
         assert scorer.run_until_idle() == 1
-        (vote,) = store.votes_for(conv.turns["t1"])
+        (vote,) = store.judging.votes_for(conv.turns["t1"])
         assert vote.value is None and error in vote.error
-        assert store.get_turn(conv.turns["t1"]).status == "judged" and store.count_waiting() == 0
+        assert (
+            store.conversations.get_turn(conv.turns["t1"]).status == "judged"
+            and store.queue.count_waiting() == 0
+        )
         scorer.close()
 
 
@@ -353,15 +358,15 @@ def test_background_worker_and_resume_after_restart(tmp_path, tiny_tokenizer, en
     with Store(path) as store:
         turns = scripted(store, tiny_tokenizer)  # the process "dies" before anything is judged
     with Store(path) as store:
-        assert store.count_ready() == 6
+        assert store.judging.count_ready() == 6
         scorer = Scorer(
             store, JudgeConfig(method="rl", backend="callable", callable=RULES, poll_interval_s=0.05)
         )
         scorer.start()
-        batch = store.wait_for_samples(4, timeout=20)
+        batch = store.queue.wait_for_samples(4, timeout=20)
         scorer.stop()
         assert {s.turn_id for s in batch} == {turns[n] for n in EXPECTED["rl"]}
-        assert store.count_ready() == 0
+        assert store.judging.count_ready() == 0
         wait_until(lambda: scorer.stats["judged"] >= 6, 60, "the last turns judged")
         assert scorer.stats["judged"] == 6
         scorer.close()
@@ -397,18 +402,18 @@ def test_poison_turn_is_set_aside_after_max_attempts_while_later_turns_are_judge
         turns = _poisoned_conversation(store, tiny_tokenizer)
         scorer = Scorer(store, JudgeConfig(method="rl", backend="callable", callable=RULES, max_attempts=3))
         assert scorer.score_once() == 2  # the group fails, is split: p2 is judged, p1 has failed once
-        (s,) = store.take_samples(5)
+        (s,) = store.queue.take_samples(5)
         assert (s.turn_id, s.reward) == (turns["p2"], 1.0)
-        p1 = store.get_turn(turns["p1"])
+        p1 = store.conversations.get_turn(turns["p1"])
         assert (p1.status, p1.judge_attempts) == ("ready", 1)
         assert scorer.run_until_idle() == 2  # two more attempts, then it is set aside
         assert scorer.run_until_idle() == 0
         assert scorer.stats["failed"] == 1 and scorer.stats["failed_attempts"] == 3
         scorer.close()
     with Store(path) as store:  # persistent: a restart does not retry it
-        p1 = store.get_turn(turns["p1"])
+        p1 = store.conversations.get_turn(turns["p1"])
         assert (p1.status, p1.judge_attempts) == ("failed", 3)
-        assert p1.judge_error.startswith("AttributeError") and store.count_ready() == 0
+        assert p1.judge_error.startswith("AttributeError") and store.judging.count_ready() == 0
         row = next(t for t in collect_rows(store)["turns"] if t["turn_id"] == turns["p1"])
         assert row["status"] == "failed" and row["judge_error"] == p1.judge_error
         status = LearningStatus(OpenClawConfig(output_dir=str(tmp_path)), None, store)()
@@ -424,8 +429,8 @@ def test_turns_that_lose_their_teacher_are_counted(tmp_path, tiny_tokenizer, eng
             store, JudgeConfig(method="combine", backend="callable", callable=RULES), engine=refusing
         )
         scorer.run_until_idle()
-        assert scorer.stats["teacher_failed"] == 2 and store.count_teacher_failed() == 2  # a3 and b1
-        got = {s.turn_id: (s.reward, s.has_hint) for s in store.take_samples(10)}
+        assert scorer.stats["teacher_failed"] == 2 and store.judging.count_teacher_failed() == 2  # a3 and b1
+        got = {s.turn_id: (s.reward, s.has_hint) for s in store.queue.take_samples(10)}
         assert got[turns["a3"]] == (-1.0, False) and turns["b1"] not in got  # a3 keeps its RL reward only
         scorer.close()
 
@@ -445,9 +450,9 @@ def test_greedy_turn_is_judged_but_never_a_sample(tmp_path, tiny_tokenizer, engi
             store, JudgeConfig(method="combine", backend="callable", callable=RULES), engine=engine
         )
         assert scorer.run_until_idle() == 1
-        turn = store.get_turn(turn_id)
+        turn = store.conversations.get_turn(turn_id)
         assert turn.status == "judged" and turn.reward == 1 and "greedy" in turn.judge_error
-        assert store.count_waiting() == 0
+        assert store.queue.count_waiting() == 0
 
 
 class _RecordingEngine:
@@ -493,7 +498,7 @@ def test_judge_and_teacher_prompts_are_bounded(tmp_path, tiny_tokenizer, engine)
             store, JudgeConfig(method="rl", backend="engine", m=2, max_prompt_tokens=20), engine=engine
         )
         scorer.run_until_idle()
-        votes = store.votes_for(conv.turns["t1"])
+        votes = store.judging.votes_for(conv.turns["t1"])
         assert len(votes) == 2 and all(v.value is None and "judge_prompt_too_long" in v.error for v in votes)
         assert scorer.stats["judge_prompt_too_long"] == 1
         scorer.close()
@@ -507,9 +512,9 @@ def test_judge_and_teacher_prompts_are_bounded(tmp_path, tiny_tokenizer, engine)
         cfg = JudgeConfig(method="opd", backend="feedback", max_hint_chars=100)
         scorer = Scorer(store, cfg, engine=recording)
         assert scorer.run_until_idle() == 1
-        (sample,) = store.take_samples(5)
+        (sample,) = store.queue.take_samples(5)
         assert len(sample.hint) <= 100 and sample.hint.startswith("Rhyme every line.")
-        served = len(store.get_turn(conv.turns["t1"]).prompt_ids)
+        served = len(store.conversations.get_turn(conv.turns["t1"]).prompt_ids)
         added = f"\n\n{HINT_MARKER}\n{sample.hint}"  # what append_hint adds to the served prompt
         added_tokens = len(tiny_tokenizer.encode(added, add_special_tokens=False))
         ((kind, teacher_len, priority),) = recording.calls

@@ -55,7 +55,7 @@ def script(engine):
 
 
 def _turn(stack, turn_id):
-    return stack.store.get_turn(int(turn_id))
+    return stack.store.conversations.get_turn(int(turn_id))
 
 
 def test_chat_sync_stores_the_turn_before_replying(stack, client):
@@ -306,7 +306,7 @@ def test_feedback_route_is_the_next_state(stack, client):
     turn = _turn(stack, turn_id)
     assert turn.status == "ready" and turn.next_state["rating"] == -1
     assert turn.next_state["text"] == "It is 4."
-    assert any(f.turn_id == turn_id and f.text == "It is 4." for f in stack.store.iter_feedback())
+    assert any(f.turn_id == turn_id and f.text == "It is 4." for f in stack.store.queries.iter_feedback())
     unknown = {"turn_id": 10**9, "session_id": "fb-1", "rating": 1}
     assert httpx.post(f"{stack.url}/v1/feedback", json=unknown).status_code == 404
 
@@ -332,7 +332,7 @@ def test_feedback_route_addresses_any_turn_with_each_action(stack, client):
     r = post({"turn_id": str(second), "action": "correct", "text": "The answer is 4."})
     assert r.json()["attached"] and _turn(stack, second).next_state["text"] == "The answer is 4."
     assert _turn(stack, second).next_state["kind"] == "correction"
-    before = stack.store.counts()
+    before = stack.store.queries.counts()
     for bad in [
         {"turn_id": last, "action": "undo"},
         {"turn_id": last, "action": "reject", "rating": -1},
@@ -348,7 +348,7 @@ def test_feedback_route_addresses_any_turn_with_each_action(stack, client):
         r = post(bad)
         assert r.status_code == 400 and r.json()["error"]["param"] in ("action", "text"), (bad, r.text)
     assert post({"turn_id": 10**9, "action": "withdraw"}).status_code == 404
-    assert stack.store.counts() == before
+    assert stack.store.queries.counts() == before
     r = post({"turn_id": last, "action": "reject"})
     assert r.json()["attached"] and _turn(stack, last).next_state["kind"] == "reject"
     r = post({"turn_id": last, "action": "withdraw"})
@@ -408,7 +408,7 @@ def test_build_serving_wires_a_working_stack(tiny_model_dir, tmp_path):
                 f"{server.url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]}
             )
             assert r.status_code == 200
-        assert serving.store.get_turn(int(r.headers["x-openclaw-turn-id"])) is not None
+        assert serving.store.conversations.get_turn(int(r.headers["x-openclaw-turn-id"])) is not None
     finally:
         serving.close()
 
@@ -455,16 +455,18 @@ def test_client_leaving_at_the_first_chunk_still_ends_a_done_session(stack, clie
     client.chat.completions.create(
         model="openclaw", messages=messages, max_tokens=2, extra_headers={"X-Session-Id": "left-done"}
     )
-    assert stack.store.find_open_session("left-done") is not None
+    assert stack.store.conversations.find_open_session("left-done") is not None
     before = len(turns(stack.store))
     body = {"model": "openclaw", "messages": messages, "max_tokens": 40, "stream": True}
     headers = {"X-Session-Id": "left-done", "X-Session-Done": "1"}
     with httpx.stream("POST", f"{stack.url}/v1/chat/completions", json=body, headers=headers) as r:
         assert next(r.iter_lines()).startswith("data: ")  # the role chunk, then we hang up
     deadline = time.monotonic() + 10.0
-    while stack.store.find_open_session("left-done") is not None and time.monotonic() < deadline:
+    while (
+        stack.store.conversations.find_open_session("left-done") is not None and time.monotonic() < deadline
+    ):
         time.sleep(0.1)
-    assert stack.store.find_open_session("left-done") is None  # the abort ended the session
+    assert stack.store.conversations.find_open_session("left-done") is None  # the abort ended the session
     assert len(turns(stack.store)) == before  # and stored no turn
 
 

@@ -83,14 +83,14 @@ def test_next_states_user_tool_and_session_done(env):
     m2 = [*m1, a1, {"role": "user", "content": "in Paris"}]
     ctx2, t2, _ = serve(col, m2, headers=h)
     assert ctx2.next_state_of == t1
-    assert store.get_turn(t1).next_state["content"] == "in Paris"
+    assert store.conversations.get_turn(t1).next_state["content"] == "in Paris"
     # the tool-call turn: its next state is both tool results (parallel calls), role tool
     m3 = [*m2, call, {"role": "tool", "content": "rain"}, {"role": "tool", "content": "12C"}]
     ctx3, t3, a3 = serve(col, m3, headers=h, body={"session_done": True})
-    ns = store.get_turn(t2).next_state
+    ns = store.conversations.get_turn(t2).next_state
     assert (ns["role"], ns["content"], len(ns["messages"])) == ("tool", "rain\n\n12C", 2)
-    assert store.get_turn(t2).status == "ready"
-    t3row = store.get_turn(t3)
+    assert store.conversations.get_turn(t2).status == "ready"
+    t3row = store.conversations.get_turn(t3)
     assert (t3row.status, t3row.close_reason) == (
         "closed",
         "session_ended",
@@ -98,8 +98,8 @@ def test_next_states_user_tool_and_session_done(env):
     # the id is reused after the end: a new generation, earlier turns untouched
     ctx4, t4, _ = serve(col, [*m3, a3, {"role": "user", "content": "thanks"}], headers=h)
     assert ctx4.session_generation == 1 and ctx4.next_state_of is None
-    assert store.get_turn(t4).idx == 0 and store.get_turn(t3).status == "closed"
-    assert [t.id for t in store.ready_turns(10)] == [t1, t2]
+    assert store.conversations.get_turn(t4).idx == 0 and store.conversations.get_turn(t3).status == "closed"
+    assert [t.id for t in store.judging.ready_turns(10)] == [t1, t2]
 
 
 def test_side_turns_neither_take_nor_give_next_states(env):
@@ -110,11 +110,11 @@ def test_side_turns_neither_take_nor_give_next_states(env):
     _, side, _ = serve(
         col, [*m1, a1, {"role": "user", "content": "summarise memory"}], headers={**h, "X-Turn-Type": "side"}
     )
-    assert store.get_turn(t1).status == "awaiting"
-    assert store.get_turn(side).status == "closed"
+    assert store.conversations.get_turn(t1).status == "awaiting"
+    assert store.conversations.get_turn(side).status == "closed"
     assert col.feedback(side, -1).attached is False
     serve(col, [*m1, a1, {"role": "user", "content": "next"}], headers=h)
-    assert store.get_turn(t1).next_state["content"] == "next"
+    assert store.conversations.get_turn(t1).next_state["content"] == "next"
 
 
 def test_idle_timeout_ends_session_and_feedback_still_attaches(env):
@@ -124,12 +124,12 @@ def test_idle_timeout_ends_session_and_feedback_still_attaches(env):
     ctx1, t1, a1 = serve(col, m1, headers=h)
     clock.t += 61
     assert col.reap() == [ctx1.session_id]
-    assert store.get_turn(t1).close_reason == "session_ended"
+    assert store.conversations.get_turn(t1).close_reason == "session_ended"
     ctx2, _, _ = serve(col, [*m1, a1, {"role": "user", "content": "late"}], headers=h)
-    assert ctx2.session_generation == 1 and store.get_turn(t1).next_state is None
+    assert ctx2.session_generation == 1 and store.conversations.get_turn(t1).next_state is None
     res = col.feedback(t1, +1, "Short answers are what I want.")
     assert res.attached
-    turn = store.get_turn(t1)
+    turn = store.conversations.get_turn(t1)
     assert (turn.status, turn.next_state_source, turn.next_state["rating"]) == (
         "ready",
         "feedback",
@@ -143,14 +143,16 @@ def test_history_divergence_and_trailing_system_message(env):
     m1 = [{"role": "user", "content": "hi"}]
     _, t1, a1 = serve(col, m1, headers=h)
     _, t2, _ = serve(col, m1, headers=h)  # regenerate: the same prompt again, not a continuation
-    assert store.get_turn(t1).close_reason == "history_diverged"
+    assert store.conversations.get_turn(t1).close_reason == "history_diverged"
     m3 = [
         {"role": "user", "content": "hi"},
         {"role": "assistant", "content": "ok"},
         {"role": "system", "content": "r"},
     ]
     ctx3 = col.begin(m3, headers=h)
-    assert ctx3.next_state_of is None and store.get_turn(t2).status == "awaiting"  # system is no next state
+    assert (
+        ctx3.next_state_of is None and store.conversations.get_turn(t2).status == "awaiting"
+    )  # system is no next state
 
 
 def test_anonymous_requests_chain_by_history_and_train_only_when_allowed(tmp_path):
@@ -162,13 +164,13 @@ def test_anonymous_requests_chain_by_history_and_train_only_when_allowed(tmp_pat
             ca, ta, ra = serve(col, a, reply="ans A")
             cb, tb, rb = serve(col, b, reply="ans B")
             assert ca.session_id != cb.session_id and ca.session_key.startswith("chain-")
-            assert store.get_session(ca.session_id).anonymous
+            assert store.conversations.get_session(ca.session_id).anonymous
             cb2, _, _ = serve(col, [*b, rb, {"role": "user", "content": "more B"}])
             assert cb2.session_id == cb.session_id and cb2.next_state_of == tb
-            assert store.get_turn(ta).status == "awaiting"
+            assert store.conversations.get_turn(ta).status == "awaiting"
             expected = "ready" if train_anonymous else "closed"
-            assert store.get_turn(tb).status == expected
-            assert len(store.ready_turns(10)) == int(train_anonymous)
+            assert store.conversations.get_turn(tb).status == expected
+            assert len(store.judging.ready_turns(10)) == int(train_anonymous)
 
 
 def test_private_sessions_are_stored_not_trained_not_exported(env):
@@ -177,10 +179,15 @@ def test_private_sessions_are_stored_not_trained_not_exported(env):
     m1 = [{"role": "user", "content": "secret"}]
     _, t1, a1 = serve(col, m1, headers=h, body={"session_private": True})
     serve(col, [*m1, a1, {"role": "user", "content": "more"}], headers=h, body={"session_private": False})
-    assert store.get_turn(t1).status == "ready" and store.ready_turns(10) == []  # a request can't clear it
-    assert list(store.iter_turns()) == [] and len(list(store.iter_turns(include_private=True))) == 2
+    assert (
+        store.conversations.get_turn(t1).status == "ready" and store.judging.ready_turns(10) == []
+    )  # a request can't clear it
+    assert (
+        list(store.queries.iter_turns()) == []
+        and len(list(store.queries.iter_turns(include_private=True))) == 2
+    )
     col.set_private("p", False)
-    assert [t.id for t in store.ready_turns(10)] == [t1]
+    assert [t.id for t in store.judging.ready_turns(10)] == [t1]
 
 
 def test_feedback_validation_and_precedence(env):
@@ -189,7 +196,7 @@ def test_feedback_validation_and_precedence(env):
     m1 = [{"role": "user", "content": "hi"}]
     _, t1, a1 = serve(col, m1, headers=h)
     serve(col, [*m1, a1, {"role": "user", "content": "thanks"}], headers=h)
-    before = store.counts()
+    before = store.queries.counts()
     for bad, exc in [
         ((9999, 1), UnknownTurnError),
         ((t1, 2), FeedbackError),
@@ -203,27 +210,27 @@ def test_feedback_validation_and_precedence(env):
             col.feedback(*bad)
     with pytest.raises(FeedbackError):
         col.feedback(t1, 1, text=123)
-    assert store.counts() == before  # bad input writes nothing and loses nothing
-    assert store.get_turn(t1).next_state["content"] == "thanks"
+    assert store.queries.counts() == before  # bad input writes nothing and loses nothing
+    assert store.conversations.get_turn(t1).next_state["content"] == "thanks"
     # explicit feedback replaces a request next state that was not judged yet
     assert col.feedback(t1, -1, "Use French please.").attached
-    turn = store.get_turn(t1)
+    turn = store.conversations.get_turn(t1)
     assert turn.next_state_source == "feedback" and turn.judge_round == 2
     assert "bad" in turn.next_state["content"] and "French" in turn.next_state["content"]
     # once the turn's sample is trained on, more feedback is stored but the turn is not judged twice
     sample = TrainingSample(t1, [1, 2], [7, 8], [-0.1, -0.1], 1.0, 0, reward=-1.0)
-    sample_id = store.save_judgement(Judgement(turn, [], -1, sample=sample))
-    store.mark_consumed([sample_id], step=1)
+    sample_id = store.judging.save_judgement(Judgement(turn, [], -1, sample=sample))
+    store.queue.mark_consumed([sample_id], step=1)
     res = col.feedback(t1, 1)
     assert not res.attached and "trained on (step 1)" in res.reason
-    assert [(f.rating, f.kind) for f in store.iter_feedback()] == [(-1, "correction"), (1, "rating")]
-    assert store.get_turn(t1).status == "judged"
+    assert [(f.rating, f.kind) for f in store.queries.iter_feedback()] == [(-1, "correction"), (1, "rating")]
+    assert store.conversations.get_turn(t1).status == "judged"
 
 
 def test_empty_completion_is_stored_not_trained_and_done_still_ends(env):
     store, col, _ = env
     ctx, t1, _ = serve(col, [{"role": "user", "content": "x"}], headers={"X-Session-Id": "e"}, completion=())
-    assert not store.get_turn(t1).trainable
+    assert not store.conversations.get_turn(t1).trainable
     ctx = col.begin([{"role": "user", "content": "y"}], headers={"X-Session-Id": "e", "X-Session-Done": "1"})
     col.abort(ctx)  # generation failed: the session still ends
-    assert store.find_open_session("e") is None
+    assert store.conversations.find_open_session("e") is None

@@ -28,38 +28,38 @@ def _sample(version: int) -> TrainingSample:
 
 def test_samples_more_than_k_versions_old_are_dropped_with_the_reason(tmp_path):
     with Store(tmp_path / "store.db") as store:
-        ids = [store.add_sample(_sample(v)) for v in range(7)]  # sampled by v0 .. v6
-        batch = store.wait_for_samples(3, timeout=1, policy_version=6, max_staleness=2)
+        ids = [store.queue.add_sample(_sample(v)) for v in range(7)]  # sampled by v0 .. v6
+        batch = store.queue.wait_for_samples(3, timeout=1, policy_version=6, max_staleness=2)
         assert [s.policy_version for s in batch] == [4, 5, 6]  # 6 - v <= 2: fresh, filling the batch
-        reasons = {s.sample_id: s.dropped_reason for s in store.iter_samples()}
+        reasons = {s.sample_id: s.dropped_reason for s in store.queries.iter_samples()}
         assert [reasons[i] for i in ids] == [
             f"stale: sampled by v{v}, {6 - v} updates from policy v6, max_staleness 2" for v in range(4)
         ] + [None] * 3
-        assert store.count_dropped_stale() == 4
-        store.mark_consumed([s.sample_id for s in batch], step=7)
-        assert store.count_waiting() == 0  # dropped samples are never handed out again
-        assert store.drop_stale(policy_version=9, max_staleness=0) == 0  # consumed ones are not dropped
+        assert store.queue.count_dropped_stale() == 4
+        store.queue.mark_consumed([s.sample_id for s in batch], step=7)
+        assert store.queue.count_waiting() == 0  # dropped samples are never handed out again
+        assert store.queue.drop_stale(policy_version=9, max_staleness=0) == 0  # consumed ones are not dropped
     with Store(tmp_path / "store.db") as reopened:  # kept across restarts
-        assert reopened.count_dropped_stale() == 4 and reopened.count_waiting() == 0
+        assert reopened.queue.count_dropped_stale() == 4 and reopened.queue.count_waiting() == 0
 
 
 def test_without_max_staleness_nothing_is_dropped(tmp_path):
     with Store(tmp_path / "store.db") as store:
         for v in range(7):
-            store.add_sample(_sample(v))
-        batch = store.wait_for_samples(7, timeout=1, policy_version=60)
-        assert len(batch) == 7 and store.count_dropped_stale() == 0
+            store.queue.add_sample(_sample(v))
+        batch = store.queue.wait_for_samples(7, timeout=1, policy_version=60)
+        assert len(batch) == 7 and store.queue.count_dropped_stale() == 0
 
 
 def test_trainer_drops_stale_samples_and_fills_the_batch(tiny_model_dir, tmp_path):
     store = Store(tmp_path / "store.sqlite")
-    old = [store.add_sample(s) for s in _sampled(tiny_model_dir, 6, policy_version=0)]
-    fresh = [store.add_sample(s) for s in _sampled(tiny_model_dir, 4, seed=1, policy_version=1)]
+    old = [store.queue.add_sample(s) for s in _sampled(tiny_model_dir, 6, policy_version=0)]
+    fresh = [store.queue.add_sample(s) for s in _sampled(tiny_model_dir, 4, seed=1, policy_version=1)]
     trainer = _trainer(tiny_model_dir, tmp_path, store, max_steps=2, max_staleness=0)
     progress = TrainingProgress()
     trainer.add_callback(ProgressCallback(progress))
     trainer.train()
-    rows = {s.sample_id: s for s in store.iter_samples()}
+    rows = {s.sample_id: s for s in store.queries.iter_samples()}
     # Step 1 (policy v0) trains the first four; step 2 (policy v1) drops the two v0 left, trains the v1 ones.
     assert [rows[i].consumed_step for i in old + fresh] == [1] * 4 + [None] * 2 + [2] * 4
     assert [rows[i].dropped_reason for i in old[4:]] == [
@@ -94,7 +94,7 @@ def test_opd_term_of_a_stale_batch_compares_the_teacher_with_the_policy_being_tr
         s.sampling_logprobs = [lp - 0.3 for lp in s.sampling_logprobs]  # another policy sampled them
     store = Store(tmp_path / "store.sqlite")
     for s in samples:
-        store.add_sample(s)
+        store.queue.add_sample(s)
     trainer = _trainer(tiny_model_dir, tmp_path, store, method="combine", num_iterations=num_iterations)
     seen = []
     compute_loss = trainer.compute_loss

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_trl.records import Judgement, TrainingSample, Vote
+from openclaw_trl.records import Judgement, ServedTurn, TrainingSample, Vote
 from openclaw_trl.store import SCHEMA_VERSION, Store, StoreError
 
 
@@ -33,19 +33,21 @@ def _sample(turn_id: int = 0, reward: float = 1.0, **kw) -> TrainingSample:
 def _turn(
     store: Store, session: int, turn_type: str = "main", text: str = "hi", trainable: bool = True
 ) -> int:
-    return store.add_turn(
-        session,
-        turn_type,
-        [{"role": "user", "content": text}],
-        [{"type": "function", "function": {"name": "calc"}}],
-        [1, 2, 3],
-        [4, 5],
-        [-0.5, -0.25],
-        "hello",
-        0.7,
-        2,
-        "stop",
-        trainable=trainable,
+    return store.conversations.add_turn(
+        ServedTurn(
+            session_id=session,
+            turn_type=turn_type,
+            prompt_messages=[{"role": "user", "content": text}],
+            tools=[{"type": "function", "function": {"name": "calc"}}],
+            prompt_ids=[1, 2, 3],
+            completion_ids=[4, 5],
+            sampling_logprobs=[-0.5, -0.25],
+            completion_text="hello",
+            temperature=0.7,
+            policy_version=2,
+            finish_reason="stop",
+            trainable=trainable,
+        )
     )
 
 
@@ -67,60 +69,61 @@ def test_sample_round_trip_exact(store):
         finish_reason="length",
         meta={"why": "test"},
     )
-    sid = store.add_sample(s)
+    sid = store.queue.add_sample(s)
     assert s.sample_id == sid
-    (back,) = store.take_samples(5)
+    (back,) = store.queue.take_samples(5)
     assert back == s  # dataclass equality: every field, float values exact
-    assert store.take_samples(5) == []  # handed out, not handed twice
+    assert store.queue.take_samples(5) == []  # handed out, not handed twice
 
 
 def test_queue_never_drops_surplus_and_serves_oldest_first(store):
-    ids = [store.add_sample(_sample(turn_id=i)) for i in range(5)]
-    assert store.count_waiting() == 5
-    batch = store.wait_for_samples(3, timeout=1)
+    ids = [store.queue.add_sample(_sample(turn_id=i)) for i in range(5)]
+    assert store.queue.count_waiting() == 5
+    batch = store.queue.wait_for_samples(3, timeout=1)
     assert [s.sample_id for s in batch] == ids[:3]
-    assert store.count_waiting() == 2
-    store.mark_consumed([s.sample_id for s in batch], step=1)
-    store.mark_consumed([s.sample_id for s in batch], step=1)  # idempotent for the same step
+    assert store.queue.count_waiting() == 2
+    store.queue.mark_consumed([s.sample_id for s in batch], step=1)
+    store.queue.mark_consumed([s.sample_id for s in batch], step=1)  # idempotent for the same step
     with pytest.raises(ValueError, match="other steps"):
-        store.mark_consumed([batch[0].sample_id], step=2)
+        store.queue.mark_consumed([batch[0].sample_id], step=2)
     with pytest.raises(TimeoutError):
-        store.wait_for_samples(3, timeout=0.3, poll=0.05)
-    assert store.count_waiting() == 2  # a timeout hands nothing out
-    more = store.take_samples(10)
+        store.queue.wait_for_samples(3, timeout=0.3, poll=0.05)
+    assert store.queue.count_waiting() == 2  # a timeout hands nothing out
+    more = store.queue.take_samples(10)
     assert [s.sample_id for s in more] == ids[3:]
-    store.release([more[1].sample_id])
-    assert [s.sample_id for s in store.take_samples(10)] == [ids[4]]
-    pos = store.resume_position()
+    store.queue.release([more[1].sample_id])
+    assert [s.sample_id for s in store.queue.take_samples(10)] == [ids[4]]
+    pos = store.queue.resume_position()
     assert (pos.last_consumed_step, pos.consumed, pos.waiting) == (1, 3, 2)
 
 
 def test_wait_for_samples_wakes_on_new_samples(store):
-    store.add_sample(_sample())
+    store.queue.add_sample(_sample())
 
     def later():
         time.sleep(0.2)
-        store.add_sample(_sample())
+        store.queue.add_sample(_sample())
 
     threading.Thread(target=later).start()
     t0 = time.monotonic()
-    got = store.wait_for_samples(2, timeout=10, poll=5.0)
+    got = store.queue.wait_for_samples(2, timeout=10, poll=5.0)
     assert len(got) == 2 and time.monotonic() - t0 < 3
 
 
 def test_reopen_serves_unconsumed_first_and_requeue_after(tmp_path):
     path = tmp_path / "s.db"
     with Store(path) as s:
-        ids = [s.add_sample(_sample(turn_id=i)) for i in range(4)]
-        s.mark_consumed([s.take_samples(1)[0].sample_id], step=1)
-        s.mark_consumed([s.take_samples(1)[0].sample_id], step=2)
-        s.take_samples(1)  # handed out but never consumed: the process "crashes"
+        ids = [s.queue.add_sample(_sample(turn_id=i)) for i in range(4)]
+        s.queue.mark_consumed([s.queue.take_samples(1)[0].sample_id], step=1)
+        s.queue.mark_consumed([s.queue.take_samples(1)[0].sample_id], step=2)
+        s.queue.take_samples(1)  # leased, never consumed: closing the store releases it
     with Store(path) as s:
-        assert s.resume_position().last_consumed_step == 2
-        assert [x.sample_id for x in s.take_samples(10)] == ids[2:]
-        s.release(ids[2:])
-        assert s.requeue_after(1) == 1  # the checkpoint is at step 1: step 2's samples are trained again
-        assert [x.sample_id for x in s.take_samples(10)] == [ids[1], ids[2], ids[3]]
+        assert s.queue.resume_position().last_consumed_step == 2
+        assert [x.sample_id for x in s.queue.take_samples(10)] == ids[2:]
+        s.queue.release(ids[2:])
+        # the checkpoint is at step 1: step 2's samples are trained again
+        assert s.queue.requeue_after(1) == 1
+        assert [x.sample_id for x in s.queue.take_samples(10)] == [ids[1], ids[2], ids[3]]
 
 
 def test_newer_schema_is_refused(tmp_path):
@@ -135,59 +138,66 @@ def test_newer_schema_is_refused(tmp_path):
 
 
 def test_session_generations_and_turn_life_cycle(store):
-    a = store.open_session("alice")
+    a = store.conversations.open_session("alice")
     t1 = _turn(store, a)
     side = _turn(store, a, "side")
-    assert store.get_turn(side).status == "closed"
-    assert not store.attach_next_state(side, {"role": "user", "content": "x"}, "request")
-    assert store.attach_next_state(t1, {"role": "user", "content": "thanks"}, "request")
-    assert not store.attach_next_state(t1, {"role": "user", "content": "again"}, "request")  # only once
+    assert store.conversations.get_turn(side).status == "closed"
+    assert not store.conversations.attach_next_state(side, {"role": "user", "content": "x"}, "request")
+    assert store.conversations.attach_next_state(t1, {"role": "user", "content": "thanks"}, "request")
+    assert not store.conversations.attach_next_state(
+        t1, {"role": "user", "content": "again"}, "request"
+    )  # only once
     t2 = _turn(store, a)
-    store.end_session(a, "done")
-    assert store.get_turn(t2).status == "closed"
-    b = store.open_session("alice")
-    assert store.get_session(b).generation == 1 and store.find_open_session("alice").id == b
+    store.conversations.end_session(a, "done")
+    assert store.conversations.get_turn(t2).status == "closed"
+    b = store.conversations.open_session("alice")
+    assert (
+        store.conversations.get_session(b).generation == 1
+        and store.conversations.find_open_session("alice").id == b
+    )
     t3 = _turn(store, b)
-    assert store.get_turn(t3).idx == 0 and store.get_turn(t1).session_id == a  # nothing overwritten
-    ready = store.ready_turns(10)
+    assert (
+        store.conversations.get_turn(t3).idx == 0 and store.conversations.get_turn(t1).session_id == a
+    )  # nothing overwritten
+    ready = store.judging.ready_turns(10)
     assert [t.id for t in ready] == [t1]
     assert ready[0].next_state == {"role": "user", "content": "thanks"}
     assert ready[0].tools[0]["function"]["name"] == "calc"
-    store.set_private(a)
-    assert store.ready_turns(10) == []  # private sessions are never judged
-    assert [t.id for t in store.iter_turns()] == [t3]
-    assert len(list(store.iter_turns(include_private=True))) == 4
+    store.conversations.set_private(a)
+    assert store.judging.ready_turns(10) == []  # private sessions are never judged
+    assert [t.id for t in store.queries.iter_turns()] == [t3]
+    assert len(list(store.queries.iter_turns(include_private=True))) == 4
 
 
 def test_save_judgement_is_atomic_and_one_sample_per_turn(store):
-    a = store.open_session("s")
+    a = store.conversations.open_session("s")
     t = _turn(store, a)
-    store.attach_next_state(t, {"role": "user", "content": "no, redo"}, "request")
-    ready = store.get_turn(t)
+    store.conversations.attach_next_state(t, {"role": "user", "content": "no, redo"}, "request")
+    ready = store.conversations.get_turn(t)
     votes = [Vote("prm", "callable", "\\boxed{-1}", -1), Vote("prm", "callable", "garbage", None, error="x")]
-    sid = store.save_judgement(Judgement(ready, votes, -1, sample=_sample(turn_id=t, reward=-1.0)))
+    sid = store.judging.save_judgement(Judgement(ready, votes, -1, sample=_sample(turn_id=t, reward=-1.0)))
     assert sid is not None
     assert (
-        store.save_judgement(Judgement(ready, votes, -1, sample=_sample(turn_id=t))) is None
+        store.judging.save_judgement(Judgement(ready, votes, -1, sample=_sample(turn_id=t))) is None
     )  # no duplicate
-    turn = store.get_turn(t)
+    turn = store.conversations.get_turn(t)
     assert (turn.status, turn.reward) == ("judged", -1.0)
-    assert [(v.raw_text, v.value) for v in store.votes_for(t)][:2] == [
+    assert [(v.raw_text, v.value) for v in store.judging.votes_for(t)][:2] == [
         ("\\boxed{-1}", -1),
         ("garbage", None),
     ]
     # a failing sample insert rolls the whole judgement back
     t2 = _turn(store, a)
-    store.attach_next_state(t2, {"role": "user", "content": "ok"}, "request")
+    store.conversations.attach_next_state(t2, {"role": "user", "content": "ok"}, "request")
     bad = _sample(turn_id=t2, teacher_logprobs=[0.0])  # wrong length
     with pytest.raises(ValueError):
-        store.save_judgement(Judgement(store.get_turn(t2), votes, 1, sample=bad))
-    assert store.get_turn(t2).status == "ready" and store.votes_for(t2) == []
+        store.judging.save_judgement(Judgement(store.conversations.get_turn(t2), votes, 1, sample=bad))
+    assert store.conversations.get_turn(t2).status == "ready" and store.judging.votes_for(t2) == []
     # a private session's queued samples are withheld, not deleted
-    assert store.count_waiting() == 1
-    store.set_private(a)
-    assert store.count_waiting() == 0 and store.take_samples(5) == []
-    assert len(list(store.iter_samples(include_private=True))) == 1
+    assert store.queue.count_waiting() == 1
+    store.conversations.set_private(a)
+    assert store.queue.count_waiting() == 0 and store.queue.take_samples(5) == []
+    assert len(list(store.queries.iter_samples(include_private=True))) == 1
 
 
 def test_concurrent_writers(store):
@@ -195,21 +205,21 @@ def test_concurrent_writers(store):
 
     def writer(k):
         try:
-            sess = store.open_session(f"w{k}")
+            sess = store.conversations.open_session(f"w{k}")
             for _ in range(20):
                 _turn(store, sess)
-            store.add_sample(_sample(turn_id=k))
+            store.queue.add_sample(_sample(turn_id=k))
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=writer, args=(k,)) for k in range(6)]
     for t in threads:
         t.start()
-    got = store.wait_for_samples(6, timeout=30)
+    got = store.queue.wait_for_samples(6, timeout=30)
     for t in threads:
         t.join()
     assert not errors
-    assert store.counts()["turns"] == 120 and len(got) == 6
+    assert store.queries.counts()["turns"] == 120 and len(got) == 6
 
 
 def test_store_survives_sigkill(tmp_path):
@@ -233,8 +243,8 @@ def test_store_survives_sigkill(tmp_path):
     committed_turns = [int(x.split()[1]) for x in lines if x.startswith("turn ")]
     committed_samples = [int(x.split()[1]) for x in lines if x.startswith("sample ") and "None" not in x]
     with Store(path) as s:
-        turns = list(s.iter_turns())
-        samples = list(s.iter_samples())
+        turns = list(s.queries.iter_turns())
+        samples = list(s.queries.iter_samples())
         found = {t.id for t in turns}
         print(
             f"\ncrash test: {len(committed_turns)} turns reported committed, {len(found)} turns found after "
@@ -245,13 +255,13 @@ def test_store_survives_sigkill(tmp_path):
         per_turn = [x.turn_id for x in samples]
         assert len(per_turn) == len(set(per_turn))  # no duplicated sample
         # resume: a turn whose next state arrived but was not judged is judged again, exactly once
-        for turn in s.ready_turns(100):
+        for turn in s.judging.ready_turns(100):
             smp = _sample(turn_id=turn.id)
-            assert s.save_judgement(Judgement(turn, [], 1, sample=smp)) is not None
-        assert s.count_ready() == 0
-        per_turn = [x.turn_id for x in s.iter_samples()]
+            assert s.judging.save_judgement(Judgement(turn, [], 1, sample=smp)) is not None
+        assert s.judging.count_ready() == 0
+        per_turn = [x.turn_id for x in s.queries.iter_samples()]
         assert len(per_turn) == len(set(per_turn))
-        assert s.count_waiting() == len(per_turn)
+        assert s.queue.count_waiting() == len(per_turn)
 
 
 def test_recent_hints_newest_last_without_private(tmp_path):
@@ -260,15 +270,30 @@ def test_recent_hints_newest_last_without_private(tmp_path):
 
     store = Store(tmp_path / "s.db")
     for i, private in enumerate([False, True, False, False]):
-        sid = store.open_session(f"k{i}", private=private)
-        tid = store.add_turn(
-            sid, "main", [{"role": "user", "content": "q"}], None, [1], [2], [-0.1], "a", 1.0, 0, "stop", True
+        sid = store.conversations.open_session(f"k{i}", private=private)
+        tid = store.conversations.add_turn(
+            ServedTurn(
+                session_id=sid,
+                turn_type="main",
+                prompt_messages=[{"role": "user", "content": "q"}],
+                tools=None,
+                prompt_ids=[1],
+                completion_ids=[2],
+                sampling_logprobs=[-0.1],
+                completion_text="a",
+                temperature=1.0,
+                policy_version=0,
+                finish_reason="stop",
+                trainable=True,
+            )
         )
-        store.attach_next_state(tid, {"role": "user", "content": "fix it"}, "request")
+        store.conversations.attach_next_state(tid, {"role": "user", "content": "fix it"}, "request")
         votes = [Vote("hint", "callable", "r", 1, f"hint number {i}")]
-        store.save_judgement(Judgement(store.get_turn(tid), votes, 0, f"hint number {i}"))
-    assert store.recent_hints(2) == ["hint number 2", "hint number 3"]
-    assert store.recent_hints(10) == ["hint number 0", "hint number 2", "hint number 3"]
+        store.judging.save_judgement(
+            Judgement(store.conversations.get_turn(tid), votes, 0, f"hint number {i}")
+        )
+    assert store.queries.recent_hints(2) == ["hint number 2", "hint number 3"]
+    assert store.queries.recent_hints(10) == ["hint number 0", "hint number 2", "hint number 3"]
 
 
 def test_records_are_built_from_any_mapping_row():

@@ -130,7 +130,7 @@ def _direct_grads(model_dir, init_lora, samples, loss_fn):
 def _train_and_capture(model_dir, tmp_path, samples, **overrides):
     store = Store(tmp_path / "store.sqlite")
     for s in samples:
-        store.add_sample(s)
+        store.queue.add_sample(s)
     trainer = _trainer(model_dir, tmp_path, store, **overrides)
     init = _params(trainer.model, True)
     capture = _GradCapture(trainer.model)
@@ -141,7 +141,7 @@ def _train_and_capture(model_dir, tmp_path, samples, **overrides):
 
 def test_update_changes_adapter_not_base_and_marks_consumed(tiny_model_dir, tmp_path):
     store = Store(tmp_path / "store.sqlite")
-    ids = [store.add_sample(s) for s in _sampled(tiny_model_dir, 6)]
+    ids = [store.queue.add_sample(s) for s in _sampled(tiny_model_dir, 6)]
     trainer = _trainer(tiny_model_dir, tmp_path, store)
     lora_before, base_before = _params(trainer.model, True), _params(trainer.model, False)
     trainer.train()
@@ -149,9 +149,9 @@ def test_update_changes_adapter_not_base_and_marks_consumed(tiny_model_dir, tmp_
     assert any(not torch.equal(lora_before[n], lora_after[n]) for n in lora_before)
     assert all(torch.equal(base_before[n], base_after[n]) for n in base_before)
     # The first 4 samples were consumed by step 1; the surplus stays queued.
-    consumed = {s.sample_id: s.consumed_step for s in store.iter_samples(include_private=True)}
+    consumed = {s.sample_id: s.consumed_step for s in store.queries.iter_samples(include_private=True)}
     assert [consumed[i] for i in ids] == [1, 1, 1, 1, None, None]
-    assert store.count_waiting() == 2
+    assert store.queue.count_waiting() == 2
     logs = trainer.state.log_history[0]
     for key in (
         "reward",
@@ -196,7 +196,7 @@ def test_opd_with_teacher_equal_to_student_is_a_no_op(tiny_model_dir, tmp_path):
 def test_several_iterations_clip(tiny_model_dir, tmp_path):
     store = Store(tmp_path / "store.sqlite")
     for s in _sampled(tiny_model_dir, 4):
-        store.add_sample(s)
+        store.queue.add_sample(s)
     trainer = _trainer(
         tiny_model_dir, tmp_path, store, method="rl", num_iterations=4, max_steps=4, learning_rate=3e-2
     )
@@ -206,15 +206,15 @@ def test_several_iterations_clip(tiny_model_dir, tmp_path):
     assert len(clip) == 4 and clip[0] == 0.0 and max(clip) > 0.0
     assert kl[0] == 0.0 and max(kl) > 0.0
     # One batch reused for 4 optimizer steps: consumed once, by the last step.
-    assert {s.consumed_step for s in store.iter_samples(include_private=True)} == {4}
+    assert {s.consumed_step for s in store.queries.iter_samples(include_private=True)} == {4}
 
 
 def test_resume_continues_with_next_unconsumed(tiny_model_dir, tmp_path):
     store = Store(tmp_path / "store.sqlite")
-    ids = [store.add_sample(s) for s in _sampled(tiny_model_dir, 12)]
+    ids = [store.queue.add_sample(s) for s in _sampled(tiny_model_dir, 12)]
     trainer = _trainer(tiny_model_dir, tmp_path, store, max_steps=2, save_strategy="steps", save_steps=1)
     trainer.train()
-    steps = {s.sample_id: s.consumed_step for s in store.iter_samples(include_private=True)}
+    steps = {s.sample_id: s.consumed_step for s in store.queries.iter_samples(include_private=True)}
     assert [steps[i] for i in ids[:8]] == [1] * 4 + [2] * 4
     # Resume from checkpoint-1: the samples step 2 used are queued again. Version 2 was published, so its
     # number names the first run's weights: checkpoint-1's weights are published as version 3 (lineage
@@ -224,11 +224,11 @@ def test_resume_continues_with_next_unconsumed(tiny_model_dir, tmp_path):
     store2 = Store(tmp_path / "store.sqlite")
     resumed = _trainer(tiny_model_dir, tmp_path, store2, max_steps=5, save_strategy="no")
     resumed.train(resume_from_checkpoint=str(checkpoint))
-    steps = {s.sample_id: s.consumed_step for s in store2.iter_samples(include_private=True)}
+    steps = {s.sample_id: s.consumed_step for s in store2.queries.iter_samples(include_private=True)}
     assert [steps[i] for i in ids] == [1] * 4 + [4] * 4 + [5] * 4
     assert resumed.state.global_step == 5
-    assert (store2.published_version(3).parent, store2.published_version(4).parent) == (1, 3)
-    assert store2.lineage().staleness(2, 5) == 3  # v2 -> v1 (1 update), v3 -> v5 (2 updates)
+    assert (store2.lineage.published_version(3).parent, store2.lineage.published_version(4).parent) == (1, 3)
+    assert store2.lineage.lineage().staleness(2, 5) == 3  # v2 -> v1 (1 update), v3 -> v5 (2 updates)
     info = (tmp_path / "run" / "openclaw_run.json").read_text()
     assert '"samples_used": 12' in info  # totals over both runs
 
@@ -329,7 +329,7 @@ def test_engine_serves_the_trained_adapter(tiny_model_dir, tmp_path):
     store = Store(tmp_path / "store.sqlite")
     samples = _sampled(tiny_model_dir, 8)
     for s in samples:
-        store.add_sample(s)
+        store.queue.add_sample(s)
     engine = HFEngine(tiny_model_dir, lora_config=LoraConfig(**LORA), dtype=torch.float32)
     try:
         trainer = _trainer(tiny_model_dir, tmp_path, store, max_steps=2, learning_rate=1e-2)

@@ -103,7 +103,7 @@ def test_chat_dislike_and_correct_in_the_browser(tiny_model_dir, tmp_path, drive
             turn_id = int(notice().split("turn ")[1].split(" ")[0])
             wait.until(lambda d: "How can I help?" in d.find_element(By.ID, "chat").text)  # the reply
             assert "Reasoning" in driver.find_element(By.ID, "chat").text  # collapsible reasoning block
-            turn = stack.store.get_turn(turn_id)
+            turn = stack.store.conversations.get_turn(turn_id)
             assert turn.prompt_messages[-1]["content"] == "hello there"
 
             driver.find_element(By.CSS_SELECTOR, "#chat button[aria-label='Dislike']").click()
@@ -115,29 +115,31 @@ def test_chat_dislike_and_correct_in_the_browser(tiny_model_dir, tmp_path, drive
             ARTIFACTS.mkdir(exist_ok=True)
             driver.save_screenshot(str(ARTIFACTS / "ui_feedback.png"))
 
-            feedback = [f for f in stack.store.iter_feedback() if f.turn_id == turn_id]
+            feedback = [f for f in stack.store.queries.iter_feedback() if f.turn_id == turn_id]
             assert [(f.rating, f.text) for f in feedback] == [
                 (-1, None),
                 (-1, "Say hello back politely."),
             ]
-            state = stack.store.get_turn(turn_id).next_state
+            state = stack.store.conversations.get_turn(turn_id).next_state
             assert state["rating"] == -1 and state["text"] == "Say hello back politely."
 
             # "don't learn from this conversation", then a new conversation starts a new session
             driver.find_element(By.CSS_SELECTOR, "#private input").click()
             wait.until(lambda d: "will not be learned" in notice())
-            first_session = stack.store.get_turn(turn_id).session_id
-            assert stack.store.get_session(first_session).private
+            first_session = stack.store.conversations.get_turn(turn_id).session_id
+            assert stack.store.conversations.get_session(first_session).private
             driver.find_element(By.ID, "new-conversation").click()
             wait.until(lambda d: "New conversation" in notice())
-            assert stack.store.get_session(first_session).ended is not None
+            assert stack.store.conversations.get_session(first_session).ended is not None
             box = driver.find_element(By.CSS_SELECTOR, "#msg textarea")
             box.send_keys("second chat")
             driver.find_element(By.ID, "send").click()
             wait.until(lambda d: "recorded as turn" in notice())
             rows = turns(stack.store)
             assert len(rows) == 2 and rows[1].session_id != first_session
-            assert not stack.store.get_session(rows[1].session_id).private  # the switch is per conversation
+            assert not stack.store.conversations.get_session(
+                rows[1].session_id
+            ).private  # the switch is per conversation
     finally:
         hf.close()
 
@@ -165,7 +167,7 @@ def _ask_and_rate(driver, wait, store, bullets) -> tuple[int, bool, bool]:
     wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#msg textarea")).send_keys("Tell me about apples.")
     driver.find_element(By.ID, "send").click()
     wait.until(lambda d: "recorded as turn" in notice())
-    turn = store.get_turn(int(notice().split("turn ")[1].split(" ")[0]))
+    turn = store.conversations.get_turn(int(notice().split("turn ")[1].split(" ")[0]))
     answer = turn.response_message["content"]
     chat = driver.find_element(By.ID, "chat")
     shown = re.sub(r"^\s*(-|\d+\.)\s*", "", answer.splitlines()[0])  # Markdown renders the list marker

@@ -88,7 +88,9 @@ def test_demo_explains_itself_and_learns_the_correction_after_a_dislike(demo_cac
         examples[0].click()
         wait.until(lambda d: "recorded as turn" in text("notice"))
         disliked = int(text("notice").split("turn ")[1].split(" ")[0])
-        assert store.get_turn(disliked).prompt_messages[-1]["content"] == "Tell me about apples."
+        assert (
+            store.conversations.get_turn(disliked).prompt_messages[-1]["content"] == "Tell me about apples."
+        )
 
         # 👎: the correction box is offered right there (a prompt line, the box focused); the correction
         # sent then replaces the 👎 as the turn's signal.
@@ -104,7 +106,7 @@ def test_demo_explains_itself_and_learns_the_correction_after_a_dislike(demo_cac
         driver.find_element(By.ID, "send-correction").click()
         wait.until(lambda d: f"Correction recorded for turn {disliked}: it is what" in text("notice"))
         assert not text("correction-prompt")
-        state = store.get_turn(disliked).next_state
+        state = store.conversations.get_turn(disliked).next_state
         assert (state["rating"], state["text"]) == (-1, CORRECTION)
 
         # A new conversation, another example, 👍: the second rated answer completes the update.
@@ -121,12 +123,12 @@ def test_demo_explains_itself_and_learns_the_correction_after_a_dislike(demo_cac
 
         trainer.join(timeout=DEADLINE_S)
         assert not trainer.is_alive() and runtime.trainer.state.global_step == 1
-        trained = {s.turn_id: s for s in store.iter_samples() if s.consumed_step == 1}
+        trained = {s.turn_id: s for s in store.queries.iter_samples() if s.consumed_step == 1}
         assert set(trained) == {disliked, liked}
         assert (
             trained[disliked].hint == CORRECTION and trained[disliked].reward < 0
         )  # the correction, learned
-        kinds = [(f.rating, f.kind) for f in store.iter_feedback() if f.turn_id == disliked]
+        kinds = [(f.rating, f.kind) for f in store.queries.iter_feedback() if f.turn_id == disliked]
         assert kinds == [(-1, "rating"), (-1, "correction")]
 
         # The panel in words, the reward chart shown, and what changed in the answers to the prompts asked.

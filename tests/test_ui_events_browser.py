@@ -93,14 +93,16 @@ def test_like_an_earlier_answer_and_edit_one_as_its_correction(hf_engine, tmp_pa
         # 👎 on the first answer, two answers up
         page.button("Hello there.", "Dislike").click()
         page.until_notice(f"👎 recorded for turn {t1}")
-        first = stack.store.get_turn(t1)
+        first = stack.store.conversations.get_turn(t1)
         assert (first.status, first.next_state_source, first.next_state["rating"]) == (
             "ready",
             "feedback",
             -1,
         )
-        assert stack.store.get_turn(t2).next_state["content"] == "thanks"  # the others are untouched
-        assert stack.store.get_turn(t3).status == "awaiting"
+        assert (
+            stack.store.conversations.get_turn(t2).next_state["content"] == "thanks"
+        )  # the others are untouched
+        assert stack.store.conversations.get_turn(t3).status == "awaiting"
         # edit the second answer: the edited text is that turn's correction
         row = page.answer_row("Paris is in Spain.")
         page.button(row, "Edit").click()
@@ -109,12 +111,12 @@ def test_like_an_earlier_answer_and_edit_one_as_its_correction(hf_engine, tmp_pa
         box.send_keys("Paris is in France.")
         page.button(row, "Submit").click()
         page.until_notice(f"Edit recorded as the correction of turn {t2}")
-        state = stack.store.get_turn(t2).next_state
+        state = stack.store.conversations.get_turn(t2).next_state
         assert (state["text"], state["kind"], state["rating"]) == ("Paris is in France.", "edit", -1)
         assert "edited: your version is its correction" in page.chat_text()
         page.driver.execute_script("document.querySelector('#chat .bubble-wrap').scrollTop = 0")
         page.shoot("ui_like_edit.png")
-        feedback = [(f.turn_id, f.kind, f.attached) for f in stack.store.iter_feedback()]
+        feedback = [(f.turn_id, f.kind, f.attached) for f in stack.store.queries.iter_feedback()]
         assert feedback == [(t1, "rating", True), (t2, "edit", True)]
         # an edit of your own message is put back (it is not a correction of anything)
         page.driver.find_element(
@@ -129,7 +131,7 @@ def test_like_an_earlier_answer_and_edit_one_as_its_correction(hf_engine, tmp_pa
         page.wait.until(lambda d: "thanks a lot" not in page.chat_text())
         # the conversation goes on from the model's own answers; the version line is never part of it
         t4 = page.send("bye")
-        prompt = stack.store.get_turn(t4).prompt_messages
+        prompt = stack.store.conversations.get_turn(t4).prompt_messages
         assert [m["content"] for m in prompt if m["role"] == "assistant"] == [
             "Hello there.",
             "Paris is in Spain.",
@@ -137,7 +139,7 @@ def test_like_an_earlier_answer_and_edit_one_as_its_correction(hf_engine, tmp_pa
         ]
         assert not any("policy v" in str(m) for m in prompt)
         assert page.button("Hello there.", "Disliked")  # the 👎 still shows after the chat changed
-        assert stack.store.get_turn(t3).next_state["content"] == "bye"
+        assert stack.store.conversations.get_turn(t3).next_state["content"] == "bye"
 
 
 def test_retry_rejects_the_answer_and_samples_a_new_turn(hf_engine, tmp_path, driver):
@@ -150,7 +152,7 @@ def test_retry_rejects_the_answer_and_samples_a_new_turn(hf_engine, tmp_path, dr
         assert f"Turn {t2} rejected" in page.notice()
         page.wait.until(lambda d: "It is 4." in page.chat_text())
         assert "It is 5." not in page.chat_text()
-        rejected, new = stack.store.get_turn(t2), stack.store.get_turn(t3)
+        rejected, new = stack.store.conversations.get_turn(t2), stack.store.conversations.get_turn(t3)
         assert (rejected.status, rejected.next_state["kind"], rejected.next_state["rating"]) == (
             "ready",
             "reject",
@@ -160,14 +162,18 @@ def test_retry_rejects_the_answer_and_samples_a_new_turn(hf_engine, tmp_path, dr
         assert new.prompt_messages == rejected.prompt_messages and new.trainable and new.status == "awaiting"
         page.shoot("ui_retry.png")
         t4 = page.send("right")
-        assert stack.store.get_turn(t3).next_state["content"] == "right"  # the new answer learns as usual
+        assert (
+            stack.store.conversations.get_turn(t3).next_state["content"] == "right"
+        )  # the new answer learns as usual
         assert [
-            m["content"] for m in stack.store.get_turn(t4).prompt_messages if m["role"] == "assistant"
+            m["content"]
+            for m in stack.store.conversations.get_turn(t4).prompt_messages
+            if m["role"] == "assistant"
         ] == [
             "Hi!",
             "It is 4.",
         ]
-        assert stack.store.get_turn(t1).next_state["content"] == "What is 2+2?"
+        assert stack.store.conversations.get_turn(t1).next_state["content"] == "What is 2+2?"
 
 
 def test_undo_withdraws_the_last_exchange(hf_engine, tmp_path, driver):
@@ -184,21 +190,28 @@ def test_undo_withdraws_the_last_exchange(hf_engine, tmp_path, driver):
             page.driver.find_element("css selector", "#msg textarea").get_attribute("value")
             == "tell me a joke"
         )
-        undone = stack.store.get_turn(t2)
+        undone = stack.store.conversations.get_turn(t2)
         assert (undone.status, undone.close_reason) == ("closed", WITHDRAWN)
-        assert [t.id for t in stack.store.ready_turns(10)] == [t1]  # no trainable trace of the undone turn
+        assert [t.id for t in stack.store.judging.ready_turns(10)] == [
+            t1
+        ]  # no trainable trace of the undone turn
         assert "Reasoning" in page.chat_text()
         page.shoot("ui_undo.png")
         page.driver.find_element("css selector", "#msg textarea").clear()
         t3 = page.send("tell me a fact")
-        assert [m["content"] for m in stack.store.get_turn(t3).prompt_messages] == [
+        assert [m["content"] for m in stack.store.conversations.get_turn(t3).prompt_messages] == [
             "hi",
             "Hello!",
             "tell me a fact",
         ]
-        assert stack.store.get_turn(t2).status == "closed"
-        assert [t.id for t in stack.store.ready_turns(10)] == [t1]  # still no trace of the undone turn
+        assert stack.store.conversations.get_turn(t2).status == "closed"
+        assert [t.id for t in stack.store.judging.ready_turns(10)] == [
+            t1
+        ]  # still no trace of the undone turn
         # the chat's own 🗑 starts a new conversation, as the button does
         page.driver.find_element("css selector", "#chat button[aria-label='Clear']").click()
         page.until_notice("New conversation")
-        assert stack.store.get_session(stack.store.get_turn(t3).session_id).ended is not None
+        assert (
+            stack.store.conversations.get_session(stack.store.conversations.get_turn(t3).session_id).ended
+            is not None
+        )

@@ -10,7 +10,7 @@ from collections import Counter
 from types import SimpleNamespace
 
 from openclaw_trl.compare import distinct_prompt_turns
-from openclaw_trl.records import Feedback
+from openclaw_trl.records import Feedback, ServedTurn
 from openclaw_trl.serving.ui import UiHandlers, correction_window_s
 from openclaw_trl.serving.ui_guide import correction_prompt, guide_for
 from openclaw_trl.serving.ui_panel import (
@@ -64,20 +64,17 @@ def _turn(store: Store, session: int, text: str, answer: str = "- a.") -> int:
     messages = [{"role": "user", "content": text}]
     ids = [ord(c) % 200 for c in text]
     reply = {"role": "assistant", "content": answer}
-    return store.add_turn(
-        session, "main", messages, None, ids, [1, 2], [-0.1, -0.2], answer, 1.0, 0, "stop", True,
-        response_message=reply,
-    )  # fmt: skip
+    return store.conversations.add_turn(ServedTurn(session_id=session, turn_type="main", prompt_messages=messages, tools=None, prompt_ids=ids, completion_ids=[1, 2], sampling_logprobs=[-0.1, -0.2], completion_text=answer, temperature=1.0, policy_version=0, finish_reason="stop", trainable=True, response_message=reply))  # fmt: skip
 
 
 def test_did_it_learn_shows_each_recent_prompt_once(tmp_path):
     with Store(tmp_path / "s.db") as store:
         for i in range(30):  # one question asked again and again, in new conversations
-            _turn(store, store.open_session(f"s{i}"), "Tell me about apples.")
-        _turn(store, store.open_session("m"), "Tell me about music.")
-        _turn(store, store.open_session("w"), "Tell me about the weather.")
+            _turn(store, store.conversations.open_session(f"s{i}"), "Tell me about apples.")
+        _turn(store, store.conversations.open_session("m"), "Tell me about music.")
+        _turn(store, store.conversations.open_session("w"), "Tell me about the weather.")
         for i in range(30, 60):
-            _turn(store, store.open_session(f"s{i}"), "Tell me about apples.")
+            _turn(store, store.conversations.open_session(f"s{i}"), "Tell me about apples.")
         prompts = [t.prompt_messages[-1]["content"] for t in distinct_prompt_turns(store, 3)]
         assert prompts == ["Tell me about apples.", "Tell me about the weather.", "Tell me about music."]
 
@@ -115,11 +112,11 @@ def test_the_summary_speaks_in_words():
 def test_rolled_back_updates_are_marked_on_the_reward_curve(tmp_path):
     """v1, v2 trained; a rollback to v1 publishes v3 (= v1); v4 trains on: update 2 is undone."""
     with Store(tmp_path / "s.db") as store:
-        store.record_published(0, None, 0, "initial")
-        store.record_published(1, 0, 1, "update")
-        store.record_published(2, 1, 1, "update")
-        store.record_published(3, 1, 0, "rollback")
-        store.record_published(4, 3, 1, "update")
+        store.lineage.record_published(0, None, 0, "initial")
+        store.lineage.record_published(1, 0, 1, "update")
+        store.lineage.record_published(2, 1, 1, "update")
+        store.lineage.record_published(3, 1, 0, "rollback")
+        store.lineage.record_published(4, 3, 1, "update")
         history = [{"step": s, "reward_mean": r} for s, r in ((1, -0.5), (2, 0.5), (4, 1.0))]
         assert undone_steps(store, 4, [1, 2, 4]) == {2}
         frame = reward_frame(history, {2}, [(3, 1)])
@@ -131,7 +128,9 @@ def test_rolled_back_updates_are_marked_on_the_reward_curve(tmp_path):
         panel = PanelViews(
             store, SimpleNamespace(versions=lambda: [SimpleNamespace(version=4, restored_from=None), rolled])
         )
-        store.add_feedback(_turn(store, store.open_session("a"), "hi"), 1, None, True, "rating")
+        store.conversations.add_feedback(
+            _turn(store, store.conversations.open_session("a"), "hi"), 1, None, True, "rating"
+        )
         summary, hints, rewards, _ = panel({"policy_version": 4, "history": history})
         assert "after 3 updates, 1 of them undone by a rollback" in summary and "1 👍" in summary
         assert "**Last rollback:** v3 serves v1's weights again." in summary
@@ -159,17 +158,19 @@ def test_what_changed_reports_the_style_that_grew():
 def test_the_taught_style_comes_from_ratings_and_corrections(tmp_path):
     rng = random.Random(0)
     with Store(tmp_path / "s.db") as store:
-        session = store.open_session("a")
+        session = store.conversations.open_session("a")
 
         def answered(style: str) -> int:
             return _turn(store, session, "Tell me about apples.", world.render_answer(style, "apples", rng))
 
         assert taught_style(store) is None
-        store.add_feedback(answered("casual"), 1, None, True, "rating")
+        store.conversations.add_feedback(answered("casual"), 1, None, True, "rating")
         assert taught_style(store) == "casual"
-        store.add_feedback(answered("formal"), -1, None, True, "rating")
+        store.conversations.add_feedback(answered("formal"), -1, None, True, "rating")
         request = world.style_request("bullets")
-        store.add_feedback(answered("formal"), -1, f"No, not like that. {request}", True, "correction")
-        store.add_feedback(answered("numbered"), -1, "- Apples grow on trees.", True, "edit")
-        store.add_feedback(answered("numbered"), -1, None, True, "reject")
+        store.conversations.add_feedback(
+            answered("formal"), -1, f"No, not like that. {request}", True, "correction"
+        )
+        store.conversations.add_feedback(answered("numbered"), -1, "- Apples grow on trees.", True, "edit")
+        store.conversations.add_feedback(answered("numbered"), -1, None, True, "reject")
         assert taught_style(store) == "bullets"  # bullets 4 (a request, an edit), casual 1

@@ -71,7 +71,7 @@ class LiveRun:
             prompt = torch.randint(10, 1500, (10 + i,), generator=gen).tolist()
             sampling = SamplingParams(temperature=1.0, max_new_tokens=6, seed=seed * 100 + i)
             (c,) = engine.generate([GenerationRequest(prompt, sampling)])
-            store.add_sample(
+            store.queue.add_sample(
                 TrainingSample(
                     turn_id=seed * 100 + i,
                     prompt_ids=prompt,
@@ -166,13 +166,15 @@ def test_rollback_serves_and_trains_from_the_restored_version_and_survives_a_res
         "samples_waiting": 0,
     }
     assert run.version == 4
-    reasons = [s.dropped_reason for s in run.runtime.store.iter_samples() if s.consumed_step in (2, 3)]
+    reasons = [
+        s.dropped_reason for s in run.runtime.store.queries.iter_samples() if s.consumed_step in (2, 3)
+    ]
     assert len(reasons) == 4 and all(r == "rolled_back: version 1 restored as version 4" for r in reasons)
 
     # The next reply is produced by version 1's weights: its log-probs are those of a fresh load of checkpoint-1.
     reply = _reply(run, "hello after the rollback")
     assert reply.system_fingerprint == "openclaw-v4"
-    turn = run.runtime.store.get_turn(reply.model_extra["openclaw"]["turn_id"])
+    turn = run.runtime.store.conversations.get_turn(reply.model_extra["openclaw"]["turn_id"])
     assert turn.policy_version == 4
     args = (run.runtime.model_path, turn.prompt_ids, turn.completion_ids, turn.temperature)
     fresh, fresh_all = _fresh_logprobs(args[0], out / "checkpoint-1", *args[1:])
@@ -210,9 +212,9 @@ def test_rollback_serves_and_trains_from_the_restored_version_and_survives_a_res
         (0, None),
     ]
     assert listed["data"][0]["serving"] and all(v["restorable"] for v in listed["data"])
-    assert again.runtime.store.count_waiting() == 0  # the rolled-back samples stay out of the queue
+    assert again.runtime.store.queue.count_waiting() == 0  # the rolled-back samples stay out of the queue
     reply = _reply(again, "hello after the restart")
-    turn = again.runtime.store.get_turn(reply.model_extra["openclaw"]["turn_id"])
+    turn = again.runtime.store.conversations.get_turn(reply.model_extra["openclaw"]["turn_id"])
     fresh, _ = _fresh_logprobs(
         again.runtime.model_path, out / "checkpoint-5", turn.prompt_ids, turn.completion_ids, 1.0
     )
@@ -434,23 +436,25 @@ def test_store_keeps_versions_pause_and_rolled_back_samples_across_reopening(tmp
                 policy_version=0,
                 reward=1.0,
             )
-            ids.append(store.add_sample(sample))
-            store.mark_consumed([ids[-1]], step)
-            store.record_adapter_version(AdapterVersion(step, 1.0 + step, 1, {"reward": 0.5}))
-        store.record_adapter_version(AdapterVersion(4, 5.0, 0, restored_from=1))
-        assert store.mark_rolled_back([2, 3], "version 1 restored as version 4") == 2
-        store.set_learning_paused(True)
+            ids.append(store.queue.add_sample(sample))
+            store.queue.mark_consumed([ids[-1]], step)
+            store.versions.record_adapter_version(AdapterVersion(step, 1.0 + step, 1, {"reward": 0.5}))
+        store.versions.record_adapter_version(AdapterVersion(4, 5.0, 0, restored_from=1))
+        assert store.versions.mark_rolled_back([2, 3], "version 1 restored as version 4") == 2
+        store.versions.set_learning_paused(True)
     with Store(tmp_path / "s.sqlite") as store:
-        assert store.learning_paused()
-        assert [(v.version, v.restored_from) for v in store.adapter_versions()] == [
+        assert store.versions.learning_paused()
+        assert [(v.version, v.restored_from) for v in store.versions.adapter_versions()] == [
             (4, 1),
             (3, None),
             (2, None),
             (1, None),
         ]
-        assert [v.version for v in store.adapter_versions(up_to=2, limit=1)] == [2]
-        assert store.adapter_versions()[1].metrics == {"reward": 0.5}
-        assert store.count_rolled_back() == 2 and store.count_consumed_at(2) == 1
-        assert store.requeue_after(1) == 2 and store.count_waiting() == 0  # a resume never re-trains them
-        store.set_learning_paused(False)
-        assert not store.learning_paused()
+        assert [v.version for v in store.versions.adapter_versions(up_to=2, limit=1)] == [2]
+        assert store.versions.adapter_versions()[1].metrics == {"reward": 0.5}
+        assert store.versions.count_rolled_back() == 2 and store.versions.count_consumed_at(2) == 1
+        assert (
+            store.queue.requeue_after(1) == 2 and store.queue.count_waiting() == 0
+        )  # a resume never re-trains them
+        store.versions.set_learning_paused(False)
+        assert not store.versions.learning_paused()

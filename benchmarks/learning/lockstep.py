@@ -7,6 +7,7 @@ budget is spent; :func:`probe_callback` evaluates each published policy and rele
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -61,7 +62,7 @@ class LockstepUser:
     def _settle(self) -> None:
         store, scorer = self.runtime.store, self.runtime.scorer
         deadline = time.monotonic() + 60
-        while store.count_ready() > 0 and time.monotonic() < deadline and not self.stop.is_set():
+        while store.judging.count_ready() > 0 and time.monotonic() < deadline and not self.stop.is_set():
             scorer.wake()
             time.sleep(0.01)
 
@@ -79,7 +80,7 @@ class LockstepUser:
                     self.turns += conversation.turns
                     self.first_ok.append(conversation.first_reply_satisfied)
                 self._settle()
-                if self.runtime.store.count_waiting() >= self.settings.batch_size:
+                if self.runtime.store.queue.count_waiting() >= self.settings.batch_size:
                     self.gate.clear()
         except BaseException as exc:  # noqa: BLE001 - reported by run_one
             self.error = exc
@@ -100,24 +101,32 @@ class BudgetExhausted(RuntimeError):
 
 
 class BudgetedQueue:
-    """The trainer's view of the store: the same samples, but a wait for a batch ends (with
-    :class:`BudgetExhausted`) once the user has stopped talking, instead of blocking forever."""
+    """The trainer's view of the sample queue (``store.queue``): the same samples, but a wait for a batch ends
+    (with :class:`BudgetExhausted`) once the user has stopped talking, instead of blocking forever."""
 
-    def __init__(self, store, exhausted: threading.Event):
-        self._store, self._exhausted = store, exhausted
+    def __init__(self, queue, exhausted: threading.Event):
+        self._queue, self._exhausted = queue, exhausted
 
     def wait_for_samples(self, n: int, timeout: float | None = None, poll: float = 0.2, **staleness):
         while True:
             try:
-                return self._store.wait_for_samples(n, timeout=1.0, poll=poll, **staleness)
+                return self._queue.wait_for_samples(n, timeout=1.0, poll=poll, **staleness)
             except TimeoutError:
-                if self._exhausted.is_set() and self._store.count_waiting() < n:
+                if self._exhausted.is_set() and self._queue.count_waiting() < n:
                     raise BudgetExhausted(
                         f"conversation budget spent with {n} samples still needed"
                     ) from None
 
     def __getattr__(self, name):
-        return getattr(self._store, name)
+        return getattr(self._queue, name)
+
+
+def budgeted_store(store, exhausted: threading.Event):
+    """A view of ``store`` for the trainer whose ``queue`` is a :class:`BudgetedQueue` (the other
+    repositories and the database are the store's own)."""
+    view = copy.copy(store)
+    view.queue = BudgetedQueue(store.queue, exhausted)
+    return view
 
 
 def probe_callback(user: LockstepUser, result, measure: Callable[[], None]):

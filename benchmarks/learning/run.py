@@ -71,7 +71,7 @@ from pathlib import Path
 
 from cache import RunCache
 from evaluation import evaluate, evaluate_served
-from lockstep import BudgetedQueue, BudgetExhausted, LockstepUser, probe_callback
+from lockstep import BudgetExhausted, LockstepUser, budgeted_store, probe_callback
 from summary import aggregate, group_name, plot, summary_markdown
 
 from openclaw_trl.toy import pretrain
@@ -304,7 +304,7 @@ def run_one(
         runtime.scorer.start()
         server = start_server(runtime, port=0, ui=False)
         user = LockstepUser(runtime, server.url, settings, seed, feedback=spec.backend == "feedback").start()
-        runtime.trainer.store = BudgetedQueue(runtime.store, user.exhausted)
+        runtime.trainer.store = budgeted_store(runtime.store, user.exhausted)
         runtime.trainer.add_callback(probe_callback(user, result, measure))
         try:
             runtime.trainer.train()

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     checkpoint = {v: _checkpoint(run_dir, v) for v in args.versions if v != 0}
     base = args.base or _base_model(checkpoint, run_dir)
     with Store(store_path) as store:
-        turns = store.recent_prompt_turns(args.prompts)
+        turns = store.queries.recent_prompt_turns(args.prompts)
     if not turns:
         raise UserError(f"{store_path} holds no prompts of conversations that are not private: chat first")
     engine = _engine(base, checkpoint)

@@ -176,7 +176,7 @@ class BestOfN:
         samples = group_samples(
             turn_id, prompt_ids, temperature, completions, choice.scores, choice.served_index
         )
-        return self.store.add_group(group, samples)
+        return self.store.groups.add_group(group, samples)
 
     def close(self) -> None:
         self.quick_judge.close()

@@ -9,13 +9,14 @@ A background worker (its own thread) polls the store for ``ready`` turns, a grou
    :func:`~openclaw_trl.judge.select_hint` of the hint votes;
 3. for turns with an accepted hint, scores the original completion ids under the hint-augmented prompt
    (:mod:`openclaw_trl.judging.teacher`);
-4. commits votes, verdict and sample in one transaction (:meth:`Store.save_judgement`).
+4. commits votes, verdict and sample in one transaction (``store.judging.save_judgement``).
 
 A turn whose judging raises (a broken judge callable, a malformed stored turn) is judged again alone, so
 the other turns of its group go on; after ``max_attempts`` failed attempts it is set aside as ``failed``
-with its error (:meth:`Store.record_judge_failure`) and never blocks later turns. A turn whose accepted
+with its error (``store.judging.record_judge_failure``) and never blocks later turns. A turn whose accepted
 hint could not be teacher-scored (the prompt does not render, or the engine refuses or fails the scoring)
-keeps at most its RL reward and is counted (``stats["teacher_failed"]``, :meth:`Store.count_teacher_failed`).
+keeps at most its RL reward and is counted (``stats["teacher_failed"]``,
+``store.judging.count_teacher_failed``).
 
 Sample rules (a turn yields at most one sample; a turn without a usable verdict yields none, never a
 masked placeholder):
@@ -184,7 +185,7 @@ class Scorer:
         """Judge one group of ready turns and commit the results; returns the number of turns handled
         (judged, or counted as a failed attempt)."""
         with self._lock:
-            turns = self.store.ready_turns(self.config.batch_turns, exclude=self._in_flight)
+            turns = self.store.judging.ready_turns(self.config.batch_turns, exclude=self._in_flight)
             if not turns:
                 return 0
             self._in_flight.update(t.id for t in turns)
@@ -212,14 +213,14 @@ class Scorer:
             return [pair for turn in turns for pair in self._judge_each([turn])]
 
     def _commit(self, j: Judgement) -> None:
-        sample_id = self.store.save_judgement(j)
+        sample_id = self.store.judging.save_judgement(j)
         self.stats["judged"] += 1
         self.stats["samples"] += sample_id is not None
 
     def _record_failure(self, turn: Turn, exc: Exception) -> None:
         error = error_text(exc)
         self.stats["failed_attempts"] += 1
-        set_aside = self.store.record_judge_failure(
+        set_aside = self.store.judging.record_judge_failure(
             turn.id, turn.judge_round, error, self.config.max_attempts
         )
         if set_aside:
@@ -267,7 +268,7 @@ class Scorer:
         """``(weight, summary)`` of a turn's sample: 1 for a turn with one completion; for the served candidate
         of a Best-of-N group ``(1/N) / P(served)`` (:func:`~openclaw_trl.judging.best_of_n.verdict_weight`),
         None when it was served with certainty (not trained on)."""
-        group = self.store.group_of_turn(turn.id)
+        group = self.store.groups.group_of_turn(turn.id)
         if group is None:
             return 1.0, None
         n = len(group.candidates)

@@ -194,7 +194,7 @@ class ChatPreparer:
         top-p / top-k truncation), whatever the request asks."""
         if not ctx.trainable:
             return False
-        session = self.store.get_session(ctx.session_id)
+        session = self.store.conversations.get_session(ctx.session_id)
         return not (session and session.private)
 
     def _render(self, messages: list[dict], tools: list[dict] | None) -> list[int]:

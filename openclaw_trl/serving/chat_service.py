@@ -112,9 +112,9 @@ class ChatService:
         ``openclaw_trl.sessions.correction_window_view``)."""
         out = dict(self._status() if self._status else {})
         out.setdefault("policy_version", getattr(self.engine, "policy_version", 0))
-        if "samples_waiting" not in out and hasattr(self.store, "count_waiting"):
-            out["samples_waiting"] = self.store.count_waiting()
-        if "correction_window" not in out and hasattr(self.store, "open_correction_windows"):
+        if "samples_waiting" not in out and hasattr(self.store.queue, "count_waiting"):
+            out["samples_waiting"] = self.store.queue.count_waiting()
+        if "correction_window" not in out and hasattr(self.store.holds, "open_correction_windows"):
             from openclaw_trl.sessions import correction_window_view
 
             window = self.collector.config.correction_window_s

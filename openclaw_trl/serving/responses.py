@@ -114,8 +114,8 @@ def _continuation(
     """``(history, session id, instructions)`` that ``previous_response_id`` continues (empty without it)."""
     if request.previous_response_id is None:
         return [], None, request.instructions
-    stored = service.store.get_response(request.previous_response_id)
-    turn = service.store.get_turn(stored.turn_id) if stored is not None else None
+    stored = service.store.responses.get_response(request.previous_response_id)
+    turn = service.store.conversations.get_turn(stored.turn_id) if stored is not None else None
     if turn is None:
         raise ApiError(
             404,
@@ -134,7 +134,7 @@ def _continuation(
         )
     from openclaw_trl.sessions import request_session_key
 
-    session = service.store.get_session(turn.session_id)
+    session = service.store.conversations.get_session(turn.session_id)
     named = request_session_key(headers, payload)
     if named is not None and named != session.key:
         where = f"session {session.key!r}" if session.key else "an anonymous conversation"
@@ -179,7 +179,7 @@ def _record(service: ChatService, job: PreparedResponse, result: TurnResult) -> 
         openclaw=openclaw_meta(job.chat, result),
     )
     if job.echo.store:
-        service.store.add_response(job.response_id, result.turn_id, body.model_dump())
+        service.store.responses.add_response(job.response_id, result.turn_id, body.model_dump())
     return body
 
 
@@ -202,7 +202,7 @@ def by_id(service: ChatService, response_id: str, method: str) -> dict:
             "for conversations it must not learn from.",
             "unsupported_operation",
         )
-    stored = service.store.get_response(response_id)
+    stored = service.store.responses.get_response(response_id)
     if stored is None:
         raise ApiError(404, f"Response with id '{response_id[:128]}' not found.", "response_not_found")
     return stored.body

@@ -221,7 +221,7 @@ class UiHandlers:
             return put_back, conv, f"Edit not recorded: {err.message}"
         footer = part_index(conv, turn, "version")
         if footer is not None:
-            version = self.service.store.get_turn(turn).policy_version
+            version = self.service.store.conversations.get_turn(turn).policy_version
             history = with_content(history, footer, version_line(version, edited=True))
         if not result.attached:
             note = f"✍️ Edit recorded for turn {turn} (not learned from: {result.reason})."

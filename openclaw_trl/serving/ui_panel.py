@@ -79,7 +79,7 @@ def undone_steps(store, serving: int, steps: list[int]) -> set[int]:
     rollback undid them."""
     if not steps:
         return set()
-    path = store.lineage().path(serving)
+    path = store.lineage.lineage().path(serving)
     return {s for s in steps if s not in path and s <= serving}
 
 
@@ -206,7 +206,7 @@ class PanelViews:
             for v in (self.learning.versions() if self.learning is not None else [])
             if v.restored_from is not None
         ]
-        trained = self.store.training_totals()["turns"]
+        trained = self.store.queue.training_totals()["turns"]
         last = max(rollbacks, default=None)
         summary = summary_markdown(status, self.feedback_counts(), trained, len(undone), last)
         return (
@@ -218,9 +218,9 @@ class PanelViews:
 
     def feedback_counts(self) -> FeedbackCounts:
         """Counted again only when feedback was added (feedback rows are never deleted)."""
-        rows = self.store.counts()["feedback"]
+        rows = self.store.queries.counts()["feedback"]
         if rows != self._feedback[0]:
-            self._feedback = (rows, FeedbackCounts.of(self.store.iter_feedback()))
+            self._feedback = (rows, FeedbackCounts.of(self.store.queries.iter_feedback()))
         return self._feedback[1]
 
 
@@ -243,12 +243,12 @@ def taught_style(store) -> str | None:
     correction says what is wanted, a 👍 only that one answer was good enough); the best-scoring style when
     its score is positive, else None."""
     score: Counter = Counter()
-    for f in store.iter_feedback():
+    for f in store.queries.iter_feedback():
         if f.kind in ("correction", "edit") and f.text:
             asked = [s.name for s in world.STYLES if s.request in f.text or s.matches(f.text)]
             score.update({name: 2 for name in asked[:1]})
         elif f.rating is not None and f.kind in (None, "rating", "reject"):
-            turn = store.get_turn(f.turn_id)
+            turn = store.conversations.get_turn(f.turn_id)
             answer = (turn.response_message or {}).get("content") if turn is not None else None
             score[style_of(answer or "")] += 1 if f.rating > 0 else -1
     score.pop("other", None)

@@ -123,7 +123,7 @@ class VersionControls:
             for v in versions
             if v.restorable and not v.serving
         ]
-        waiting = self.service.store.count_waiting()
+        waiting = self.service.store.queue.count_waiting()
         table = versions_markdown(versions, paused, self.learning.trainer_state, waiting)
         values = [value for _, value in choices]
         value = chosen if chosen in values else self._one_update_back(values)
@@ -132,7 +132,7 @@ class VersionControls:
     def _one_update_back(self, values: list[int]) -> int | None:
         """The newest of ``values`` whose weights the serving version's were trained from (at least one update
         back on its lineage: after a rollback to v1, v0 rather than the undone v2); None when there is none."""
-        back = self.service.store.lineage().path(self.learning.serving_version)
+        back = self.service.store.lineage.lineage().path(self.learning.serving_version)
         return next((v for v in values if back.get(v, 0) >= 1), None)
 
     async def on_rollback(self, version):

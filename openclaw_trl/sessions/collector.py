@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 
 from openclaw_trl.engines.base import Completion
-from openclaw_trl.records import Session, Turn
+from openclaw_trl.records import ServedTurn, Session, Turn
 from openclaw_trl.sessions.chaining import request_exchanges, system_text, turn_keys
 from openclaw_trl.sessions.requests import (
     RequestContext,
@@ -96,7 +96,7 @@ class TurnCollector(TurnSignals):
             self.reap(now)
             session, prev, reply_index, continues = self._resolve_session(key, messages, exchanges, now)
             if private:  # a request can only switch it on; off is an explicit set_private(key, False)
-                self.store.set_private(session.id, True)
+                self.store.conversations.set_private(session.id, True)
             prompt_hash = history_hash(messages)
             if (
                 turn_type == "main"
@@ -123,8 +123,10 @@ class TurnCollector(TurnSignals):
             )
             if turn_type == "main":
                 ctx.next_state_of = self._attach_request_next_state(prev, reply_index, messages, now)
-                self.store.end_correction_windows(session.id, now)  # the person moved on: their 👎s stand
-            self.store.touch_session(session.id, now)
+                self.store.holds.end_correction_windows(
+                    session.id, now
+                )  # the person moved on: their 👎s stand
+            self.store.conversations.touch_session(session.id, now)
         return ctx
 
     def _resolve_session(
@@ -140,30 +142,35 @@ class TurnCollector(TurnSignals):
         """
         session_id = None
         if key is not None:
-            session = self.store.find_open_session(key)
+            session = self.store.conversations.find_open_session(key)
             if session is None:
-                return self.store.get_session(self.store.open_session(key, now)), None, None, False
+                return (
+                    self.store.conversations.get_session(self.store.conversations.open_session(key, now)),
+                    None,
+                    None,
+                    False,
+                )
             session_id = session.id
         matches, position = self._continued_turns(exchanges, session_id)
         if key is None:
             if not matches:
                 new_key = f"chain-{uuid.uuid4().hex[:16]}"
-                session_id = self.store.open_session(new_key, now, anonymous=True)
-                return self.store.get_session(session_id), None, None, False
+                session_id = self.store.conversations.open_session(new_key, now, anonymous=True)
+                return self.store.conversations.get_session(session_id), None, None, False
             best = max(matches, key=lambda t: (position(t), t.id))
-            session = self.store.get_session(best.session_id)
-        prev = self.store.last_main_turn(session.id)
+            session = self.store.conversations.get_session(best.session_id)
+        prev = self.store.conversations.last_main_turn(session.id)
         return session, prev, self._reply_index(prev, messages, exchanges), bool(matches)
 
     def _continued_turns(self, exchanges: list[tuple], session_id: int | None):
         """The turns a request continues (of ``session_id``, or of open anonymous conversations), by exchange key,
         else by reply key; and a function giving each one's latest position in the request."""
         by_exchange = {k: i for i, k, _ in exchanges}
-        matches = self.store.find_chained_turns(by_exchange, session_id)
+        matches = self.store.conversations.find_chained_turns(by_exchange, session_id)
         if matches:
             return matches, lambda t: by_exchange[t.exchange_key]
         by_reply = {r: i for i, _, r in exchanges if r}
-        matches = self.store.find_chained_turns(by_reply, session_id, column="reply_key")
+        matches = self.store.conversations.find_chained_turns(by_reply, session_id, column="reply_key")
         return matches, lambda t: by_reply[t.reply_key]
 
     @staticmethod
@@ -196,12 +203,12 @@ class TurnCollector(TurnSignals):
         if prev is None or prev.status != "awaiting":
             return None
         if reply_index is None:
-            self.store.close_turn(prev.id, "history_diverged")
+            self.store.conversations.close_turn(prev.id, "history_diverged")
             return None
         state = next_state_after(messages, reply_index)
         if state is None:
             return None
-        return prev.id if self.store.attach_next_state(prev.id, state, "request", now) else None
+        return prev.id if self.store.conversations.attach_next_state(prev.id, state, "request", now) else None
 
     def record_turn(
         self,
@@ -233,27 +240,29 @@ class TurnCollector(TurnSignals):
         exchange_key, reply_key = turn_keys(ctx.messages, response_message or {"content": completion_text})
         now = self.clock()
         with self._lock, self.store.atomic():
-            turn_id = self.store.add_turn(
-                ctx.session_id,
-                ctx.turn_type,
-                ctx.messages,
-                ctx.tools,
-                prompt_ids,
-                completion.token_ids,
-                completion.logprobs,
-                completion_text,
-                temperature,
-                completion.policy_version,
-                completion.finish_reason,
-                trainable=ctx.trainable and len(completion.token_ids) > 0,
-                history_hash=ctx.history_hash,
-                response_message=response_message,
+            turn_id = self.store.conversations.add_turn(
+                ServedTurn(
+                    session_id=ctx.session_id,
+                    turn_type=ctx.turn_type,
+                    prompt_messages=ctx.messages,
+                    tools=ctx.tools,
+                    prompt_ids=prompt_ids,
+                    completion_ids=completion.token_ids,
+                    sampling_logprobs=completion.logprobs,
+                    completion_text=completion_text,
+                    temperature=temperature,
+                    policy_version=completion.policy_version,
+                    finish_reason=completion.finish_reason,
+                    trainable=ctx.trainable and len(completion.token_ids) > 0,
+                    history_hash=ctx.history_hash,
+                    response_message=response_message,
+                    exchange_key=exchange_key,
+                    reply_key=reply_key,
+                ),
                 now=now,
-                exchange_key=exchange_key,
-                reply_key=reply_key,
             )
             if ctx.session_done:
-                self.store.end_session(ctx.session_id, "done", now)
+                self.store.conversations.end_session(ctx.session_id, "done", now)
             if also is not None:
                 also(turn_id)
         return turn_id
@@ -262,7 +271,7 @@ class TurnCollector(TurnSignals):
         """The request failed before a turn was recorded: still honour its ``session_done``."""
         if ctx.session_done:
             with self._lock:
-                self.store.end_session(ctx.session_id, "done", self.clock())
+                self.store.conversations.end_session(ctx.session_id, "done", self.clock())
 
     # ------------------------------------------------------------------ session control
     def set_private(self, session_key: str, private: bool = True) -> int:
@@ -271,28 +280,28 @@ class TurnCollector(TurnSignals):
         Opens the session if needed (the switch may come before the first message); returns its row id.
         """
         with self._lock:
-            session = self.store.find_open_session(session_key)
-            sid = session.id if session else self.store.open_session(session_key, self.clock())
-            self.store.set_private(sid, private)
+            session = self.store.conversations.find_open_session(session_key)
+            sid = session.id if session else self.store.conversations.open_session(session_key, self.clock())
+            self.store.conversations.set_private(sid, private)
             return sid
 
     def end_session(self, session_key: str, reason: str = "done") -> bool:
         """End the open session of ``session_key`` (e.g. "new conversation" in the UI); False if none.
         Its open correction windows close (:mod:`openclaw_trl.sessions.signals`): its 👎s stand."""
         with self._lock:
-            session = self.store.find_open_session(session_key)
+            session = self.store.conversations.find_open_session(session_key)
             if session is None:
                 return False
             now = self.clock()
-            self.store.end_session(session.id, reason, now)
-            self.store.end_correction_windows(session.id, now)
+            self.store.conversations.end_session(session.id, reason, now)
+            self.store.holds.end_correction_windows(session.id, now)
             return True
 
     def reap(self, now: float | None = None) -> list[int]:
         """End sessions idle for longer than ``session_idle_timeout``; returns their row ids."""
         now = self.clock() if now is None else now
         with self._lock:
-            idle = self.store.idle_sessions(now - self.config.session_idle_timeout)
+            idle = self.store.conversations.idle_sessions(now - self.config.session_idle_timeout)
             for sid in idle:
-                self.store.end_session(sid, "idle", now)
+                self.store.conversations.end_session(sid, "idle", now)
         return idle

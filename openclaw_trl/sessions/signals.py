@@ -80,14 +80,14 @@ def correction_window_view(store: Store, window_s: float, now: float | None = No
     first, each ``{"turn_id", "correction_until" (ISO 8601, UTC), "seconds_left"}``.
     """
     now = time.time() if now is None else now
-    windows = store.open_correction_windows(now, limit)
+    windows = store.holds.open_correction_windows(now, limit)
     turns = [
         {"turn_id": w.turn_id, "correction_until": utc_iso(w.until), "seconds_left": round(w.until - now, 1)}
         for w in windows
     ]
     return {
         "window_s": float(window_s),
-        "waiting": store.count_open_correction_windows(now) if len(windows) == limit else len(windows),
+        "waiting": store.holds.count_open_correction_windows(now) if len(windows) == limit else len(windows),
         "seconds_left": turns[0]["seconds_left"] if turns else None,
         "turns": turns,
     }
@@ -109,9 +109,9 @@ class TurnSignals:
 
     def _owned_turn(self, turn_id: int, session: str | None) -> Turn:
         """The turn ``turn_id`` of the session named ``session`` (module docstring: ownership)."""
-        turn = self.store.get_turn(turn_id)
+        turn = self.store.conversations.get_turn(turn_id)
         if turn is not None and session is not None:
-            owner = self.store.get_session(turn.session_id)
+            owner = self.store.conversations.get_session(turn.session_id)
             if owner is None or not session_matches(owner, session):
                 turn = None
         if turn is None:
@@ -149,7 +149,9 @@ class TurnSignals:
             raise FeedbackError(f"feedback kind must be one of {', '.join(FEEDBACK_KINDS)}, got {kind!r}")
         with self._lock:
             turn = self._owned_turn(turn_id, session)
-            feedback_id = self.store.add_feedback(turn_id, rating, text, attached=False, kind=kind)
+            feedback_id = self.store.conversations.add_feedback(
+                turn_id, rating, text, attached=False, kind=kind
+            )
             state = {
                 "role": "user",
                 "content": feedback_text(rating, text, kind),
@@ -161,11 +163,11 @@ class TurnSignals:
             now = self.clock()
             window = self.config.correction_window_s
             until = now + window if kind == "rating" and rating == -1 and window > 0 else None
-            refusal = self.store.attach_feedback(turn_id, state, now, correction_until=until)
+            refusal = self.store.conversations.attach_feedback(turn_id, state, now, correction_until=until)
             if refusal is not None:
                 return FeedbackResult(feedback_id, turn_id, False, refusal)
-            self.store.set_feedback_attached(feedback_id, True)
-            self.store.touch_session(turn.session_id, now)
+            self.store.conversations.set_feedback_attached(feedback_id, True)
+            self.store.conversations.touch_session(turn.session_id, now)
             return FeedbackResult(feedback_id, turn_id, True, "", correction_until=until)
 
     def correct(
@@ -180,7 +182,7 @@ class TurnSignals:
             raise FeedbackError(f"a correction's kind is 'correction' or 'edit', got {kind!r}")
         with self._lock:
             self._owned_turn(turn_id, session)
-            rating = self.store.latest_rating(turn_id)
+            rating = self.store.conversations.latest_rating(turn_id)
             return self.feedback(turn_id, -1 if rating is None else rating, text, kind, session=session)
 
     def reject(self, turn_id: int, *, session: str | None = None) -> FeedbackResult:
@@ -195,4 +197,4 @@ class TurnSignals:
         _check_turn_id(turn_id)
         with self._lock:
             self._owned_turn(turn_id, session)
-            return self.store.withdraw_turn(turn_id)
+            return self.store.conversations.withdraw_turn(turn_id)

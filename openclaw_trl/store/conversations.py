@@ -8,22 +8,23 @@ Turn life cycle (``turns.status``)::
           `--session ended / history diverged / side turn--> closed   (never trained; reason kept)
     any status --withdrawn (the user undid the exchange)--> closed ``withdrawn`` (never judged or trained)
 
-A turn is committed before the server answers (:meth:`Conversations.add_turn`); attaching a next state
+A turn is committed before the server answers (:meth:`Conversations.add_turn`, one
+:class:`~openclaw_trl.records.ServedTurn`); attaching a next state
 checks and moves the turn's status in one transaction. A turn has at most one live sample: explicit
 feedback on a judged turn whose sample was not trained on yet supersedes that sample (kept with
 ``dropped_reason = 'superseded'``, never handed out) and the turn is judged again; a sample that was
-trained on, or is in the batch being trained, is never superseded (the feedback is recorded only).
+trained on, or is leased to the batch being trained (:mod:`~openclaw_trl.store.queue`), is never
+superseded (the feedback is recorded only).
 """
 
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from openclaw_trl.records import Session, Turn, dumps
+from openclaw_trl.records import SERVED_TURN_COLUMNS, Column, ServedTurn, Session, Turn, dumps, insert_sql
 from openclaw_trl.store.db import Database
 from openclaw_trl.store.queue import SUPERSEDED, live_scorer_sample
 
@@ -31,6 +32,12 @@ from openclaw_trl.store.queue import SUPERSEDED, live_scorer_sample
 _REOPENABLE = ("session_ended", "history_diverged")
 WITHDRAWN = "withdrawn"  # close_reason of a turn the user withdrew (undo), and dropped_reason of its sample
 FEEDBACK_KINDS = ("rating", "correction", "edit", "reject")
+
+# a served turn's columns, and those the store adds (``Conversations.add_turn``)
+_INSERT_TURN_SQL = insert_sql(
+    "turns",
+    SERVED_TURN_COLUMNS + tuple(Column(n, "") for n in ("idx", "created", "status", "close_reason")),
+)
 
 
 @dataclass
@@ -45,11 +52,10 @@ class Withdrawal:
 
 
 class Conversations:
-    """Sessions, turns, next states and feedback (a part of :class:`~openclaw_trl.store.Store`)."""
+    """Sessions, turns, next states and feedback (module docstring): ``store.conversations``."""
 
-    _db: Database
-    _queue_lock: threading.Condition  # the sample queue's (SampleQueue): taken before a write transaction
-    _handed_out: set[int]  # sample ids in a training batch of this process (SampleQueue)
+    def __init__(self, db: Database):
+        self._db = db
 
     # ------------------------------------------------------------------ sessions
     def open_session(
@@ -119,72 +125,20 @@ class Conversations:
         return [r[0] for r in self._db.conn().execute(sql, (older_than,)).fetchall()]
 
     # ------------------------------------------------------------------ turns
-    def add_turn(
-        self,
-        session_id: int,
-        turn_type: str,
-        prompt_messages: list[dict],
-        tools: list[dict] | None,
-        prompt_ids: Sequence[int],
-        completion_ids: Sequence[int],
-        sampling_logprobs: Sequence[float],
-        completion_text: str,
-        temperature: float,
-        policy_version: int,
-        finish_reason: str | None,
-        trainable: bool,
-        history_hash: str | None = None,
-        response_message: dict | None = None,
-        now: float | None = None,
-        exchange_key: str | None = None,
-        reply_key: str | None = None,
-    ) -> int:
+    def add_turn(self, turn: ServedTurn, now: float | None = None) -> int:
         """Commit one served turn (before the reply goes out); returns the turn id.
 
         A main turn starts ``awaiting`` its next state; a side turn is ``closed`` at once (never trained).
         """
-        if turn_type not in ("main", "side"):
-            raise ValueError(f"turn_type must be 'main' or 'side', got {turn_type!r}")
-        if len(sampling_logprobs) != len(completion_ids):
-            raise ValueError(
-                f"{len(sampling_logprobs)} sampling log-probs for {len(completion_ids)} completion tokens"
-            )
+        row = turn.to_row()
         now = time.time() if now is None else now
-        status, reason = ("awaiting", None) if turn_type == "main" else ("closed", "side")
+        status, reason = ("awaiting", None) if turn.turn_type == "main" else ("closed", "side")
         with self._db.tx() as tx:
-            row = tx.execute(
-                "SELECT COALESCE(MAX(idx), -1) + 1 FROM turns WHERE session_id = ?", (session_id,)
-            )
-            idx = row.fetchone()[0]
-            cur = tx.execute(
-                "INSERT INTO turns (session_id, idx, turn_type, created, prompt_messages, tools, history_hash,"
-                " prompt_ids, completion_ids, sampling_logprobs, completion_text, response_message, temperature,"
-                " policy_version, finish_reason, trainable, status, close_reason, exchange_key, reply_key)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    session_id,
-                    idx,
-                    turn_type,
-                    now,
-                    dumps(list(prompt_messages)),
-                    dumps(tools),
-                    history_hash,
-                    dumps([int(t) for t in prompt_ids]),
-                    dumps([int(t) for t in completion_ids]),
-                    dumps([float(x) for x in sampling_logprobs]),
-                    completion_text,
-                    dumps(response_message),
-                    float(temperature),
-                    int(policy_version),
-                    finish_reason,
-                    int(bool(trainable) and turn_type == "main"),
-                    status,
-                    reason,
-                    exchange_key,
-                    reply_key,
-                ),
-            )
-            _touch(tx, session_id, now)
+            sql = "SELECT COALESCE(MAX(idx), -1) + 1 FROM turns WHERE session_id = ?"
+            idx = tx.execute(sql, (turn.session_id,)).fetchone()[0]
+            row.update(idx=idx, created=now, status=status, close_reason=reason)
+            cur = tx.execute(_INSERT_TURN_SQL, row)
+            _touch(tx, turn.session_id, now)
             return int(cur.lastrowid)
 
     def get_turn(self, turn_id: int) -> Turn | None:
@@ -255,16 +209,13 @@ class Conversations:
         hold: float | None = None,
     ):
         now = time.time() if now is None else now
-        with (
-            self._queue_lock,
-            self._db.tx() as tx,
-        ):  # the queue lock first: no batch takes the sample meanwhile
+        with self._db.tx() as tx:  # no batch leases the sample meanwhile (one write transaction at a time)
             row = tx.execute(
                 "SELECT turn_type, trainable, status, close_reason FROM turns WHERE id = ?", (turn_id,)
             ).fetchone()
             if row is None:
                 raise KeyError(f"unknown turn {turn_id}")
-            refusal, sample = _refusal(tx, turn_id, row, replace, self._handed_out)
+            refusal, sample = _refusal(tx, turn_id, row, replace)
             if refusal is not None:
                 return refusal
             if sample is not None:
@@ -290,7 +241,7 @@ class Conversations:
         status, so it is never judged or trained; its waiting sample, if any, is dropped (kept, reason
         ``withdrawn``). A sample already trained on stays trained (``Withdrawal.trained_step``); one in the
         batch being trained is left to it. Nothing is deleted; withdrawing twice changes nothing."""
-        with self._queue_lock, self._db.tx() as tx:
+        with self._db.tx() as tx:
             row = tx.execute("SELECT status, close_reason FROM turns WHERE id = ?", (turn_id,)).fetchone()
             if row is None:
                 raise KeyError(f"unknown turn {turn_id}")
@@ -299,27 +250,15 @@ class Conversations:
             tx.execute(
                 "UPDATE turns SET status = 'closed', close_reason = ? WHERE id = ?", (WITHDRAWN, turn_id)
             )
-            self._withdraw_group_samples(tx, turn_id)
+            _withdraw_group_samples(tx, turn_id)
             sample = live_scorer_sample(tx, turn_id)
             if sample is None:
                 return Withdrawal(turn_id, False, False, None)
             waiting = sample["consumed_step"] is None and sample["dropped_reason"] is None
-            if waiting and sample["id"] not in self._handed_out:
+            if waiting and sample["lease"] is None:
                 tx.execute("UPDATE samples SET dropped_reason = ? WHERE id = ?", (WITHDRAWN, sample["id"]))
                 return Withdrawal(turn_id, False, True, None)
             return Withdrawal(turn_id, False, False, sample["consumed_step"])
-
-    def _withdraw_group_samples(self, tx, turn_id: int) -> None:
-        """A withdrawn turn's waiting Best-of-N group samples are dropped too (kept, reason ``withdrawn``):
-        the undone exchange teaches nothing, its candidates included."""
-        rows = tx.execute(
-            "SELECT id FROM samples WHERE turn_id = ? AND origin = 'group' AND consumed_step IS NULL"
-            " AND dropped_reason IS NULL",
-            (turn_id,),
-        ).fetchall()
-        for row in rows:
-            if row["id"] not in self._handed_out:
-                tx.execute("UPDATE samples SET dropped_reason = ? WHERE id = ?", (WITHDRAWN, row["id"]))
 
     def close_turn(self, turn_id: int, reason: str) -> None:
         """Close an awaiting turn without a next state (e.g. the conversation history diverged)."""
@@ -358,8 +297,18 @@ def _touch(tx: sqlite3.Connection, session_id: int, now: float) -> None:
     tx.execute("UPDATE sessions SET last_active = MAX(last_active, ?) WHERE id = ?", (now, session_id))
 
 
+def _withdraw_group_samples(tx: sqlite3.Connection, turn_id: int) -> None:
+    """A withdrawn turn's waiting Best-of-N group samples are dropped too (kept, reason ``withdrawn``): the
+    undone exchange teaches nothing, its candidates included; those leased to a batch are left to it."""
+    tx.execute(
+        "UPDATE samples SET dropped_reason = ? WHERE turn_id = ? AND origin = 'group'"
+        " AND consumed_step IS NULL AND dropped_reason IS NULL AND lease IS NULL",
+        (WITHDRAWN, turn_id),
+    )
+
+
 def _refusal(
-    tx: sqlite3.Connection, turn_id: int, row: sqlite3.Row, replace: bool, handed_out: set[int]
+    tx: sqlite3.Connection, turn_id: int, row: sqlite3.Row, replace: bool
 ) -> tuple[str | None, int | None]:
     """Why a main turn in ``row``'s state takes no (new) next state (None: it does), and the id of the
     sample the new one supersedes (:meth:`Conversations.attach_next_state` rules)."""
@@ -379,6 +328,6 @@ def _refusal(
         return f"the turn was already trained on (step {sample['consumed_step']})", None
     if sample["dropped_reason"] is not None:
         return f"the turn's sample was dropped ({sample['dropped_reason']})", None
-    if sample["id"] in handed_out:
+    if sample["lease"] is not None:
         return "the turn's sample is in the training batch being computed", None
     return None, int(sample["id"])

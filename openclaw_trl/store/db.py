@@ -9,7 +9,8 @@ writers queue on SQLite's lock instead of failing on a read-to-write upgrade.
 The schema carries ``SCHEMA_VERSION`` in ``PRAGMA user_version``; a file written by a newer version is
 refused. Columns added after a store file may have been created (``_ADDED_COLUMNS``) are nullable or
 defaulted, so an existing store gains them in place when it is opened; so do tables added later
-(``candidate_groups``, ``policy_lineage``), created when missing.
+(``candidate_groups``, ``policy_lineage``), created when missing. Version 2 added ``samples.lease`` (the
+batch lease): a version-1 file gains it (NULL: nothing leased) when it is opened and keeps every row.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+from openclaw_trl.records import SAMPLE_COLUMNS, table_sql
+
+SCHEMA_VERSION = 2
+"""1: the first schema; 2: ``samples.lease`` (the batch lease, :mod:`~openclaw_trl.store.queue`)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -95,34 +99,6 @@ CREATE TABLE IF NOT EXISTS feedback (
     kind TEXT                          -- rating / correction / edit / reject (NULL: written before kinds)
 );
 
-CREATE TABLE IF NOT EXISTS samples (
-    id INTEGER PRIMARY KEY,
-    turn_id INTEGER NOT NULL,
-    origin TEXT NOT NULL,              -- scorer / direct
-    created REAL NOT NULL,
-    prompt_ids TEXT NOT NULL,
-    completion_ids TEXT NOT NULL,
-    sampling_logprobs TEXT NOT NULL,
-    temperature REAL NOT NULL,
-    policy_version INTEGER NOT NULL,
-    reward REAL NOT NULL,
-    has_hint INTEGER NOT NULL,
-    hint TEXT,
-    teacher_logprobs TEXT,
-    topk_shape TEXT,                   -- JSON [T, K] when top-K is stored
-    topk_ids BLOB,                     -- int32, row-major
-    topk_logprobs BLOB,                -- float32, row-major
-    meta TEXT NOT NULL,
-    finish_reason TEXT,                -- stop / length (the turn's)
-    teacher_prompt_ids TEXT,           -- JSON list of ints: the hint-augmented prompt the teacher scored
-    baseline REAL NOT NULL DEFAULT 0,  -- mean judged reward of the session's earlier turns (session_mean)
-    consumed_step INTEGER,
-    consumed_at REAL,
-    dropped_reason TEXT,               -- why it is never trained on (stale / superseded / withdrawn)
-    group_id INTEGER,                  -- the Best-of-N group of a group sample (origin 'group')
-    group_std REAL,                    -- std of that group's quick scores
-    weight REAL NOT NULL DEFAULT 1     -- multiplies its advantage (a served Best-of-N candidate's verdict)
-);
 CREATE INDEX IF NOT EXISTS samples_queue ON samples(consumed_step, id);
 
 CREATE TABLE IF NOT EXISTS responses (
@@ -169,16 +145,10 @@ CREATE TABLE IF NOT EXISTS learning_state (
 """
 
 
-# Columns added after a store file may have been created: (table, column, declaration).
+# Columns added after a store file may have been created: (table, column, declaration). The ``samples``
+# table gains every column of ``SAMPLE_COLUMNS`` it lacks (declared there).
 _ADDED_COLUMNS = (
     ("turns", "judge_attempts", "INTEGER NOT NULL DEFAULT 0"),
-    ("samples", "finish_reason", "TEXT"),
-    ("samples", "teacher_prompt_ids", "TEXT"),
-    ("samples", "baseline", "REAL NOT NULL DEFAULT 0"),
-    ("samples", "dropped_reason", "TEXT"),
-    ("samples", "group_id", "INTEGER"),
-    ("samples", "group_std", "REAL"),
-    ("samples", "weight", "REAL NOT NULL DEFAULT 1"),
     ("feedback", "kind", "TEXT"),
     ("turns", "exchange_key", "TEXT"),
     ("turns", "reply_key", "TEXT"),
@@ -194,7 +164,34 @@ CREATE INDEX IF NOT EXISTS turns_reply ON turns(reply_key);
 DROP INDEX IF EXISTS samples_one_per_turn;
 CREATE UNIQUE INDEX IF NOT EXISTS samples_one_live_per_turn ON samples(turn_id)
     WHERE origin = 'scorer' AND COALESCE(dropped_reason, '') != 'superseded';
+CREATE INDEX IF NOT EXISTS samples_lease ON samples(lease) WHERE lease IS NOT NULL;
 """
+
+
+class Wakeup:
+    """Wakes the threads of this process that wait for new rows (the sample queue's batch wait).
+
+    A waiter reads :meth:`seen` before it looks at the store and passes it to :meth:`wait`, which returns at
+    once when a wake-up came in between (none is lost), else after ``timeout`` seconds at most.
+    """
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._count = 0
+
+    def seen(self) -> int:
+        with self._cond:
+            return self._count
+
+    def notify(self) -> None:
+        with self._cond:
+            self._count += 1
+            self._cond.notify_all()
+
+    def wait(self, seen: int, timeout: float) -> None:
+        with self._cond:
+            if self._count == seen:
+                self._cond.wait(timeout)
 
 
 class StoreError(RuntimeError):
@@ -216,6 +213,7 @@ class Database:
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
         self._closed = False
+        self.wakeup = Wakeup()  # wakes the waiters of this process (``notify_waiters``)
         self._init_schema()
 
     def conn(self) -> sqlite3.Connection:
@@ -287,6 +285,10 @@ class Database:
         else:
             callback()
 
+    def notify_waiters(self) -> None:
+        """Wake this process's waiters (``wakeup``) once the current transaction has committed."""
+        self.after_commit(self.wakeup.notify)
+
     def _init_schema(self) -> None:
         version = self.conn().execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
@@ -296,6 +298,7 @@ class Database:
                 "new store file."
             )
         with self.tx() as tx:
+            tx.execute(table_sql("samples", SAMPLE_COLUMNS))
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     tx.execute(statement)
@@ -318,7 +321,8 @@ class Database:
 
 
 def _add_missing_columns(tx: sqlite3.Connection) -> None:
-    for table, column, declaration in _ADDED_COLUMNS:
+    added = _ADDED_COLUMNS + tuple(("samples", c.name, c.sql) for c in SAMPLE_COLUMNS)
+    for table, column, declaration in added:
         if column in {r["name"] for r in tx.execute(f"PRAGMA table_info({table})")}:
             continue
         tx.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")

@@ -1,15 +1,16 @@
 """Best-of-N groups: the candidates of a served turn with their quick scores, and their group samples.
 
 A group and its samples are written in one transaction (:meth:`Groups.add_group`), in the one that records
-the served turn (``Store.atomic``), before the reply leaves: a crash never leaves a group without its samples,
-samples without their group, or a served turn without its group. Group samples have ``origin = 'group'`` and join the sample queue like judged ones
-(oldest first, withheld when their session is flagged private, dropped when too stale).
+the served turn (``store.atomic()``), before the reply leaves: a crash never leaves a group without its
+samples, samples without their group, or a served turn without its group. Group samples have
+``origin = 'group'`` and join the sample queue like judged ones (oldest first, withheld when their session
+is flagged private, dropped when too stale).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict
 
 from openclaw_trl.records import CandidateGroup, TrainingSample, dumps
@@ -18,10 +19,10 @@ from openclaw_trl.store.queue import insert_sample
 
 
 class Groups:
-    """Best-of-N groups (a part of :class:`~openclaw_trl.store.Store`)."""
+    """Best-of-N groups (module docstring): ``store.groups``."""
 
-    _db: Database
-    _notify: Callable[[], None]  # the sample queue's wake-up (SampleQueue)
+    def __init__(self, db: Database):
+        self._db = db
 
     def add_group(self, group: CandidateGroup, samples: list[TrainingSample]) -> int:
         """Store ``group`` and its training ``samples`` (each gets ``group_id``); returns the group id.
@@ -50,7 +51,7 @@ class Groups:
                 sample.sample_id = insert_sample(tx, sample, origin="group", now=now)
         group.id, group.created = group_id, now
         if samples:
-            self._db.after_commit(self._notify)
+            self._db.notify_waiters()  # once the enclosing ``atomic`` block, if any, has committed
         return group_id
 
     def get_group(self, group_id: int) -> CandidateGroup | None:

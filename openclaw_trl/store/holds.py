@@ -15,7 +15,6 @@ window; a window that closed while the server was down holds nothing).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from openclaw_trl.store.db import Database
@@ -37,10 +36,10 @@ class CorrectionWindow:
 
 
 class CorrectionWindows:
-    """Open, list and close correction windows (a part of :class:`~openclaw_trl.store.Store`)."""
+    """Open, list and close correction windows (module docstring): ``store.holds``."""
 
-    _db: Database
-    _notify: Callable[[], None]  # the sample queue's wake-up (SampleQueue)
+    def __init__(self, db: Database):
+        self._db = db
 
     def end_correction_windows(self, session_id: int, now: float | None = None) -> int:
         """Close the open windows of a session (its next message arrived, or it ended): their 👎s stand and
@@ -57,7 +56,7 @@ class CorrectionWindows:
                 "UPDATE turns SET correction_until = NULL" + where, (session_id, now)
             ).rowcount
         if closed:
-            self._notify()
+            self._db.notify_waiters()
         return closed
 
     def open_correction_windows(self, now: float | None = None, limit: int = 20) -> list[CorrectionWindow]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from openclaw_trl.records import Judgement, Turn, Vote
 from openclaw_trl.store.db import Database
@@ -33,10 +33,10 @@ _READY_SQL = (
 
 
 class Judging:
-    """Ready turns, judgements, votes and judge failures (a part of :class:`~openclaw_trl.store.Store`)."""
+    """Ready turns, judgements, votes and judge failures (module docstring): ``store.judging``."""
 
-    _db: Database
-    _notify: Callable[[], None]  # the sample queue's wake-up (SampleQueue)
+    def __init__(self, db: Database):
+        self._db = db
 
     def ready_turns(self, limit: int, exclude: Iterable[int] = ()) -> list[Turn]:
         """Up to ``limit`` ready turns, oldest first, leaving out the ids in ``exclude``."""
@@ -70,7 +70,7 @@ class Judging:
                 return None
             judgement.sample.baseline = session_baseline(tx, turn)
             sample_id = insert_sample(tx, judgement.sample, origin="scorer", now=now)
-        self._notify()
+        self._db.notify_waiters()
         return sample_id
 
     def record_judge_failure(self, turn_id: int, judge_round: int, error: str, max_attempts: int) -> bool:

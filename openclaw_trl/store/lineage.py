@@ -42,7 +42,7 @@ class PublishedVersion:
 
 
 class Lineage:
-    """The version tree in memory (``PolicyLineage.lineage()``): ``staleness``, ``path``, ``undone``."""
+    """The version tree in memory (``store.lineage.lineage()``): ``staleness``, ``path``, ``undone``."""
 
     def __init__(self, rows: dict[int, tuple[int | None, int]]):
         self._rows = rows  # version -> (parent, updates)
@@ -88,9 +88,10 @@ class Lineage:
 
 
 class PolicyLineage:
-    """Published versions and their lineage (a part of :class:`~openclaw_trl.store.Store`; module docstring)."""
+    """Published versions and their lineage (module docstring): ``store.lineage``."""
 
-    _db: Database
+    def __init__(self, db: Database):
+        self._db = db
 
     def record_published(self, version: int, parent: int | None, updates: int, note: str = "") -> bool:
         """Record the publication of ``version`` (before the engine serves it). A version already recorded

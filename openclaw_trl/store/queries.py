@@ -12,9 +12,10 @@ _TABLES = ("sessions", "turns", "votes", "samples", "feedback")
 
 
 class Queries:
-    """Export and inspection (a part of :class:`~openclaw_trl.store.Store`); records oldest first."""
+    """Export and inspection: ``store.queries``; records oldest first."""
 
-    _db: Database
+    def __init__(self, db: Database):
+        self._db = db
 
     def _records(self, record: type, sql: str) -> Iterator:
         """One ``record.from_row`` per row of ``sql`` (rows fetched first: no cursor left open)."""
@@ -65,4 +66,24 @@ class Queries:
         for status in TURN_STATUSES:
             sql = "SELECT COUNT(*) FROM turns WHERE status = ?"
             out[f"turns_{status}"] = conn.execute(sql, (status,)).fetchone()[0]
+        return out
+
+    def recent_prompt_turns(self, n: int) -> list[Turn]:
+        """The ``n`` most recent main turns with distinct prompts, newest first, of sessions not marked
+        private ("don't learn from this conversation"); side turns are left out (the prompts a comparison
+        of two versions replays: "did it learn for me?")."""
+        sql = (
+            "SELECT t.*, s.key AS session_key, s.generation AS session_generation, s.private AS private"
+            " FROM turns t JOIN sessions s ON s.id = t.session_id"
+            " WHERE s.private = 0 AND t.turn_type = 'main' ORDER BY t.id DESC LIMIT ?"
+        )
+        seen, out = set(), []
+        for row in self._db.conn().execute(sql, (int(n) * 8,)).fetchall():
+            turn = Turn.from_row(row)
+            key = tuple(turn.prompt_ids)
+            if key not in seen:
+                seen.add(key)
+                out.append(turn)
+            if len(out) == n:
+                break
         return out

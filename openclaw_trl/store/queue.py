@@ -1,39 +1,45 @@
-"""The sample queue: judged training samples, handed to the trainer oldest first.
+"""The sample queue: judged training samples, handed to the trainer oldest first under a lease.
 
 Queue rules:
 
 * nothing is ever deleted: samples beyond a training batch stay queued for the next batch, and a consumed
   sample is marked with the training step that used it (:meth:`SampleQueue.mark_consumed`);
 * "waiting" = not consumed, not dropped, and not of a session flagged private after it was judged (such
-  samples are kept, never handed out);
+  samples are kept, never handed out); a batch takes waiting samples that no batch leases;
 * a waiting sample whose weights are more than ``max_staleness`` updates away from the current ones along
-  the lineage (:mod:`~openclaw_trl.store.lineage`) is dropped when a batch is taken: it stays in the store with its ``dropped_reason`` and is never handed out
-  (:meth:`SampleQueue.drop_stale`); the batch is filled with the next waiting samples;
+  the lineage (:mod:`~openclaw_trl.store.lineage`) is dropped when a batch is taken: it stays in the store
+  with its ``dropped_reason`` and is never handed out (:meth:`SampleQueue.drop_stale`); the batch is filled
+  with the next waiting samples;
 * a waiting sample whose turn's correction window is open (:mod:`~openclaw_trl.store.holds`: a bare 👎 waiting
   for its correction) is not handed out before the window closes;
 * a waiting sample is also dropped when explicit feedback on its turn supersedes it (``superseded``: the
-  turn is judged again) or the user withdraws its turn (``withdrawn``); a sample this object handed out
-  to a batch is never dropped (a trainer in another process takes samples through its own object: a
-  sample superseded while in its batch is still trained on, and counted consumed);
-* "handed out" is tracked per :class:`~openclaw_trl.store.Store` object: the trainer process must take
-  samples through one object (a second object in the same process would hand the same samples out
-  again); :meth:`SampleQueue.release` puts handed-out samples back at the head of the queue;
-* reopening a store resumes: unconsumed samples are served first, oldest first, and
-  :meth:`SampleQueue.requeue_after` makes the samples of steps after an older checkpoint waiting again.
+  turn is judged again) or the user withdraws its turn (``withdrawn``); a leased sample is never dropped
+  (it is in the batch being trained: it is still trained on, and counted consumed).
+
+The batch lease lives in the database: handing samples out writes the queue's owner token into
+``samples.lease`` in the transaction that selects them, so every :class:`~openclaw_trl.store.Store` object
+on the file, in this process or another, sees it: none hands a leased sample out again or drops it.
+:meth:`SampleQueue.mark_consumed` and :meth:`SampleQueue.release` clear the lease (release: back at the
+head of the queue); closing the store releases the leases its queue still holds. One trainer owns a store's
+queue: the run that starts or resumes (:meth:`SampleQueue.requeue_after`, called before the first batch)
+clears every lease, so the batch of a trainer process that died mid-update is waiting again, and the samples
+of steps after the checkpoint it resumes from are waiting again too.
 
 Token ids and log-probs are stored as JSON (exact); top-K teacher rows as packed int32 / float32 arrays.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
-import threading
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from openclaw_trl.records import TrainingSample, dumps, pack_topk
+from openclaw_trl.records import SAMPLE_COLUMNS, TrainingSample, insert_sql
 from openclaw_trl.store.db import Database
+from openclaw_trl.store.lineage import PolicyLineage
 
 # Samples of sessions flagged private after they were judged are withheld (kept, never handed out).
 _WAITING_SQL = (
@@ -41,9 +47,12 @@ _WAITING_SQL = (
     " LEFT JOIN sessions ss ON ss.id = t.session_id"
     " WHERE s.consumed_step IS NULL AND s.dropped_reason IS NULL AND COALESCE(ss.private, 0) = 0"
 )
+_FREE_SQL = " AND s.lease IS NULL"  # ... and not leased to a batch
 
 # ... and not held by an open correction window of its turn (the parameter: now, a Unix time).
 _UNHELD_SQL = " AND COALESCE(t.correction_until, 0) <= ?"
+
+_INSERT_SQL = insert_sql("samples", SAMPLE_COLUMNS)
 
 
 class SampleSourceError(RuntimeError):
@@ -70,9 +79,10 @@ def has_scorer_sample(tx: sqlite3.Connection, turn_id: int) -> bool:
 
 
 def live_scorer_sample(tx: sqlite3.Connection, turn_id: int) -> sqlite3.Row | None:
-    """The turn's scorer sample that was not superseded (``id``, ``consumed_step``, ``dropped_reason``)."""
+    """The turn's scorer sample that was not superseded (``id``, ``consumed_step``, ``dropped_reason``,
+    ``lease``)."""
     sql = (
-        "SELECT id, consumed_step, dropped_reason FROM samples WHERE turn_id = ? AND origin = 'scorer'"
+        "SELECT id, consumed_step, dropped_reason, lease FROM samples WHERE turn_id = ? AND origin = 'scorer'"
         " AND COALESCE(dropped_reason, '') != ?"
     )
     return tx.execute(sql, (turn_id, SUPERSEDED)).fetchone()
@@ -80,82 +90,55 @@ def live_scorer_sample(tx: sqlite3.Connection, turn_id: int) -> sqlite3.Row | No
 
 def insert_sample(tx: sqlite3.Connection, s: TrainingSample, origin: str, now: float) -> int:
     """Write one sample inside the caller's transaction; returns its id (checks the per-token lengths)."""
-    if len(s.sampling_logprobs) != len(s.completion_ids):
-        raise ValueError("sampling_logprobs must have one entry per completion token")
-    if s.teacher_logprobs is not None and len(s.teacher_logprobs) != len(s.completion_ids):
-        raise ValueError("teacher_logprobs must have one entry per completion token")
-    shape, ids_blob, lp_blob = pack_topk(s.topk_ids, s.topk_logprobs)
-    cur = tx.execute(
-        "INSERT INTO samples (turn_id, origin, created, prompt_ids, completion_ids, sampling_logprobs,"
-        " temperature, policy_version, reward, has_hint, hint, teacher_logprobs, topk_shape, topk_ids,"
-        " topk_logprobs, meta, finish_reason, teacher_prompt_ids, baseline, group_id, group_std, weight)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            int(s.turn_id),
-            origin,
-            now,
-            dumps([int(t) for t in s.prompt_ids]),
-            dumps([int(t) for t in s.completion_ids]),
-            dumps([float(x) for x in s.sampling_logprobs]),
-            float(s.temperature),
-            int(s.policy_version),
-            float(s.reward),
-            int(bool(s.has_hint)),
-            s.hint,
-            dumps(None if s.teacher_logprobs is None else [float(x) for x in s.teacher_logprobs]),
-            shape,
-            ids_blob,
-            lp_blob,
-            dumps(s.meta or {}),
-            s.finish_reason,
-            dumps(None if s.teacher_prompt_ids is None else [int(t) for t in s.teacher_prompt_ids]),
-            float(s.baseline),
-            s.group_id,
-            None if s.group_std is None else float(s.group_std),
-            float(s.weight),
-        ),
-    )
-    return int(cur.lastrowid)
+    return int(tx.execute(_INSERT_SQL, s.to_row(origin=origin, created=now)).lastrowid)
+
+
+def _marks(ids: Sequence[int]) -> str:
+    return ",".join("?" * len(ids))
 
 
 class SampleQueue:
-    """The trainer's side of the store (a part of :class:`~openclaw_trl.store.Store`; module docstring)."""
+    """The trainer's side of the store (module docstring): ``store.queue``.
 
-    _db: Database
+    ``owner`` is this queue's lease token (the process id and a random part): unique per queue object.
+    """
 
-    def _init_queue(self) -> None:
-        self._queue_lock = threading.Condition()
-        self._handed_out: set[int] = set()  # sample ids taken by this object and not yet consumed
+    def __init__(self, db: Database, lineage: PolicyLineage):
+        self._db, self._lineage = db, lineage
+        self.owner = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self._leased_any = False  # whether this queue ever leased samples (``release_all`` on close)
         self._source_error: SampleSourceError | None = None
-
-    def _notify(self) -> None:
-        """Wake :meth:`wait_for_samples` in this process (new or released samples)."""
-        with self._queue_lock:
-            self._queue_lock.notify_all()
 
     def add_sample(self, sample: TrainingSample) -> int:
         """Queue a sample directly (tests, replay); returns its id and sets ``sample.sample_id``."""
         with self._db.tx() as tx:
             sample_id = insert_sample(tx, sample, origin="direct", now=time.time())
         sample.sample_id = sample_id
-        self._notify()
+        self._db.notify_waiters()
         return sample_id
 
-    def _available_ids(self, limit: int | None = None) -> list[int]:
-        with self._queue_lock:
-            handed = set(self._handed_out)
-        sql = "SELECT s.id" + _WAITING_SQL + _UNHELD_SQL + " ORDER BY s.id"
+    def _available_ids(self, limit: int | None = None, conn: sqlite3.Connection | None = None) -> list[int]:
+        sql = "SELECT s.id" + _WAITING_SQL + _FREE_SQL + _UNHELD_SQL + " ORDER BY s.id"
         params: tuple = (time.time(),)
         if limit is not None:
             sql += " LIMIT ?"
-            params = (*params, limit + len(handed))
-        ids = [r[0] for r in self._db.conn().execute(sql, params).fetchall() if r[0] not in handed]
-        return ids if limit is None else ids[:limit]
+            params = (*params, limit)
+        return [r[0] for r in (conn or self._db.conn()).execute(sql, params).fetchall()]
+
+    def _lease(self, n: int) -> list[int]:
+        """Lease up to ``n`` of the oldest waiting samples to this queue, in one transaction."""
+        with self._db.tx() as tx:
+            ids = self._available_ids(n, tx)
+            if ids:
+                tx.execute(f"UPDATE samples SET lease = ? WHERE id IN ({_marks(ids)})", [self.owner, *ids])
+        self._leased_any = self._leased_any or bool(ids)
+        return ids
 
     def count_waiting(self) -> int:
-        """Judged samples not consumed yet, not held by a correction window and not handed out by this
-        object (what the next batch sees)."""
-        return len(self._available_ids())
+        """Judged samples not consumed yet, not held by a correction window and not leased to a batch (what
+        the next batch sees)."""
+        sql = "SELECT COUNT(*)" + _WAITING_SQL + _FREE_SQL + _UNHELD_SQL
+        return self._db.conn().execute(sql, (time.time(),)).fetchone()[0]
 
     def next_window_close(self) -> float | None:
         """Seconds until the first correction window holding a waiting sample closes (None: none holds one)."""
@@ -165,16 +148,13 @@ class SampleQueue:
         return None if until is None else max(0.0, float(until) - now)
 
     def take_samples(self, n: int) -> list[TrainingSample]:
-        """Hand out up to ``n`` of the oldest waiting samples (non-blocking; may return fewer).
+        """Lease up to ``n`` of the oldest waiting samples (non-blocking; may return fewer).
 
         They stay in the store, unconsumed, until :meth:`mark_consumed`; :meth:`release` puts them back.
         """
         if n <= 0:
             return []
-        with self._queue_lock:
-            ids = self._available_ids(n)
-            self._handed_out.update(ids)
-        return self.get_samples(ids)
+        return self.get_samples(self._lease(n))
 
     def wait_for_samples(
         self,
@@ -184,48 +164,48 @@ class SampleQueue:
         policy_version: int = 0,
         max_staleness: int | None = None,
     ) -> list[TrainingSample]:
-        """Block until ``n`` samples are waiting, then hand out exactly ``n`` (the surplus stays queued).
+        """Block until ``n`` samples are waiting, then lease exactly ``n`` (the surplus stays queued).
 
         Looks at the store every ``poll`` seconds (samples written by other processes), when this process
         writes or releases samples, and when the first correction window holding a sample closes.
 
         With ``max_staleness``, waiting samples more than ``max_staleness`` updates away from
-        ``policy_version`` along the lineage are dropped first, each time the queue is looked at (:meth:`drop_stale`), so
-        the batch is made of fresh samples only. Raises ``TimeoutError`` after ``timeout`` seconds, and :class:`SampleSourceError` as soon as
-        :meth:`fail_waiters` is called while too few are waiting (nothing is handed out then).
+        ``policy_version`` along the lineage are dropped first, each time the queue is looked at
+        (:meth:`drop_stale`), so the batch is made of fresh samples only. Raises ``TimeoutError`` after
+        ``timeout`` seconds, and :class:`SampleSourceError` as soon as :meth:`fail_waiters` is called while
+        too few are waiting (nothing is leased then).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            with self._queue_lock:
-                if max_staleness is not None:
-                    self.drop_stale(policy_version, max_staleness)
-                ids = self._available_ids(n)
-                if len(ids) < n and self._source_error is not None:
-                    raise self._source_error
-                if len(ids) >= n:
-                    self._handed_out.update(ids)
-                    break
-                wait = poll if deadline is None else min(poll, deadline - time.monotonic())
-                if wait <= 0:
-                    raise TimeoutError(f"only {len(ids)} of {n} samples waiting after {timeout} s")
-                closes = self.next_window_close()
-                if closes is not None:
-                    wait = min(wait, closes + 0.001)  # past the close: the sample is free when we look
-                self._queue_lock.wait(wait)  # woken early by samples written in this process
-        return self.get_samples(ids)
+            seen = self._db.wakeup.seen()
+            if max_staleness is not None:
+                self.drop_stale(policy_version, max_staleness)
+            ids = self._available_ids(n)
+            if len(ids) < n and self._source_error is not None:
+                raise self._source_error
+            if len(ids) >= n:
+                ids = self._lease(n)
+                if len(ids) == n:
+                    return self.get_samples(ids)
+                self.release(ids)  # another queue object leased some meanwhile: look again
+                continue
+            wait = poll if deadline is None else min(poll, deadline - time.monotonic())
+            if wait <= 0:
+                raise TimeoutError(f"only {len(ids)} of {n} samples waiting after {timeout} s")
+            closes = self.next_window_close()
+            if closes is not None:
+                wait = min(wait, closes + 0.001)  # past the close: the sample is free when we look
+            self._db.wakeup.wait(seen, wait)  # woken early by samples written in this process
 
     def drop_stale(self, policy_version: int, max_staleness: int) -> int:
         """Mark the waiting samples more than ``max_staleness`` updates away from ``policy_version`` along the
         lineage (:meth:`~openclaw_trl.store.lineage.Lineage.staleness`) as dropped (kept, with the reason,
-        never handed out); returns how many were dropped now."""
-        with self._queue_lock:
-            handed = set(self._handed_out)
-        sql = "SELECT s.id, s.policy_version" + _WAITING_SQL + " AND s.policy_version != ?"
-        rows = self._db.conn().execute(sql, (int(policy_version),)).fetchall()
-        rows = [(r[0], r[1]) for r in rows if r[0] not in handed]
+        never handed out); returns how many were dropped now. Leased samples are never dropped."""
+        sql = "SELECT s.id, s.policy_version" + _WAITING_SQL + _FREE_SQL + " AND s.policy_version != ?"
+        rows = [(r[0], r[1]) for r in self._db.conn().execute(sql, (int(policy_version),)).fetchall()]
         if not rows:
             return 0
-        lineage = self.lineage()
+        lineage = self._lineage.lineage()
         # a version above the current one that was never published names no weights yet: not stale
         versions = {v for _, v in rows if lineage.knows(v) or v < policy_version}
         distance = {v: lineage.staleness(v, policy_version) for v in versions}
@@ -234,7 +214,8 @@ class SampleQueue:
             return 0
         with self._db.tx() as tx:
             tx.executemany(
-                "UPDATE samples SET dropped_reason = ? WHERE id = ? AND consumed_step IS NULL",
+                "UPDATE samples SET dropped_reason = ? WHERE id = ?"
+                " AND consumed_step IS NULL AND lease IS NULL",
                 [
                     (
                         f"stale: sampled by v{v}, {distance[v]} updates from policy v{policy_version}, "
@@ -254,29 +235,26 @@ class SampleQueue:
     def fail_waiters(self, error: str) -> None:
         """The source of turns crashed: wake :meth:`wait_for_samples` (now and later), which raises
         :class:`SampleSourceError` with ``error`` instead of waiting for samples that will never come."""
-        with self._queue_lock:
-            self._source_error = SampleSourceError(error)
-            self._queue_lock.notify_all()
+        self._source_error = SampleSourceError(error)
+        self._db.wakeup.notify()
 
     def get_samples(self, sample_ids: Sequence[int]) -> list[TrainingSample]:
         """Samples by id, in the order given."""
         if not sample_ids:
             return []
-        marks = ",".join("?" * len(sample_ids))
-        sql = f"SELECT * FROM samples WHERE id IN ({marks})"
+        sql = f"SELECT * FROM samples WHERE id IN ({_marks(sample_ids)})"
         rows = self._db.conn().execute(sql, list(sample_ids)).fetchall()
         by_id = {r["id"]: TrainingSample.from_row(r) for r in rows}
         return [by_id[i] for i in sample_ids if i in by_id]
 
     def mark_consumed(self, sample_ids: Sequence[int], step: int) -> None:
-        """Record that training step ``step`` used these samples (idempotent for the same step).
-
-        A sample already consumed by another step raises ``ValueError`` and nothing is changed.
+        """Record that training step ``step`` used these samples (idempotent for the same step); their lease
+        ends. A sample already consumed by another step raises ``ValueError`` and nothing is changed.
         """
         ids = [int(i) for i in sample_ids]
         if not ids:
             return
-        marks = ",".join("?" * len(ids))
+        marks = _marks(ids)
         with self._db.tx() as tx:
             rows = tx.execute(f"SELECT id, consumed_step FROM samples WHERE id IN ({marks})", ids).fetchall()
             found = {r["id"]: r["consumed_step"] for r in rows}
@@ -287,29 +265,44 @@ class SampleQueue:
             if clash:
                 raise ValueError(f"samples already consumed by other steps: {clash}")
             tx.execute(
-                f"UPDATE samples SET consumed_step = ?, consumed_at = ? WHERE id IN ({marks})",
+                f"UPDATE samples SET consumed_step = ?, consumed_at = ?, lease = NULL WHERE id IN ({marks})",
                 [int(step), time.time(), *ids],
             )
-        with self._queue_lock:
-            self._handed_out.difference_update(ids)
 
     def release(self, sample_ids: Sequence[int]) -> None:
-        """Put handed-out, unconsumed samples back at the head of the queue (e.g. after a failed step)."""
-        with self._queue_lock:
-            self._handed_out.difference_update(int(i) for i in sample_ids)
-            self._queue_lock.notify_all()
+        """Put samples this queue leased and that were not consumed back at the head of the queue (e.g. after
+        a failed step); samples leased by another queue object are left alone."""
+        ids = [int(i) for i in sample_ids]
+        if ids:
+            with self._db.tx() as tx:
+                sql = f"UPDATE samples SET lease = NULL WHERE lease = ? AND id IN ({_marks(ids)})"
+                tx.execute(sql, [self.owner, *ids])
+        self._db.wakeup.notify()
+
+    def release_all(self) -> int:
+        """Release every sample this queue still leases (the store is closed: they go back to the queue);
+        returns how many."""
+        if not self._leased_any:
+            return 0
+        with self._db.tx() as tx:
+            released = tx.execute("UPDATE samples SET lease = NULL WHERE lease = ?", (self.owner,)).rowcount
+        self._db.wakeup.notify()
+        return released
 
     def requeue_after(self, step: int) -> int:
-        """Make samples consumed by steps after ``step`` waiting again (resume from an older checkpoint).
+        """Bring the queue back to training step ``step`` (a run starts or resumes from its checkpoint):
+        samples consumed by later steps are waiting again, and every lease is cleared (one trainer owns a
+        store's queue: a batch leased by a process that stopped before consuming it is waiting again).
 
-        Returns how many were re-queued.
+        Returns how many consumed samples were re-queued.
         """
         with self._db.tx() as tx:
             cur = tx.execute(
                 "UPDATE samples SET consumed_step = NULL, consumed_at = NULL WHERE consumed_step > ?", (step,)
             )
             n = cur.rowcount
-        self._notify()
+            tx.execute("UPDATE samples SET lease = NULL WHERE lease IS NOT NULL")
+        self._db.wakeup.notify()
         return n
 
     def resume_position(self) -> ResumePosition:

@@ -25,9 +25,10 @@ class StoredResponse:
 
 
 class ResponseIds:
-    """Responses API ids (a part of :class:`~openclaw_trl.store.Store`)."""
+    """Responses API ids: ``store.responses``."""
 
-    _db: Database
+    def __init__(self, db: Database):
+        self._db = db
 
     def add_response(self, response_id: str, turn_id: int, body: dict, now: float | None = None) -> None:
         """Record that ``response_id`` names turn ``turn_id`` (an id is written once)."""

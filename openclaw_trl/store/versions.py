@@ -5,8 +5,6 @@
   consumed, the metrics logged at that update and, for a rollback, the version it restored. A version number
   reused after a resume from an older checkpoint replaces its row (its old checkpoint was moved aside).
 * ``learning_state``: ``paused`` (``"1"`` / ``"0"``), read by the trainer between updates; it outlives a restart.
-* ``recent_prompt_turns``: the last main turns of sessions not marked private, whose prompts a comparison
-  of two versions replays ("did it learn for me?").
 * Samples consumed by updates that a rollback undid are marked (``dropped_reason`` ``rolled_back: ...``): kept
   and exported, never handed out again (:meth:`AdapterVersions.mark_rolled_back`).
 """
@@ -16,7 +14,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from openclaw_trl.records import Turn
 from openclaw_trl.store.db import Database
 
 ROLLED_BACK_PREFIX = "rolled_back:"
@@ -47,9 +44,10 @@ class AdapterVersion:
 
 
 class AdapterVersions:
-    """Adapter history and learning switch (a part of :class:`~openclaw_trl.store.Store`; module docstring)."""
+    """Adapter history and learning switch (module docstring): ``store.versions``."""
 
-    _db: Database
+    def __init__(self, db: Database):
+        self._db = db
 
     def record_adapter_version(self, version: AdapterVersion) -> None:
         """Write (or replace) the row of ``version.version``."""
@@ -117,22 +115,3 @@ class AdapterVersions:
         """Whether updates are paused (``POST /v1/learning``); False on a store that never set it."""
         row = self._db.conn().execute("SELECT value FROM learning_state WHERE key = 'paused'").fetchone()
         return row is not None and row["value"] == "1"
-
-    def recent_prompt_turns(self, n: int) -> list[Turn]:
-        """The ``n`` most recent main turns with distinct prompts, newest first, of sessions not marked
-        private ("don't learn from this conversation"); side turns are left out."""
-        sql = (
-            "SELECT t.*, s.key AS session_key, s.generation AS session_generation, s.private AS private"
-            " FROM turns t JOIN sessions s ON s.id = t.session_id"
-            " WHERE s.private = 0 AND t.turn_type = 'main' ORDER BY t.id DESC LIMIT ?"
-        )
-        seen, out = set(), []
-        for row in self._db.conn().execute(sql, (int(n) * 8,)).fetchall():
-            turn = Turn.from_row(row)
-            key = tuple(turn.prompt_ids)
-            if key not in seen:
-                seen.add(key)
-                out.append(turn)
-            if len(out) == n:
-                break
-        return out

@@ -62,7 +62,7 @@ class PublishAndConsume(TrainerCallback):
         seconds, consumed = self.ledger.step_done()
         trainer.log_metric("time/update_s", seconds)
         if consumed and trainer.accelerator.is_main_process:
-            trainer.store.mark_consumed(consumed, state.global_step)
+            trainer.store.queue.mark_consumed(consumed, state.global_step)
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.trainer.accelerator.is_main_process:
@@ -76,7 +76,7 @@ def run_info(trainer) -> dict:
     the step is resumed from the checkpoint and the turns and samples consumed are counted in the store.
     """
     model = trainer.accelerator.unwrap_model(trainer.model)
-    totals = trainer.store.training_totals() if trainer.store is not None else {}
+    totals = trainer.store.queue.training_totals() if trainer.store is not None else {}
     return {
         "base_model": _base_model_name(model),
         "method": trainer.args.method,

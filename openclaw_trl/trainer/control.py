@@ -2,7 +2,7 @@
 
 The HTTP routes and the UI run in server threads, the trainer in its own loop; they meet here.
 
-* ``set_paused(True)`` is stored (``Store.set_learning_paused``), so a restarted run stays paused. The trainer
+* ``set_paused(True)`` is stored (``store.versions.set_learning_paused``), so a restarted run stays paused. The trainer
   reads it before it takes each batch and waits while it is set: serving, judging and collecting go on, samples
   keep queueing, no update runs. An update already running when the pause arrives finishes.
 * ``rollback(version)`` checks the version against the history (recorded, not the one serving, its checkpoint
@@ -101,11 +101,11 @@ class LearningControl:
 
     @property
     def paused(self) -> bool:
-        return self.store.learning_paused()
+        return self.store.versions.learning_paused()
 
     def set_paused(self, paused: bool) -> None:
         changed = paused != self.paused
-        self.store.set_learning_paused(paused)
+        self.store.versions.set_learning_paused(paused)
         with self._cond:
             self._cond.notify_all()
         if changed:
@@ -138,7 +138,7 @@ class LearningControl:
                 restorable=is_restorable(self.checkpoint(v.version)),
                 serving=v.version == serving,
             )
-            for v in self.store.adapter_versions(up_to=serving, limit=self.history)
+            for v in self.store.versions.adapter_versions(up_to=serving, limit=self.history)
         ]
 
     def rollback(self, version: int, timeout_s: float = ROLLBACK_TIMEOUT_S) -> RollbackResult:

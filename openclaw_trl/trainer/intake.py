@@ -37,7 +37,7 @@ def next_event(
     (paused time not counted); the samples that did arrive stay queued."""
     waited = 0.0
     poll = learning.poll_s if learning is not None else None
-    dropped = store.count_dropped_stale()
+    dropped = store.queue.count_dropped_stale()
     while True:
         if learning is not None and (version := learning.wait_while_paused()) is not None:
             return NextEvent(rollback=version)
@@ -46,7 +46,7 @@ def next_event(
         left = None if sample_timeout is None else sample_timeout - waited
         wait = left if poll is None else (poll if left is None else min(poll, left))
         try:
-            samples = store.wait_for_samples(
+            samples = store.queue.wait_for_samples(
                 wanted, timeout=wait, policy_version=policy_version, max_staleness=max_staleness
             )
         except TimeoutError:
@@ -59,10 +59,10 @@ def next_event(
             continue
         if learning is not None and learning.paused:
             # paused while this wait was under way: the batch goes back to the queue, untouched
-            store.release([s.sample_id for s in samples])
+            store.queue.release([s.sample_id for s in samples])
             continue
-        dropped = store.count_dropped_stale() - dropped
-        lineage = store.lineage()
+        dropped = store.queue.count_dropped_stale() - dropped
+        lineage = store.lineage.lineage()
         for s in samples:
             s.staleness = lineage.staleness(s.policy_version, policy_version)
         if learning is not None:

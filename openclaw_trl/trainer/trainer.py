@@ -231,8 +231,10 @@ class OpenClawTrainer(TrainerVersions, GRPOTrainer):
         ).items():
             self.log_metric(name, value)
         if self.store is not None:  # the main process's
-            self.log_metric("samples/waiting", self.store.count_waiting())
-            self.log_metric("opd/teacher_failed", self.store.count_teacher_failed())  # turns without teacher
+            self.log_metric("samples/waiting", self.store.queue.count_waiting())
+            self.log_metric(
+                "opd/teacher_failed", self.store.judging.count_teacher_failed()
+            )  # turns without teacher
         return out
 
     def _scheduled_weights(self) -> tuple[float, float]:

@@ -76,11 +76,11 @@ def record_version(store, state, output_dir: str | Path, restored_from: int | No
     restored one (``restored_from``)."""
     step = state.global_step
     updated = restored_from is None and step > 0
-    store.record_adapter_version(
+    store.versions.record_adapter_version(
         AdapterVersion(
             version=step,
             created=time.time(),
-            samples=store.count_consumed_at(step) if updated else 0,
+            samples=store.versions.count_consumed_at(step) if updated else 0,
             metrics=_update_metrics(state.log_history, step) if updated else {},
             restored_from=restored_from,
             checkpoint=str(checkpoint_dir(output_dir, step)),
@@ -149,7 +149,7 @@ class TrainerVersions:
         if note == "update":
             parent = version - 1
         if self.store is not None:
-            self.store.record_published(version, parent, updates, note)
+            self.store.lineage.record_published(version, parent, updates, note)
         if self.engine is None:
             return
         state = self._adapter_snapshot(self.accelerator.unwrap_model(self.model))
@@ -167,7 +167,7 @@ class TrainerVersions:
         number ever names two sets of weights and the samples of the lost versions stay recognisably stale.
         """
         step, store = self.state.global_step, self.store
-        last = main_value(self.accelerator, lambda: store.last_published_version() if store else None)
+        last = main_value(self.accelerator, lambda: store.lineage.last_published_version() if store else None)
         if last is None or last <= step:
             if step == 0:
                 self.publish(parent=None, updates=0, note="initial")
@@ -210,8 +210,10 @@ class TrainerVersions:
         marked, waiting = 0, 0
         if self.store is not None and self.accelerator.is_main_process:
             reason = f"version {version} restored as version {before + 1}"
-            marked = self.store.mark_rolled_back(self.store.lineage().undone(before, version), reason)
-            waiting = self.store.count_waiting()
+            marked = self.store.versions.mark_rolled_back(
+                self.store.lineage.lineage().undone(before, version), reason
+            )
+            waiting = self.store.queue.count_waiting()
         logger.info(
             "rollback to v%d · now serving its weights as v%d · %d samples of the undone updates kept out "
             "of training",
@@ -262,7 +264,7 @@ class TrainerVersions:
                 raise ValueError(f"no complete checkpoint in {self.args.output_dir} to resume from")
         step = checkpoint_step(checkpoint) if checkpoint else 0
         if self.accelerator.is_main_process and self.store is not None:
-            requeued = self.store.requeue_after(step)
+            requeued = self.store.queue.requeue_after(step)
             if requeued:
                 logger.info(
                     "training from step %s: %s samples consumed after it are queued again", step, requeued

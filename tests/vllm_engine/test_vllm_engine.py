@@ -124,7 +124,7 @@ def test_trainable_turns_use_the_training_temperature_so_the_teacher_scores_them
             config = JudgeConfig(method="opd", backend="callable", callable="_scorer_rules:rule_judge")
             scorer = Scorer(stack.store, config, engine=engine)
             assert scorer.run_until_idle() == 1
-            (sample,) = stack.store.take_samples(5)
+            (sample,) = stack.store.queue.take_samples(5)
             assert sample.temperature == 1.0 and sample.has_hint
             assert len(sample.teacher_logprobs) == len(sample.completion_ids)
             assert scorer.stats["teacher_failed"] == 0
