@@ -13,7 +13,7 @@ from openclaw_trl.losses import scheduled_weights
 from openclaw_trl.records import Judgement, ServedTurn, TrainingSample
 from openclaw_trl.store import Store
 from tests.helpers import clipped_surrogate, per_sequence_mean
-from tests.test_trainer import _direct_grads, _sampled, _train_and_capture
+from tests.trainer_helpers import direct_grads, sampled, train_and_capture
 
 
 def _judge(store: Store, session: int, reward: int, idx_text: str) -> TrainingSample:
@@ -67,10 +67,10 @@ def test_existing_store_gains_the_baseline_column(tmp_path):
 
 
 def test_trainer_rl_term_is_reward_minus_baseline(tiny_model_dir, tmp_path):
-    samples = _sampled(tiny_model_dir, 4, rewards=[1.0, -1.0, 1.0, 1.0])
+    samples = sampled(tiny_model_dir, 4, rewards=[1.0, -1.0, 1.0, 1.0])
     for s, b in zip(samples, [0.0, 1.0, 0.0, 0.5]):
         s.baseline = b
-    trainer, init, got = _train_and_capture(
+    trainer, init, got = train_and_capture(
         tiny_model_dir, tmp_path, samples, method="rl", advantage_baseline="session_mean"
     )
     assert trainer.state.log_history[0]["rl/baseline_mean"] == pytest.approx(0.375)
@@ -80,7 +80,7 @@ def test_trainer_rl_term_is_reward_minus_baseline(tiny_model_dir, tmp_path):
             clipped_surrogate(logp, (batch["rewards"] - batch["baselines"])[:, None]), mask
         )
 
-    want = _direct_grads(tiny_model_dir, init, samples, loss_fn)
+    want = direct_grads(tiny_model_dir, init, samples, loss_fn)
     assert set(want) == set(got)
     for n in want:
         torch.testing.assert_close(got[n], want[n], atol=1e-5, rtol=1e-4)
@@ -129,14 +129,14 @@ def test_config_refuses_unusable_schedules(tmp_path, overrides, message):
 def test_trainer_uses_the_scheduled_weights(tiny_model_dir, tmp_path):
     """switch at step 0: OPD weight 0 and KD weight w_kd from the first update; the gradient is the KD
     term's alone, though the teacher log-probs differ from the student's (an OPD term it would otherwise have)."""
-    samples = _sampled(tiny_model_dir, 4, hint=True, rewards=[0.0] * 4)
+    samples = sampled(tiny_model_dir, 4, hint=True, rewards=[0.0] * 4)
     gen = torch.Generator().manual_seed(3)
     for s in samples:
         s.teacher_logprobs = [lp - 1.0 for lp in s.sampling_logprobs]  # a nonzero OPD advantage
         ids = torch.randint(10, 1500, (len(s.completion_ids), 3), generator=gen)
         s.topk_ids = ids.tolist()
         s.topk_logprobs = torch.log(torch.tensor([[0.6, 0.2, 0.1]] * len(ids))).tolist()
-    trainer, init, got = _train_and_capture(
+    trainer, init, got = train_and_capture(
         tiny_model_dir,
         tmp_path,
         samples,
@@ -157,6 +157,6 @@ def test_trainer_uses_the_scheduled_weights(tiny_model_dir, tmp_path):
         kd = topk_distillation_loss(student, batch["topk_logprobs"], mask, cap=10.0)
         return 0.5 * ((kd * mask).sum(1) / mask.sum(1)).mean()
 
-    want = _direct_grads(tiny_model_dir, init, samples, loss_fn)
+    want = direct_grads(tiny_model_dir, init, samples, loss_fn)
     for n in want:
         torch.testing.assert_close(got[n], want[n], atol=1e-5, rtol=1e-4)

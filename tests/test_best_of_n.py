@@ -28,7 +28,7 @@ from openclaw_trl.status import LearningStatus
 from openclaw_trl.store import Store
 from tests._server_helpers import ScriptedEngine, running_stack
 from tests.helpers import clipped_surrogate, per_sequence_mean, tiny_hf_engine
-from tests.test_trainer import _direct_grads, _train_and_capture
+from tests.trainer_helpers import direct_grads, train_and_capture
 
 ROOT = Path(__file__).parent.parent
 
@@ -373,7 +373,7 @@ def test_best_of_4_served_over_http_stored_as_a_group_and_trained(hf_engine, tin
     assert want_adv.abs().max() > 0.1  # the candidates differ: a real group signal
     store.close()
 
-    trainer, init, got = _train_and_capture(
+    trainer, init, got = train_and_capture(
         tiny_model_dir, tmp_path, [], method="rl", best_of_n=4, scale_rewards="group",
         quick_judge_backend="callable", quick_judge_callable="tests.test_best_of_n:length_score",
     )  # fmt: skip
@@ -385,7 +385,7 @@ def test_best_of_4_served_over_http_stored_as_a_group_and_trained(hf_engine, tin
     def loss_fn(logp, logits, batch, mask):  # the clipped GRPO objective, ratio 1 on the first pass
         return per_sequence_mean(clipped_surrogate(logp, want_adv[:, None]), mask)
 
-    want = _direct_grads(tiny_model_dir, init, samples, loss_fn)
+    want = direct_grads(tiny_model_dir, init, samples, loss_fn)
     assert set(want) == set(got)
     for n in want:
         torch.testing.assert_close(got[n], want[n], atol=1e-5, rtol=1e-4)

@@ -13,7 +13,7 @@ import torch
 
 from openclaw_trl.records import TrainingSample
 from openclaw_trl.store import Lineage, Store
-from tests.test_trainer import _sampled, _trainer
+from tests.trainer_helpers import make_trainer, sampled
 
 
 def _sample(version: int, turn_id: int) -> TrainingSample:
@@ -70,9 +70,9 @@ def test_rollback_restores_the_lineage_the_lr_schedule_and_is_all_or_nothing(
     from openclaw_trl.trainer import versions
 
     store = Store(tmp_path / "store.sqlite")
-    for s in _sampled(tiny_model_dir, 8, policy_version=0):
+    for s in sampled(tiny_model_dir, 8, policy_version=0):
         store.queue.add_sample(s)
-    trainer = _trainer(
+    trainer = make_trainer(
         tiny_model_dir,
         tmp_path,
         store,
@@ -120,7 +120,7 @@ from pathlib import Path
 sys.path.insert(0, {root!r})
 from transformers import TrainerCallback
 from openclaw_trl.store import Store
-from tests.test_trainer import _sampled, _trainer
+from tests.trainer_helpers import sampled, make_trainer
 
 class KillAfterPublish(TrainerCallback):
     # runs after the publish of on_step_end, before the Trainer saves the step's checkpoint
@@ -129,9 +129,9 @@ class KillAfterPublish(TrainerCallback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 store = Store({store!r})
-for s in _sampled({model!r}, 12, policy_version=0):
+for s in sampled({model!r}, 12, policy_version=0):
     store.queue.add_sample(s)
-trainer = _trainer({model!r}, Path({tmp!r}), store, max_steps=4, adapter_history=2, save_strategy="steps",
+trainer = make_trainer({model!r}, Path({tmp!r}), store, max_steps=4, adapter_history=2, save_strategy="steps",
                    save_steps=1, save_total_limit=2)
 trainer.add_callback(KillAfterPublish())
 trainer.train()
@@ -153,8 +153,8 @@ def test_versions_published_then_lost_in_a_sigkill_are_recognised_on_resume(tiny
     store = Store(tmp_path / "store.sqlite")
     assert store.lineage.last_published_version() == 3
     lost = store.queue.add_sample(_sample(3, 703))  # a turn the lost v3 served
-    kept = [store.queue.add_sample(s) for s in _sampled(tiny_model_dir, 4, seed=2, policy_version=2)]
-    trainer = _trainer(
+    kept = [store.queue.add_sample(s) for s in sampled(tiny_model_dir, 4, seed=2, policy_version=2)]
+    trainer = make_trainer(
         tiny_model_dir,
         tmp_path,
         store,

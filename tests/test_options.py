@@ -15,13 +15,13 @@ import sqlite3
 
 import pytest
 import torch
-from test_trainer import _direct_grads, _params, _sampled, _train_and_capture, _trainer
 from transformers import AutoModelForCausalLM
 
 from openclaw_trl.config import OpenClawConfig
 from openclaw_trl.losses import topk_distillation_loss
 from openclaw_trl.store import Store
 from tests.helpers import clipped_surrogate, per_sequence_mean
+from tests.trainer_helpers import direct_grads, lora_params, make_trainer, sampled, train_and_capture
 
 
 def _completion_logps(model, prompts, completions):
@@ -38,9 +38,9 @@ def _completion_logps(model, prompts, completions):
 # ---------------------------------------------------------------------------------------------- beta
 def test_beta_kl_is_zero_on_the_first_pass_and_logged(tiny_model_dir, tmp_path):
     store = Store(tmp_path / "store.sqlite")
-    for s in _sampled(tiny_model_dir, 4):
+    for s in sampled(tiny_model_dir, 4):
         store.queue.add_sample(s)
-    trainer = _trainer(
+    trainer = make_trainer(
         tiny_model_dir,
         tmp_path,
         store,
@@ -59,20 +59,20 @@ def test_beta_kl_is_zero_on_the_first_pass_and_logged(tiny_model_dir, tmp_path):
 
 def test_beta_gradient_equals_direct_ppo_plus_kl_to_base(tiny_model_dir, tmp_path):
     """With a non-zero adapter the KL to the base model (adapter disabled) adds ``beta * grad k3``."""
-    samples = _sampled(tiny_model_dir, 4, rewards=[1.0, -1.0, -1.0, 1.0])
+    samples = sampled(tiny_model_dir, 4, rewards=[1.0, -1.0, -1.0, 1.0])
     store = Store(tmp_path / "store.sqlite")
     for s in samples:
         store.queue.add_sample(s)
-    trainer = _trainer(tiny_model_dir, tmp_path, store, method="rl", beta=0.5)
+    trainer = make_trainer(tiny_model_dir, tmp_path, store, method="rl", beta=0.5)
     gen = torch.Generator().manual_seed(5)
     with torch.no_grad():  # move the policy away from the base model
         for n, p in trainer.model.named_parameters():
             if "lora_B" in n:
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
-    init = _params(trainer.model, True)
-    from test_trainer import _GradCapture
+    init = lora_params(trainer.model, True)
+    from tests.trainer_helpers import GradCapture
 
-    capture = _GradCapture(trainer.model)
+    capture = GradCapture(trainer.model)
     trainer.add_callback(capture)
     trainer.train()
     assert trainer.state.log_history[0]["kl"] > 0
@@ -91,7 +91,7 @@ def test_beta_gradient_equals_direct_ppo_plus_kl_to_base(tiny_model_dir, tmp_pat
         per_token = clipped_surrogate(logp, batch["rewards"][:, None]) + 0.5 * kl
         return per_sequence_mean(per_token, mask)
 
-    want = _direct_grads(tiny_model_dir, init, samples, loss_fn)
+    want = direct_grads(tiny_model_dir, init, samples, loss_fn)
     got = capture.grads[0]
     for n in want:
         torch.testing.assert_close(got[n], want[n], atol=1e-5, rtol=1e-4)
@@ -100,10 +100,10 @@ def test_beta_gradient_equals_direct_ppo_plus_kl_to_base(tiny_model_dir, tmp_pat
 # ------------------------------------------------------------------------ mask_truncated_completions
 @pytest.mark.parametrize("masked", [True, False], ids=["masked", "kept"])
 def test_truncated_completions_leave_the_loss(tiny_model_dir, tmp_path, masked):
-    samples = _sampled(tiny_model_dir, 4, rewards=[1.0, -1.0, -1.0, 1.0])
+    samples = sampled(tiny_model_dir, 4, rewards=[1.0, -1.0, -1.0, 1.0])
     for s, reason in zip(samples, ["length", "stop", "length", None]):
         s.finish_reason = reason
-    trainer, init, got = _train_and_capture(
+    trainer, init, got = train_and_capture(
         tiny_model_dir, tmp_path, samples, method="rl", mask_truncated_completions=masked
     )
     assert trainer.state.log_history[0]["completions/clipped_ratio"] == 0.5
@@ -112,7 +112,7 @@ def test_truncated_completions_leave_the_loss(tiny_model_dir, tmp_path, masked):
     def loss_fn(logp, logits, batch, mask):
         return per_sequence_mean(clipped_surrogate(logp, batch["rewards"][:, None]), mask * keep[:, None])
 
-    want = _direct_grads(tiny_model_dir, init, samples, loss_fn)
+    want = direct_grads(tiny_model_dir, init, samples, loss_fn)
     for n in want:
         torch.testing.assert_close(got[n], want[n], atol=1e-5, rtol=1e-4)
 
@@ -157,10 +157,10 @@ def test_student_topk_distillation_gradient(tiny_model_dir, tmp_path, monkeypatc
         import openclaw_trl.trainer.distill as distill_module
 
         monkeypatch.setattr(distill_module, "KD_LOGITS_ELEMS", 3 * 2048)  # 3 positions per chunk
-    samples = _sampled(tiny_model_dir, 4, hint=True, rewards=[0.0] * 4)
+    samples = sampled(tiny_model_dir, 4, hint=True, rewards=[0.0] * 4)
     for i, s in enumerate(samples):  # the hint: a few more prompt tokens (one sample without a stored prompt)
         s.teacher_prompt_ids = s.prompt_ids + [40 + i, 77, 301, 12] if i != 2 else None
-    trainer, init, got = _train_and_capture(
+    trainer, init, got = train_and_capture(
         tiny_model_dir, tmp_path, samples, method="opd", w_kd=0.5, kd_topk=3, kd_topk_source="student"
     )
     assert trainer.state.log_history[0]["kd/loss"] > 0
@@ -183,7 +183,7 @@ def test_student_topk_distillation_gradient(tiny_model_dir, tmp_path, monkeypatc
             total = total + kd.sum() / n
         return 0.5 * total / len(samples)
 
-    want = _direct_grads(tiny_model_dir, init, samples, loss_fn)
+    want = direct_grads(tiny_model_dir, init, samples, loss_fn)
     assert sum(g.abs().sum() for g in want.values()) > 0
     for n in want:
         torch.testing.assert_close(got[n], want[n], atol=1e-5, rtol=1e-4)

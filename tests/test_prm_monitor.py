@@ -10,7 +10,7 @@ from openclaw_trl.judging import JudgeConfig, Scorer
 from openclaw_trl.store import Store
 from tests.helpers import tiny_hf_engine
 from tests.test_scorer import CATS_HINT, FRENCH_HINT, RULES, scripted
-from tests.test_trainer import _sampled, _train_and_capture
+from tests.trainer_helpers import sampled, train_and_capture
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def test_opd_with_prm_monitor_stores_both_votes_and_keeps_the_opd_sample_rule(
 
 def test_prm_monitor_is_logged_and_leaves_the_gradient_unchanged(tiny_model_dir, tmp_path):
     def samples(scores):
-        out = _sampled(tiny_model_dir, 4, rewards=[0.0] * 4, hint=True)
+        out = sampled(tiny_model_dir, 4, rewards=[0.0] * 4, hint=True)
         for i, s in enumerate(out):  # a teacher that differs from the student: a non-zero OPD gradient
             s.teacher_logprobs = [
                 lp + (0.3 if (i + t) % 2 else -0.4) for t, lp in enumerate(s.sampling_logprobs)
@@ -53,8 +53,8 @@ def test_prm_monitor_is_logged_and_leaves_the_gradient_unchanged(tiny_model_dir,
                 s.meta = {"prm_eval_score": scores[i]}
         return out
 
-    off, _, grads_off = _train_and_capture(tiny_model_dir, tmp_path / "off", samples(None), method="opd")
-    on, _, grads_on = _train_and_capture(
+    off, _, grads_off = train_and_capture(tiny_model_dir, tmp_path / "off", samples(None), method="opd")
+    on, _, grads_on = train_and_capture(
         tiny_model_dir, tmp_path / "on", samples([1.0, -1.0, 1.0, 1.0]), method="opd", prm_monitor=True
     )
     assert on.state.log_history[0]["rollout/prm_eval_score"] == 0.5

@@ -11,7 +11,7 @@ from openclaw_trl.records import TrainingSample
 from openclaw_trl.status import LearningStatus
 from openclaw_trl.store import Store
 from openclaw_trl.trainer.progress import ProgressCallback, TrainingProgress
-from tests.test_trainer import _sampled, _trainer
+from tests.trainer_helpers import make_trainer, sampled
 
 
 def _sample(version: int) -> TrainingSample:
@@ -53,9 +53,9 @@ def test_without_max_staleness_nothing_is_dropped(tmp_path):
 
 def test_trainer_drops_stale_samples_and_fills_the_batch(tiny_model_dir, tmp_path):
     store = Store(tmp_path / "store.sqlite")
-    old = [store.queue.add_sample(s) for s in _sampled(tiny_model_dir, 6, policy_version=0)]
-    fresh = [store.queue.add_sample(s) for s in _sampled(tiny_model_dir, 4, seed=1, policy_version=1)]
-    trainer = _trainer(tiny_model_dir, tmp_path, store, max_steps=2, max_staleness=0)
+    old = [store.queue.add_sample(s) for s in sampled(tiny_model_dir, 6, policy_version=0)]
+    fresh = [store.queue.add_sample(s) for s in sampled(tiny_model_dir, 4, seed=1, policy_version=1)]
+    trainer = make_trainer(tiny_model_dir, tmp_path, store, max_steps=2, max_staleness=0)
     progress = TrainingProgress()
     trainer.add_callback(ProgressCallback(progress))
     trainer.train()
@@ -89,13 +89,13 @@ def test_opd_term_of_a_stale_batch_compares_the_teacher_with_the_policy_being_tr
 ):
     """A stale sample whose sampler gave log-probs 0.3 below the trainer's: the teacher here is the policy
     being trained itself (teacher log-probs = the base model's), so the OPD term must be 0, not 0.3."""
-    samples = _sampled(tiny_model_dir, 4, policy_version=3, rewards=[0.0] * 4, hint=True)
+    samples = sampled(tiny_model_dir, 4, policy_version=3, rewards=[0.0] * 4, hint=True)
     for s in samples:
         s.sampling_logprobs = [lp - 0.3 for lp in s.sampling_logprobs]  # another policy sampled them
     store = Store(tmp_path / "store.sqlite")
     for s in samples:
         store.queue.add_sample(s)
-    trainer = _trainer(tiny_model_dir, tmp_path, store, method="combine", num_iterations=num_iterations)
+    trainer = make_trainer(tiny_model_dir, tmp_path, store, method="combine", num_iterations=num_iterations)
     seen = []
     compute_loss = trainer.compute_loss
 

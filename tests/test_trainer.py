@@ -2,150 +2,31 @@
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from peft import LoraConfig
 
-from openclaw_trl.config import OpenClawConfig
 from openclaw_trl.records import TrainingSample
 from openclaw_trl.store import Store
-from openclaw_trl.trainer import OpenClawTrainer, collate_samples, truncated_is_weight
-
-LORA = dict(r=8, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
-
-
-def _sampled(
-    model_dir, n, seed=0, prompt_len=12, completion_len=6, policy_version=0, rewards=None, hint=False
-):
-    """Samples whose completions were drawn from the base model, with their exact sampling log-probs."""
-    out = []
-    for i, (prompt, completion, logprobs) in enumerate(
-        _draws(model_dir, n, seed, prompt_len, completion_len)
-    ):
-        reward = rewards[i] if rewards is not None else (1.0 if i % 2 == 0 else -1.0)
-        out.append(
-            TrainingSample(
-                turn_id=1000 + i,
-                prompt_ids=list(prompt),
-                completion_ids=list(completion),
-                sampling_logprobs=list(logprobs),
-                temperature=1.0,
-                policy_version=policy_version,
-                reward=reward,
-                has_hint=hint,
-                teacher_logprobs=list(logprobs) if hint else None,
-            )
-        )
-    return out
-
-
-def _draws(model_dir, n, seed, prompt_len, completion_len) -> list[tuple]:
-    """The first ``n`` ``(prompt, completion, log-probs)`` drawn with ``seed``: the draws are sequential, so
-    the first ``n`` of a longer draw are the same; one draw of at least 12 is kept per model and seed."""
-    return list(_draws_up_to(str(model_dir), max(n, 12), seed, prompt_len, completion_len)[:n])
-
-
-@functools.lru_cache(maxsize=8)
-def _draws_up_to(model_dir: str, n, seed, prompt_len, completion_len) -> tuple:
-    gen = torch.Generator().manual_seed(seed)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    out = []
-    for i in range(n):
-        prompt = torch.randint(10, 1500, (prompt_len + i % 3,), generator=gen).tolist()
-        ids = torch.tensor([prompt])
-        completion, logprobs = [], []
-        with torch.no_grad():
-            for _ in range(completion_len):
-                lp = torch.log_softmax(model(ids).logits[0, -1], -1)
-                tok = int(torch.multinomial(lp.exp(), 1, generator=gen))
-                completion.append(tok)
-                logprobs.append(float(lp[tok]))
-                ids = torch.cat([ids, torch.tensor([[tok]])], 1)
-        out.append((tuple(prompt), tuple(completion), tuple(logprobs)))
-    return tuple(out)
-
-
-def _trainer(model_dir, tmp_path, store, **overrides):
-    args = dict(
-        output_dir=str(tmp_path / "run"),
-        batch_size=4,
-        per_device_train_batch_size=2,
-        learning_rate=1e-3,
-        max_steps=1,
-        save_strategy="no",
-        adapter_history=0,
-        report_to="none",
-        max_grad_norm=1e9,
-        seed=0,
-        store_path=str(tmp_path / "store.sqlite"),
-    )
-    args.update(overrides)
-    config = OpenClawConfig(**args)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    return OpenClawTrainer(
-        model=model,
-        args=config,
-        store=store,
-        processing_class=tok,
-        peft_config=LoraConfig(**LORA),
-        sample_timeout=5,
-    )
-
-
-class _GradCapture(TrainerCallback):
-    def __init__(self, model):
-        self.model, self.grads = model, []
-
-    def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        self.grads.append(
-            {n: p.grad.detach().clone() for n, p in self.model.named_parameters() if p.grad is not None}
-        )
-
-
-def _params(model, lora: bool):
-    return {n: p.detach().clone() for n, p in model.named_parameters() if ("lora_" in n) == lora}
-
-
-def _direct_grads(model_dir, init_lora, samples, loss_fn):
-    """Gradients of ``loss_fn(logp, logits, batch, mask)`` for a fresh PEFT model holding ``init_lora``."""
-    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    model = get_peft_model(base, LoraConfig(**LORA))
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if "lora_" in n:
-                p.copy_(init_lora[n])
-    batch = collate_samples(samples, pad_token_id=0)
-    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
-    att = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
-    logits = model(input_ids=ids, attention_mask=att).logits[:, batch["prompt_ids"].size(1) - 1 : -1]
-    logp = torch.log_softmax(logits, -1).gather(-1, batch["completion_ids"][..., None]).squeeze(-1)
-    loss_fn(logp, logits, batch, batch["completion_mask"].float()).backward()
-    return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-
-
-def _train_and_capture(model_dir, tmp_path, samples, **overrides):
-    store = Store(tmp_path / "store.sqlite")
-    for s in samples:
-        store.queue.add_sample(s)
-    trainer = _trainer(model_dir, tmp_path, store, **overrides)
-    init = _params(trainer.model, True)
-    capture = _GradCapture(trainer.model)
-    trainer.add_callback(capture)
-    trainer.train()
-    return trainer, init, capture.grads[0]
+from openclaw_trl.trainer import collate_samples, truncated_is_weight
+from tests.helpers import clipped_surrogate, per_sequence_mean
+from tests.trainer_helpers import (
+    LORA,
+    direct_grads,
+    lora_params,
+    make_trainer,
+    sampled,
+    train_and_capture,
+)
 
 
 def test_update_changes_adapter_not_base_and_marks_consumed(tiny_model_dir, tmp_path):
     store = Store(tmp_path / "store.sqlite")
-    ids = [store.queue.add_sample(s) for s in _sampled(tiny_model_dir, 6)]
-    trainer = _trainer(tiny_model_dir, tmp_path, store)
-    lora_before, base_before = _params(trainer.model, True), _params(trainer.model, False)
+    ids = [store.queue.add_sample(s) for s in sampled(tiny_model_dir, 6)]
+    trainer = make_trainer(tiny_model_dir, tmp_path, store)
+    lora_before, base_before = lora_params(trainer.model, True), lora_params(trainer.model, False)
     trainer.train()
-    lora_after, base_after = _params(trainer.model, True), _params(trainer.model, False)
+    lora_after, base_after = lora_params(trainer.model, True), lora_params(trainer.model, False)
     assert any(not torch.equal(lora_before[n], lora_after[n]) for n in lora_before)
     assert all(torch.equal(base_before[n], base_after[n]) for n in base_before)
     # The first 4 samples were consumed by step 1; the surplus stays queued.
@@ -167,16 +48,13 @@ def test_update_changes_adapter_not_base_and_marks_consumed(tiny_model_dir, tmp_
 
 
 def test_rl_gradient_equals_direct_policy_gradient(tiny_model_dir, tmp_path):
-    samples = _sampled(tiny_model_dir, 4, rewards=[1.0, -1.0, -1.0, 1.0])
-    _, init, got = _train_and_capture(tiny_model_dir, tmp_path, samples, method="rl")
+    samples = sampled(tiny_model_dir, 4, rewards=[1.0, -1.0, -1.0, 1.0])
+    _, init, got = train_and_capture(tiny_model_dir, tmp_path, samples, method="rl")
 
     def loss_fn(logp, logits, batch, mask):  # the clipped objective; ratio 1 on the first pass
-        ratio = torch.exp(logp - logp.detach())
-        adv = batch["rewards"][:, None]
-        per_token = -torch.min(ratio * adv, ratio.clamp(0.8, 1.28) * adv)
-        return ((per_token * mask).sum(1) / mask.sum(1)).mean()
+        return per_sequence_mean(clipped_surrogate(logp, batch["rewards"][:, None]), mask)
 
-    want = _direct_grads(tiny_model_dir, init, samples, loss_fn)
+    want = direct_grads(tiny_model_dir, init, samples, loss_fn)
     assert set(want) == set(got)
     for n in want:
         torch.testing.assert_close(got[n], want[n], atol=1e-5, rtol=1e-4)
@@ -184,10 +62,10 @@ def test_rl_gradient_equals_direct_policy_gradient(tiny_model_dir, tmp_path):
 
 
 def test_opd_with_teacher_equal_to_student_is_a_no_op(tiny_model_dir, tmp_path):
-    samples = _sampled(tiny_model_dir, 4, hint=True, rewards=[0.0] * 4)
-    trainer, before, grads = _train_and_capture(tiny_model_dir, tmp_path, samples, method="opd")
+    samples = sampled(tiny_model_dir, 4, hint=True, rewards=[0.0] * 4)
+    trainer, before, grads = train_and_capture(tiny_model_dir, tmp_path, samples, method="opd")
     assert all(g.abs().max() == 0 for g in grads.values())
-    after = _params(trainer.model, True)
+    after = lora_params(trainer.model, True)
     assert all(torch.equal(before[n], after[n]) for n in before)
     assert trainer.state.log_history[0]["opd/hint_accept_rate"] == 1.0
     assert trainer.state.log_history[0]["opd/mean_advantage"] == 0.0
@@ -195,9 +73,9 @@ def test_opd_with_teacher_equal_to_student_is_a_no_op(tiny_model_dir, tmp_path):
 
 def test_several_iterations_clip(tiny_model_dir, tmp_path):
     store = Store(tmp_path / "store.sqlite")
-    for s in _sampled(tiny_model_dir, 4):
+    for s in sampled(tiny_model_dir, 4):
         store.queue.add_sample(s)
-    trainer = _trainer(
+    trainer = make_trainer(
         tiny_model_dir, tmp_path, store, method="rl", num_iterations=4, max_steps=4, learning_rate=3e-2
     )
     trainer.train()
@@ -211,8 +89,8 @@ def test_several_iterations_clip(tiny_model_dir, tmp_path):
 
 def test_resume_continues_with_next_unconsumed(tiny_model_dir, tmp_path):
     store = Store(tmp_path / "store.sqlite")
-    ids = [store.queue.add_sample(s) for s in _sampled(tiny_model_dir, 12)]
-    trainer = _trainer(tiny_model_dir, tmp_path, store, max_steps=2, save_strategy="steps", save_steps=1)
+    ids = [store.queue.add_sample(s) for s in sampled(tiny_model_dir, 12)]
+    trainer = make_trainer(tiny_model_dir, tmp_path, store, max_steps=2, save_strategy="steps", save_steps=1)
     trainer.train()
     steps = {s.sample_id: s.consumed_step for s in store.queries.iter_samples(include_private=True)}
     assert [steps[i] for i in ids[:8]] == [1] * 4 + [2] * 4
@@ -222,7 +100,7 @@ def test_resume_continues_with_next_unconsumed(tiny_model_dir, tmp_path):
     checkpoint = tmp_path / "run" / "checkpoint-1"
     assert (checkpoint / "adapter_model.safetensors").exists()
     store2 = Store(tmp_path / "store.sqlite")
-    resumed = _trainer(tiny_model_dir, tmp_path, store2, max_steps=5, save_strategy="no")
+    resumed = make_trainer(tiny_model_dir, tmp_path, store2, max_steps=5, save_strategy="no")
     resumed.train(resume_from_checkpoint=str(checkpoint))
     steps = {s.sample_id: s.consumed_step for s in store2.queries.iter_samples(include_private=True)}
     assert [steps[i] for i in ids] == [1] * 4 + [4] * 4 + [5] * 4
@@ -246,22 +124,19 @@ def test_truncated_is_weight_modes():
 
 
 def test_stale_batch_gradient_carries_the_truncated_is_weight(tiny_model_dir, tmp_path):
-    samples = _sampled(tiny_model_dir, 4, rewards=[1.0, -1.0, 1.0, -1.0], policy_version=7)
+    samples = sampled(tiny_model_dir, 4, rewards=[1.0, -1.0, 1.0, -1.0], policy_version=7)
     for i, s in enumerate(samples):  # the sampler's log-probs differ from the trainer's: weights != 1
         s.sampling_logprobs = [
             lp + (0.5 if (i + t) % 2 else -1.5) for t, lp in enumerate(s.sampling_logprobs)
         ]
-    trainer, init, got = _train_and_capture(tiny_model_dir, tmp_path, samples, method="rl")
+    trainer, init, got = train_and_capture(tiny_model_dir, tmp_path, samples, method="rl")
     assert trainer.state.log_history[0]["sampling/importance_sampling_ratio/mean"] != 1.0
 
     def loss_fn(logp, logits, batch, mask):
         weight = torch.exp(logp.detach() - batch["sampling_logprobs"]).clamp(max=3.0)
-        adv = batch["rewards"][:, None] * weight
-        ratio = torch.exp(logp - logp.detach())
-        per_token = -torch.min(ratio * adv, ratio.clamp(0.8, 1.28) * adv)
-        return ((per_token * mask).sum(1) / mask.sum(1)).mean()
+        return per_sequence_mean(clipped_surrogate(logp, batch["rewards"][:, None] * weight), mask)
 
-    want = _direct_grads(tiny_model_dir, init, samples, loss_fn)
+    want = direct_grads(tiny_model_dir, init, samples, loss_fn)
     for n in want:
         torch.testing.assert_close(got[n], want[n], atol=1e-5, rtol=1e-4)
 
@@ -298,13 +173,13 @@ def test_topk_distillation_gradient(tiny_model_dir, tmp_path, monkeypatch, chunk
         import openclaw_trl.trainer.distill as distill_module
 
         monkeypatch.setattr(distill_module, "KD_LOGITS_ELEMS", 3 * 2048)  # 3 positions per chunk
-    samples = _sampled(tiny_model_dir, 4, hint=True, rewards=[0.0] * 4)
+    samples = sampled(tiny_model_dir, 4, hint=True, rewards=[0.0] * 4)
     gen = torch.Generator().manual_seed(3)
     for s in samples:  # a teacher that prefers other tokens: random top-3 ids with a peaked distribution
         ids = torch.randint(10, 1500, (len(s.completion_ids), 3), generator=gen)
         s.topk_ids = ids.tolist()
         s.topk_logprobs = torch.log(torch.tensor([[0.6, 0.2, 0.1]] * len(ids))).tolist()
-    trainer, init, got = _train_and_capture(
+    trainer, init, got = train_and_capture(
         tiny_model_dir, tmp_path, samples, method="opd", w_kd=0.5, kd_topk=3
     )
     assert trainer.state.log_history[0]["kd/loss"] > 0
@@ -316,7 +191,7 @@ def test_topk_distillation_gradient(tiny_model_dir, tmp_path, monkeypatch, chunk
         kd = topk_distillation_loss(student, batch["topk_logprobs"], mask, cap=10.0)
         return 0.5 * ((kd * mask).sum(1) / mask.sum(1)).mean()
 
-    want = _direct_grads(tiny_model_dir, init, samples, loss_fn)
+    want = direct_grads(tiny_model_dir, init, samples, loss_fn)
     assert sum(g.abs().sum() for g in want.values()) > 0
     for n in want:
         torch.testing.assert_close(got[n], want[n], atol=1e-5, rtol=1e-4)
@@ -327,12 +202,12 @@ def test_engine_serves_the_trained_adapter(tiny_model_dir, tmp_path):
     from openclaw_trl.engines.hf import HFEngine
 
     store = Store(tmp_path / "store.sqlite")
-    samples = _sampled(tiny_model_dir, 8)
+    samples = sampled(tiny_model_dir, 8)
     for s in samples:
         store.queue.add_sample(s)
     engine = HFEngine(tiny_model_dir, lora_config=LoraConfig(**LORA), dtype=torch.float32)
     try:
-        trainer = _trainer(tiny_model_dir, tmp_path, store, max_steps=2, learning_rate=1e-2)
+        trainer = make_trainer(tiny_model_dir, tmp_path, store, max_steps=2, learning_rate=1e-2)
         trainer.engine = engine
         trainer.train()
         assert engine.policy_version == 2

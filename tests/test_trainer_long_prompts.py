@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 import trl.trainer.utils as trl_utils
-from test_trainer import _direct_grads, _sampled, _train_and_capture
+
+from tests.helpers import clipped_surrogate, per_sequence_mean
+from tests.trainer_helpers import direct_grads, sampled, train_and_capture
 
 
 class _HeadRows:
@@ -21,10 +23,7 @@ class _HeadRows:
 
 
 def _rl_loss(logp, logits, batch, mask):  # the clipped objective; ratio 1 on the first pass
-    ratio = torch.exp(logp - logp.detach())
-    adv = batch["rewards"][:, None]
-    per_token = -torch.min(ratio * adv, ratio.clamp(0.8, 1.28) * adv)
-    return ((per_token * mask).sum(1) / mask.sum(1)).mean()
+    return per_sequence_mean(clipped_surrogate(logp, batch["rewards"][:, None]), mask)
 
 
 @pytest.mark.parametrize("checkpointing", [False, True])
@@ -36,13 +35,13 @@ def test_head_sees_completion_positions_only_and_gradient_is_unchanged(
     activation checkpointing."""
     head = _HeadRows(trl_utils._ChunkedLogProbFunction)
     monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", head)
-    samples = _sampled(tiny_model_dir, 4, prompt_len=200, rewards=[1.0, -1.0, -1.0, 1.0])
-    trainer, init, got = _train_and_capture(
+    samples = sampled(tiny_model_dir, 4, prompt_len=200, rewards=[1.0, -1.0, -1.0, 1.0])
+    trainer, init, got = train_and_capture(
         tiny_model_dir, tmp_path, samples, method="rl", activation_checkpointing=checkpointing
     )
     assert trainer.args.gradient_checkpointing == checkpointing
     assert head.rows and max(head.rows) <= 2 * 6, head.rows
-    want = _direct_grads(tiny_model_dir, init, samples, _rl_loss)
+    want = direct_grads(tiny_model_dir, init, samples, _rl_loss)
     assert set(want) == set(got)
     for n in want:
         torch.testing.assert_close(got[n], want[n], atol=1e-5, rtol=1e-4)
