@@ -192,9 +192,11 @@ class Runtime:
 
 
 def build_runtime(
-    config: OpenClawConfig, model_args, recipe_yaml: str | None = None, train: bool = True
+    config: OpenClawConfig, model_args, recipe_yaml: str | None = None, train: bool = True, judge_fn=None
 ) -> Runtime:
     """Create every component for ``config`` in order (the trainer only when ``train``) and return them.
+    ``judge_fn``: a callable judge object for the scorer, in place of the recipe's judge (a program that
+    builds its run in Python, e.g. with a simulated judge).
 
     The main process opens the store (at the checkpoint the run continues from), builds the engine (serving
     the resumed adapter from the first request on), the collector, the scorer, the Best-of-N picker, the
@@ -229,7 +231,7 @@ def build_runtime(
         if start.checkpoint:
             engine.publish_adapter(start.checkpoint, version=start.step)
         collector = TurnCollector(store, config.session_config(), tokenizer=tokenizer)
-        scorer = Scorer(store, config.judge_config(), engine=engine, tokenizer=tokenizer)
+        scorer = Scorer(store, config.judge_config(), engine=engine, tokenizer=tokenizer, judge_fn=judge_fn)
         best_of_n = make_best_of_n(config.best_of_n, config.quick_judge_config(), engine, tokenizer, store)
         learning = LearningControl(store, config.output_dir, config.adapter_history, engine)
         status = LearningStatus(config, engine, store, progress, learning)

@@ -231,21 +231,6 @@ def build_config(row: Row, seed: int, settings: BenchSettings, out_dir: Path, mo
     return config, model_args
 
 
-def use_judge(runtime, judge_fn) -> None:
-    """Replace the runtime's (not yet started) scorer by one that calls ``judge_fn`` directly: the same
-    store, judge config, engine and tokenizer, only the callable differs (an object, not an import path)."""
-    from openclaw_trl.judging import Scorer
-
-    runtime.scorer.close()
-    runtime.scorer = Scorer(
-        runtime.store,
-        runtime.config.judge_config(),
-        engine=runtime.engine,
-        tokenizer=runtime.tokenizer,
-        judge_fn=judge_fn,
-    )
-
-
 TRAINER_KEYS = (
     "reward",
     "opd/hint_accept_rate",
@@ -284,7 +269,11 @@ def run_one(
     started = time.perf_counter()
     set_seed(seed)
     config, model_args = build_config(spec, seed, settings, out_dir, model_dir)
-    runtime = build_runtime(config, model_args)
+    judge = None
+    if noise:
+        decoys = tuple(s.request for s in toy_world.STYLES)
+        judge = NoisyRuleJudge(noise=noise, seed=seed, decoys=decoys)
+    runtime = build_runtime(config, model_args, judge_fn=judge)
     result = RunResult(row=row, method=spec.method, backend=spec.backend, seed=seed, noise=noise)
 
     def measure() -> None:
@@ -296,9 +285,6 @@ def run_one(
 
     user = None
     try:
-        if noise:
-            decoys = tuple(s.request for s in toy_world.STYLES)
-            use_judge(runtime, NoisyRuleJudge(noise=noise, seed=seed, decoys=decoys))
         runtime.trainer.remove_callback(PrinterCallback)  # metrics go to the JSON, not the terminal
         runtime.trainer.sample_timeout = settings.sample_timeout_s
         runtime.scorer.start()
