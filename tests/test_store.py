@@ -15,6 +15,7 @@ import pytest
 
 from openclaw_trl.records import Judgement, ServedTurn, TrainingSample, Vote
 from openclaw_trl.store import SCHEMA_VERSION, Store, StoreError
+from tests.helpers import served_turn
 
 
 def _sample(turn_id: int = 0, reward: float = 1.0, **kw) -> TrainingSample:
@@ -272,19 +273,8 @@ def test_recent_hints_newest_last_without_private(tmp_path):
     for i, private in enumerate([False, True, False, False]):
         sid = store.conversations.open_session(f"k{i}", private=private)
         tid = store.conversations.add_turn(
-            ServedTurn(
-                session_id=sid,
-                turn_type="main",
-                prompt_messages=[{"role": "user", "content": "q"}],
-                tools=None,
-                prompt_ids=[1],
-                completion_ids=[2],
-                sampling_logprobs=[-0.1],
-                completion_text="a",
-                temperature=1.0,
-                policy_version=0,
-                finish_reason="stop",
-                trainable=True,
+            served_turn(
+                sid, prompt_ids=[1], completion_ids=[2], sampling_logprobs=[-0.1], completion_text="a"
             )
         )
         store.conversations.attach_next_state(tid, {"role": "user", "content": "fix it"}, "request")
