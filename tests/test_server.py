@@ -395,9 +395,9 @@ def test_bearer_auth(engine, tmp_path, monkeypatch):
 
 
 def test_build_serving_wires_a_working_stack(tiny_model_dir, tmp_path):
-    from openclaw_trl.runtime import build_serving
     from openclaw_trl.serving.app import ServerThread
     from openclaw_trl.serving.settings import ServerSettings
+    from openclaw_trl.serving_stack import build_serving
 
     serving = build_serving(
         tiny_model_dir, tmp_path / "serve.db", ServerSettings(ui=False, default_max_tokens=3)
