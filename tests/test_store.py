@@ -101,14 +101,14 @@ def test_queue_never_drops_surplus_and_serves_oldest_first(store):
 def test_wait_for_samples_wakes_on_new_samples(store):
     store.queue.add_sample(_sample())
 
-    def later():
-        time.sleep(0.2)
-        store.queue.add_sample(_sample())
-
-    threading.Thread(target=later).start()
-    t0 = time.monotonic()
-    got = store.queue.wait_for_samples(2, timeout=10, poll=5.0)
-    assert len(got) == 2 and time.monotonic() - t0 < 3
+    got = []  # the waiter polls once an hour: only the new sample's wake-up can return it in time
+    waiter = threading.Thread(
+        target=lambda: got.extend(store.queue.wait_for_samples(2, timeout=3600, poll=3600))
+    )
+    waiter.start()
+    store.queue.add_sample(_sample())
+    waiter.join(timeout=60)
+    assert not waiter.is_alive() and len(got) == 2
 
 
 def test_reopen_serves_unconsumed_first_and_requeue_after(tmp_path):
