@@ -15,7 +15,7 @@ import pytest
 
 from openclaw_trl.records import Judgement, ServedTurn, TrainingSample, Vote
 from openclaw_trl.store import SCHEMA_VERSION, Store, StoreError
-from tests.helpers import served_turn
+from tests.helpers import served_turn, wait_until
 
 
 def _sample(turn_id: int = 0, reward: float = 1.0, **kw) -> TrainingSample:
@@ -234,9 +234,9 @@ def test_store_survives_sigkill(tmp_path):
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout))  # every line the child printed
     reader.start()
-    deadline = time.monotonic() + 30
-    while sum(x.startswith("sample") for x in lines) < 20 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(
+        lambda: sum(x.startswith("sample") for x in lines) >= 20, what="20 committed samples", interval=0.01
+    )
     time.sleep(0.3)  # then kill at an arbitrary point of the write loop
     proc.send_signal(signal.SIGKILL)
     proc.wait()
