@@ -262,9 +262,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     import torch
 
-    from openclaw_trl.runtime import build_serving
     from openclaw_trl.serving.app import ServerThread
     from openclaw_trl.serving.settings import ServerSettings
+    from openclaw_trl.serving_stack import build_serving
 
     work = Path(tempfile.mkdtemp(prefix="serving-bench-"))
     model_dir = args.model_dir

@@ -61,19 +61,11 @@ def replay(
     return [_reply_text(engine.tokenizer, c.token_ids) for c in completions]
 
 
-def distinct_prompt_turns(store, n: int, scan: int = 16) -> list[Turn]:
+def distinct_prompt_turns(store, n: int, scan: int = 128) -> list[Turn]:
     """The ``n`` most recent main turns of non-private conversations whose prompts (:func:`prompt_text`, the
-    person's last message) differ, newest first, found among the ``n * scan`` most recent distinct prompts:
-    a person who asks the same question in many conversations gets it once, and the others as well."""
-    seen, out = set(), []
-    for turn in store.queries.recent_prompt_turns(n * scan):
-        text = prompt_text(turn).strip()
-        if text not in seen:
-            seen.add(text)
-            out.append(turn)
-        if len(out) == n:
-            break
-    return out
+    person's last message) differ, newest first, found among the ``n * scan`` most recent main turns: a person
+    who asks the same question in many conversations gets it once, and the others as well."""
+    return store.queries.recent_prompt_turns(n, key=lambda turn: prompt_text(turn).strip(), scan=scan)
 
 
 def _reply_text(tokenizer, token_ids: list[int]) -> str:

@@ -22,12 +22,19 @@ class ScriptedEngine:
         self.engine = engine
         self.script = script
         self.tokenizer = engine.tokenizer
+        self.generations_ended = 0  # calls of generate that returned or raised (a test waits on it)
 
     @property
     def policy_version(self) -> int:
         return self.engine.policy_version
 
     def generate(self, requests, on_token=None, priority="serve", timeout_s=None):
+        try:
+            return self._generate(requests, on_token, priority, timeout_s)
+        finally:
+            self.generations_ended += 1
+
+    def _generate(self, requests, on_token, priority, timeout_s):
         text = self.script(requests[0].prompt_ids) if self.script and len(requests) == 1 else None
         if text is None:
             return self.engine.generate(requests, on_token=on_token, priority=priority, timeout_s=timeout_s)

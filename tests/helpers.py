@@ -76,3 +76,25 @@ def clipped_surrogate(logp, advantages, low: float = 0.8, high: float = 1.28):
 def per_sequence_mean(per_token, mask):
     """The mean over sequences of each sequence's mean over its unmasked tokens (TRL's ``grpo`` loss)."""
     return ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1.0)).mean()
+
+
+def served_turn(session_id: int, text: str = "q", **fields):
+    """A served main turn of ``session_id`` whose user message is ``text``: two prompt ids, one completion
+    token with its log-prob, on-policy at temperature 1; ``fields`` override any of its fields."""
+    from openclaw_trl.records import ServedTurn
+
+    turn = dict(
+        session_id=session_id,
+        turn_type="main",
+        prompt_messages=[{"role": "user", "content": text}],
+        tools=None,
+        prompt_ids=[1, 2],
+        completion_ids=[3],
+        sampling_logprobs=[-0.5],
+        completion_text="x",
+        temperature=1.0,
+        policy_version=0,
+        finish_reason="stop",
+        trainable=True,
+    )
+    return ServedTurn(**(turn | fields))

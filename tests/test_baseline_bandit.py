@@ -20,8 +20,8 @@ from openclaw_trl import judge
 from openclaw_trl.judging import JudgeConfig, Scorer
 from openclaw_trl.judging.voters import Verdict
 from openclaw_trl.losses import combined_advantages
-from openclaw_trl.records import ServedTurn
 from openclaw_trl.store import Store
+from tests.helpers import served_turn
 
 THETA = torch.tensor([0.4, 0.0, -0.3], dtype=torch.float64)
 P_PLUS = torch.tensor([0.7, 0.15, 0.2], dtype=torch.float64)  # P(r = +1 | reply)
@@ -121,7 +121,7 @@ def test_the_scorer_turns_a_zero_reward_into_a_sample_when_the_rl_term_has_a_bas
     with Store(tmp_path / "s.db") as store:
         session = store.conversations.open_session("a")
         for text in ("first", "second"):
-            turn = store.conversations.add_turn(ServedTurn(session_id=session, turn_type="main", prompt_messages=[{"role": "user", "content": text}], tools=None, prompt_ids=[1, 2], completion_ids=[3], sampling_logprobs=[-0.5], completion_text="x", temperature=1.0, policy_version=0, finish_reason="stop", trainable=True))  # fmt: skip
+            turn = store.conversations.add_turn(served_turn(session, text))
             store.conversations.attach_next_state(turn, {"role": "user", "content": "next"}, "request")
         config = JudgeConfig(method="rl", backend="callable", callable="unused:fn", every_judged_turn=True)
         Scorer(store, config, judge_fn=judge_fn).run_until_idle()

@@ -10,30 +10,15 @@ import torch
 from openclaw_trl.config import OpenClawConfig
 from openclaw_trl.export import collect_rows
 from openclaw_trl.losses import scheduled_weights
-from openclaw_trl.records import Judgement, ServedTurn, TrainingSample
+from openclaw_trl.records import Judgement, TrainingSample
 from openclaw_trl.store import Store
-from tests.helpers import clipped_surrogate, per_sequence_mean
+from tests.helpers import clipped_surrogate, per_sequence_mean, served_turn
 from tests.trainer_helpers import direct_grads, sampled, train_and_capture
 
 
 def _judge(store: Store, session: int, reward: int, idx_text: str) -> TrainingSample:
     """Add a turn to ``session``, attach a next state, judge it with ``reward``; returns its stored sample."""
-    turn_id = store.conversations.add_turn(
-        ServedTurn(
-            session_id=session,
-            turn_type="main",
-            prompt_messages=[{"role": "user", "content": idx_text}],
-            tools=None,
-            prompt_ids=[1, 2],
-            completion_ids=[3],
-            sampling_logprobs=[-0.5],
-            completion_text="x",
-            temperature=1.0,
-            policy_version=0,
-            finish_reason="stop",
-            trainable=True,
-        )
-    )
+    turn_id = store.conversations.add_turn(served_turn(session, idx_text))
     store.conversations.attach_next_state(turn_id, {"role": "user", "content": "next"}, "request")
     turn = store.conversations.get_turn(turn_id)
     sample = TrainingSample(turn_id, [1, 2], [3], [-0.5], 1.0, 0, reward=float(reward))

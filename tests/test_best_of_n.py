@@ -23,11 +23,11 @@ from openclaw_trl.export import collect_rows
 from openclaw_trl.judging import BestOfN, QuickJudge, QuickJudgeConfig, QuickJudgeInput
 from openclaw_trl.judging.best_of_n import group_samples, served_index
 from openclaw_trl.losses import group_relative_advantages, group_statistics
-from openclaw_trl.records import ServedTurn, TrainingSample
+from openclaw_trl.records import TrainingSample
 from openclaw_trl.status import LearningStatus
 from openclaw_trl.store import Store
 from tests._server_helpers import ScriptedEngine, running_stack
-from tests.helpers import clipped_surrogate, per_sequence_mean, tiny_hf_engine
+from tests.helpers import clipped_surrogate, per_sequence_mean, served_turn, tiny_hf_engine
 from tests.trainer_helpers import direct_grads, train_and_capture
 
 ROOT = Path(__file__).parent.parent
@@ -233,7 +233,7 @@ def test_config_builds_the_quick_judge_from_the_judges_fields(tmp_path):
 
 def _turn(store: Store, key: str = "s") -> int:
     session = store.conversations.open_session(key)
-    return store.conversations.add_turn(ServedTurn(session_id=session, turn_type="main", prompt_messages=[{"role": "user", "content": "q"}], tools=None, prompt_ids=[1, 2], completion_ids=[3], sampling_logprobs=[-0.5], completion_text="x", temperature=1.0, policy_version=0, finish_reason="stop", trainable=True))  # fmt: skip
+    return store.conversations.add_turn(served_turn(session))
 
 
 def _group(store: Store, turn_id: int, scores) -> int:

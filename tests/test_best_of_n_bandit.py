@@ -20,8 +20,9 @@ import torch
 from openclaw_trl.judging import JudgeConfig, QuickJudge, QuickJudgeConfig, Scorer
 from openclaw_trl.judging.best_of_n import BestOfN, choose_served, served_probability, verdict_weight
 from openclaw_trl.judging.voters import Verdict
-from openclaw_trl.records import Candidate, CandidateGroup, ServedTurn
+from openclaw_trl.records import Candidate, CandidateGroup
 from openclaw_trl.store import Store
+from tests.helpers import served_turn
 
 PI = torch.full((3,), 1 / 3, dtype=torch.float64)
 VERDICT = torch.tensor([1.0, -1.0, 1.0], dtype=torch.float64)
@@ -81,7 +82,7 @@ def test_choose_served_explores_with_the_recorded_probability():
 
 
 def _served_turn(store: Store, session: int, served_prob: float | None) -> int:
-    turn = store.conversations.add_turn(ServedTurn(session_id=session, turn_type="main", prompt_messages=[{"role": "user", "content": f"hi {served_prob}"}], tools=None, prompt_ids=[1, 2], completion_ids=[3], sampling_logprobs=[-0.5], completion_text="x", temperature=1.0, policy_version=0, finish_reason="stop", trainable=True))  # fmt: skip
+    turn = store.conversations.add_turn(served_turn(session, f"hi {served_prob}"))
     candidates = [Candidate([3], [-0.5], "x", "stop", 0, 1.0), Candidate([4], [-0.7], "y", "stop", 0, 0.0)]
     store.groups.add_group(CandidateGroup(turn, "callable", 0, candidates, 0.5, 0.7, served_prob), [])
     store.conversations.attach_next_state(turn, {"role": "user", "content": "next"}, "request")

@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from tests._server_helpers import ScriptedEngine, running_stack, turns
+from tests.helpers import wait_until, wait_until_steady
 
 WEATHER_TOOL = {
     "type": "function",
@@ -395,9 +396,9 @@ def test_bearer_auth(engine, tmp_path, monkeypatch):
 
 
 def test_build_serving_wires_a_working_stack(tiny_model_dir, tmp_path):
-    from openclaw_trl.runtime import build_serving
     from openclaw_trl.serving.app import ServerThread
     from openclaw_trl.serving.settings import ServerSettings
+    from openclaw_trl.serving_stack import build_serving
 
     serving = build_serving(
         tiny_model_dir, tmp_path / "serve.db", ServerSettings(ui=False, default_max_tokens=3)
@@ -427,9 +428,8 @@ def test_status_with_nan_metrics_is_valid_json(stack):
 
 
 def test_client_leaving_mid_stream_stores_no_turn(stack, client):
-    import time
-
     before = len(turns(stack.store))
+    ended = stack.engine.generations_ended
     body = {
         "model": "openclaw",
         "messages": [{"role": "user", "content": "a long story"}],
@@ -441,16 +441,16 @@ def test_client_leaving_mid_stream_stores_no_turn(stack, client):
     ) as r:
         lines = r.iter_lines()
         assert next(lines).startswith("data: ")  # the role chunk, then we hang up
-    time.sleep(3.0)  # long enough for the 40 tokens to finish in the engine
-    assert len(turns(stack.store)) == before  # the reply was never seen: no turn to judge
+    wait_until(lambda: stack.engine.generations_ended > ended, what="the left stream's generation to end")
+    assert (
+        wait_until_steady(lambda: len(turns(stack.store)), settle=0.5) == before
+    )  # the reply was never seen: no turn to judge
     reply = client.chat.completions.create(model="openclaw", messages=body["messages"], max_tokens=2)
     assert reply.choices  # and the server serves on
 
 
 def test_client_leaving_at_the_first_chunk_still_ends_a_done_session(stack, client):
     """A stream left before its turn is stored is aborted with the collector, which honours ``session_done``."""
-    import time
-
     messages = [{"role": "user", "content": "a long story"}]
     client.chat.completions.create(
         model="openclaw", messages=messages, max_tokens=2, extra_headers={"X-Session-Id": "left-done"}
@@ -461,12 +461,9 @@ def test_client_leaving_at_the_first_chunk_still_ends_a_done_session(stack, clie
     headers = {"X-Session-Id": "left-done", "X-Session-Done": "1"}
     with httpx.stream("POST", f"{stack.url}/v1/chat/completions", json=body, headers=headers) as r:
         assert next(r.iter_lines()).startswith("data: ")  # the role chunk, then we hang up
-    deadline = time.monotonic() + 10.0
-    while (
-        stack.store.conversations.find_open_session("left-done") is not None and time.monotonic() < deadline
-    ):
-        time.sleep(0.1)
-    assert stack.store.conversations.find_open_session("left-done") is None  # the abort ended the session
+    wait_until(  # the abort ends the session
+        lambda: stack.store.conversations.find_open_session("left-done") is None, what="the session to end"
+    )
     assert len(turns(stack.store)) == before  # and stored no turn
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from openclaw_trl.records import Judgement, ServedTurn, TrainingSample, Vote
 from openclaw_trl.store import SCHEMA_VERSION, Store, StoreError
+from tests.helpers import served_turn, wait_until
 
 
 def _sample(turn_id: int = 0, reward: float = 1.0, **kw) -> TrainingSample:
@@ -100,14 +101,14 @@ def test_queue_never_drops_surplus_and_serves_oldest_first(store):
 def test_wait_for_samples_wakes_on_new_samples(store):
     store.queue.add_sample(_sample())
 
-    def later():
-        time.sleep(0.2)
-        store.queue.add_sample(_sample())
-
-    threading.Thread(target=later).start()
-    t0 = time.monotonic()
-    got = store.queue.wait_for_samples(2, timeout=10, poll=5.0)
-    assert len(got) == 2 and time.monotonic() - t0 < 3
+    got = []  # the waiter polls once an hour: only the new sample's wake-up can return it in time
+    waiter = threading.Thread(
+        target=lambda: got.extend(store.queue.wait_for_samples(2, timeout=3600, poll=3600))
+    )
+    waiter.start()
+    store.queue.add_sample(_sample())
+    waiter.join(timeout=60)
+    assert not waiter.is_alive() and len(got) == 2
 
 
 def test_reopen_serves_unconsumed_first_and_requeue_after(tmp_path):
@@ -233,9 +234,9 @@ def test_store_survives_sigkill(tmp_path):
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout))  # every line the child printed
     reader.start()
-    deadline = time.monotonic() + 30
-    while sum(x.startswith("sample") for x in lines) < 20 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(
+        lambda: sum(x.startswith("sample") for x in lines) >= 20, what="20 committed samples", interval=0.01
+    )
     time.sleep(0.3)  # then kill at an arbitrary point of the write loop
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -272,19 +273,8 @@ def test_recent_hints_newest_last_without_private(tmp_path):
     for i, private in enumerate([False, True, False, False]):
         sid = store.conversations.open_session(f"k{i}", private=private)
         tid = store.conversations.add_turn(
-            ServedTurn(
-                session_id=sid,
-                turn_type="main",
-                prompt_messages=[{"role": "user", "content": "q"}],
-                tools=None,
-                prompt_ids=[1],
-                completion_ids=[2],
-                sampling_logprobs=[-0.1],
-                completion_text="a",
-                temperature=1.0,
-                policy_version=0,
-                finish_reason="stop",
-                trainable=True,
+            served_turn(
+                sid, prompt_ids=[1], completion_ids=[2], sampling_logprobs=[-0.1], completion_text="a"
             )
         )
         store.conversations.attach_next_state(tid, {"role": "user", "content": "fix it"}, "request")

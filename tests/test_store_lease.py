@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_trl.records import Judgement, ServedTurn, TrainingSample
+from openclaw_trl.records import Judgement, TrainingSample
 from openclaw_trl.store import SCHEMA_VERSION, Store
+from tests.helpers import served_turn
 
 FEEDBACK = {"role": "user", "content": "no: say it in French", "rating": -1}
 
@@ -25,19 +26,14 @@ def _judged_turns(store: Store, n: int, policy_version: int = 0) -> list[int]:
     turns = []
     for i in range(n):
         turn = store.conversations.add_turn(
-            ServedTurn(
-                session_id=session,
-                turn_type="main",
-                prompt_messages=[{"role": "user", "content": f"question {i}"}],
-                tools=None,
+            served_turn(
+                session,
+                f"question {i}",
                 prompt_ids=[1, 2, 3],
                 completion_ids=[4, 5],
                 sampling_logprobs=[-0.5, -0.25],
                 completion_text="answer",
-                temperature=1.0,
                 policy_version=policy_version,
-                finish_reason="stop",
-                trainable=True,
             )
         )
         store.conversations.attach_next_state(turn, {"role": "user", "content": "ok"}, "request")

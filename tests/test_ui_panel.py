@@ -10,7 +10,7 @@ from collections import Counter
 from types import SimpleNamespace
 
 from openclaw_trl.compare import distinct_prompt_turns
-from openclaw_trl.records import Feedback, ServedTurn
+from openclaw_trl.records import Feedback
 from openclaw_trl.serving.ui import UiHandlers, correction_window_s
 from openclaw_trl.serving.ui_guide import correction_prompt, guide_for
 from openclaw_trl.serving.ui_panel import (
@@ -30,6 +30,7 @@ from openclaw_trl.serving.ui_panel import (
 )
 from openclaw_trl.store import Store
 from openclaw_trl.toy import TOY_MODEL_ID, world
+from tests.helpers import served_turn
 
 
 def test_the_toy_guide_says_what_it_knows_and_what_to_type():
@@ -64,7 +65,17 @@ def _turn(store: Store, session: int, text: str, answer: str = "- a.") -> int:
     messages = [{"role": "user", "content": text}]
     ids = [ord(c) % 200 for c in text]
     reply = {"role": "assistant", "content": answer}
-    return store.conversations.add_turn(ServedTurn(session_id=session, turn_type="main", prompt_messages=messages, tools=None, prompt_ids=ids, completion_ids=[1, 2], sampling_logprobs=[-0.1, -0.2], completion_text=answer, temperature=1.0, policy_version=0, finish_reason="stop", trainable=True, response_message=reply))  # fmt: skip
+    return store.conversations.add_turn(
+        served_turn(
+            session,
+            prompt_messages=messages,
+            prompt_ids=ids,
+            completion_ids=[1, 2],
+            sampling_logprobs=[-0.1, -0.2],
+            completion_text=answer,
+            response_message=reply,
+        )
+    )
 
 
 def test_did_it_learn_shows_each_recent_prompt_once(tmp_path):

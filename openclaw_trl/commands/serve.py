@@ -6,7 +6,7 @@ Two ways to run it:
   built by :mod:`openclaw_trl.runtime` with ``source: live``, exactly what ``python app.py`` runs.
 * ``openclaw-trl serve --model-dir DIR`` (``--model-dir tiny`` builds the offline tiny model): serve and collect
   only, no judge and no trainer. Useful to try the UI, to record conversations for a later ``replay``, and
-  for the serving benchmark. :func:`openclaw_trl.runtime.build_serving` is that wiring in one call.
+  for the serving benchmark. :func:`openclaw_trl.serving_stack.build_serving` is that wiring in one call.
 
 ``--share`` opens a public Gradio tunnel to the whole app (the API included), so it refuses to run without
 an API key (``--api-key-env``): a public endpoint that trains the model must not be anonymous. With a key,
@@ -114,8 +114,8 @@ def run(args: argparse.Namespace) -> int:
         ui=not args.no_ui,
     )
     from openclaw_trl.console import serving_line
-    from openclaw_trl.runtime import build_serving
     from openclaw_trl.serving.app import open_share_link
+    from openclaw_trl.serving_stack import build_serving
 
     serving = build_serving(model_dir, args.store, settings)
     server = ServerThread(serving.app, host=settings.host, port=settings.port).start()

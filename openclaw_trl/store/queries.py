@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 
 from openclaw_trl.records import Feedback, Session, TrainingSample, Turn
 from openclaw_trl.store.db import Database
@@ -68,21 +68,24 @@ class Queries:
             out[f"turns_{status}"] = conn.execute(sql, (status,)).fetchone()[0]
         return out
 
-    def recent_prompt_turns(self, n: int) -> list[Turn]:
+    def recent_prompt_turns(
+        self, n: int, key: Callable[[Turn], Hashable] | None = None, scan: int = 8
+    ) -> list[Turn]:
         """The ``n`` most recent main turns with distinct prompts, newest first, of sessions not marked
         private ("don't learn from this conversation"); side turns are left out (the prompts a comparison
-        of two versions replays: "did it learn for me?")."""
+        of two versions replays: "did it learn for me?"). Two prompts are the same when ``key`` (default: the
+        prompt's token ids) says so; the ``n * scan`` most recent turns are looked at."""
+        key = key or (lambda turn: tuple(turn.prompt_ids))
         sql = (
             "SELECT t.*, s.key AS session_key, s.generation AS session_generation, s.private AS private"
             " FROM turns t JOIN sessions s ON s.id = t.session_id"
             " WHERE s.private = 0 AND t.turn_type = 'main' ORDER BY t.id DESC LIMIT ?"
         )
         seen, out = set(), []
-        for row in self._db.conn().execute(sql, (int(n) * 8,)).fetchall():
+        for row in self._db.conn().execute(sql, (int(n) * scan,)).fetchall():
             turn = Turn.from_row(row)
-            key = tuple(turn.prompt_ids)
-            if key not in seen:
-                seen.add(key)
+            if key(turn) not in seen:
+                seen.add(key(turn))
                 out.append(turn)
             if len(out) == n:
                 break
