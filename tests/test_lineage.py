@@ -138,6 +138,7 @@ trainer.train()
 """
 
 
+@pytest.mark.slow
 def test_versions_published_then_lost_in_a_sigkill_are_recognised_on_resume(tiny_model_dir, tmp_path):
     from openclaw_trl.resume import latest_checkpoint
 
