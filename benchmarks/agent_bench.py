@@ -199,7 +199,6 @@ def bench_engine(size: dict, requests, tool_list, repeats: int) -> dict:
     from openclaw_trl.chat import render_prompt_ids
     from openclaw_trl.engines import GenerationRequest, SamplingParams
     from openclaw_trl.engines.hf import HFEngine
-    from openclaw_trl.engines.prefix_cache import PrefixCache
     from openclaw_trl.judge import append_hint
 
     engine = HFEngine(model_path(size["model"], None), prefix_cache_mb=1 << 16)
@@ -208,17 +207,19 @@ def bench_engine(size: dict, requests, tool_list, repeats: int) -> dict:
     ids = [render_prompt_ids(tok, m, tool_list) for m in requests]
     try:
         prefill(engine, ids[0][:64])  # warm-up
-        reuse_s, plain_s = [], []
+        reuse_s, plain_s, cold_reused = [], [], 0  # cold_reused: tokens reused by the runs "without" (0)
         for _ in range(repeats):
-            engine.prefix_cache = PrefixCache(cache.max_bytes, cache.min_tokens)
+            cache.clear()
             turn1_s, _ = timed(lambda: prefill(engine, ids[0]))
-            before = engine.prefix_cache.stats["reused_tokens"]
+            before = cache.stats["reused_tokens"]
             t, reused_out = timed(lambda: prefill(engine, ids[1]))
             reuse_s.append(t)
-            reused = engine.prefix_cache.stats["reused_tokens"] - before
-            engine.prefix_cache = PrefixCache(0)
+            reused = cache.stats["reused_tokens"] - before
+            cache.clear()  # "without": nothing cached, the whole prompt is computed
+            before = cache.stats["reused_tokens"]
             t, plain_out = timed(lambda: prefill(engine, ids[1]))
             plain_s.append(t)
+            cold_reused += cache.stats["reused_tokens"] - before
         print(
             f"turn 2: {min(reuse_s):.2f} s reusing {reused} tokens, {min(plain_s):.2f} s without", flush=True
         )
@@ -226,21 +227,26 @@ def bench_engine(size: dict, requests, tool_list, repeats: int) -> dict:
         logprob_diff = abs(reused_out.logprobs[0] - plain_out.logprobs[0])
 
         # the served turn 2 (its prompt cached), then the teacher on its hint-augmented prompt
-        engine.prefix_cache = PrefixCache(cache.max_bytes, cache.min_tokens)
+        cache.clear()
         sp = SamplingParams(temperature=1.0, max_new_tokens=size["reply_tokens"], seed=0)
         reply = engine.generate([GenerationRequest(ids[1], sp)])[0].token_ids
         teacher = render_prompt_ids(
             tok, append_hint(requests[1], "Read the file before you edit it."), tool_list
         )
         shared = next(i for i, (a, b) in enumerate(zip(ids[1], teacher)) if a != b)
+        before = cache.stats["reused_tokens"]
         warm_s, warm = timed(lambda: engine.score([teacher], [reply], weights="base"))
-        engine.prefix_cache = PrefixCache(0)
+        warm_reused = cache.stats["reused_tokens"] - before
         cold_s, cold = [], None
         forward_s = []
-        for _ in range(repeats):
+        before = cache.stats["reused_tokens"]
+        for _ in range(repeats):  # "cold" and the plain prefill: nothing cached, every token computed
+            cache.clear()
             t, cold = timed(lambda: engine.score([teacher], [reply], weights="base"))
             cold_s.append(t)
+            cache.clear()
             forward_s.append(timed(lambda: prefill(engine, teacher + reply, "base"))[0])
+        cold_reused += cache.stats["reused_tokens"] - before
         print(
             f"teacher: scoring {min(cold_s):.2f} s cold, {warm_s:.2f} s warm; prefill {min(forward_s):.2f} s",
             flush=True,
@@ -252,6 +258,7 @@ def bench_engine(size: dict, requests, tool_list, repeats: int) -> dict:
         "prompt_tokens": [len(x) for x in ids],
         "turn1_prefill_s": turn1_s,
         "turn2_reused_tokens": reused,
+        "cold_runs_reused_tokens": cold_reused,
         "turn2_reuse_s": min(reuse_s),
         "turn2_plain_s": min(plain_s),
         "turn2_reuse_over_plain": min(reuse_s) / min(plain_s),
@@ -261,6 +268,7 @@ def bench_engine(size: dict, requests, tool_list, repeats: int) -> dict:
         "teacher_shared_prefix": shared,
         "score_cold_s": min(cold_s),
         "score_warm_s": warm_s,
+        "score_warm_reused_tokens": warm_reused,
         "plain_prefill_s": min(forward_s),
         "prefill_over_score_cold": min(forward_s) / min(cold_s),
         "prefill_over_score_warm": min(forward_s) / warm_s,
@@ -414,11 +422,12 @@ def print_report(r: dict) -> None:
     print(f"  turn-2 prefill with prefix reuse {e['turn2_reuse_s']:.3f} s vs without {e['turn2_plain_s']:.3f} s: "
           f"{e['turn2_reuse_over_plain']:.3f}x (target <= 0.25; {e['turn2_reused_tokens']} of "
           f"{e['prompt_tokens'][1]} tokens reused; same greedy token {e['turn2_same_greedy_token']}, "
-          f"log-prob diff {e['turn2_logprob_diff']:.1e})")  # fmt: skip
+          f"log-prob diff {e['turn2_logprob_diff']:.1e}; tokens reused by the runs without a cached prefix: "
+          f"{e['cold_runs_reused_tokens']})")  # fmt: skip
     print(f"  teacher scoring of {e['teacher_tokens']} tokens: plain prefill {e['plain_prefill_s']:.3f} s; score cold "
           f"{e['score_cold_s']:.3f} s (prefill/score {e['prefill_over_score_cold']:.2f}, target >= 0.9), warm "
           f"{e['score_warm_s']:.3f} s ({e['prefill_over_score_warm']:.2f}; {e['teacher_shared_prefix']} tokens "
-          f"shared before the hint; warm vs cold log-prob diff {e['score_warm_vs_cold_max_logprob_diff']:.1e})")  # fmt: skip
+          f"shared before the hint, {e['score_warm_reused_tokens']} reused; warm vs cold log-prob diff {e['score_warm_vs_cold_max_logprob_diff']:.1e})")  # fmt: skip
     a, s = t["agent"], t["short"]
     print(f"  Combine update, 4 x {a['prompt']}+{a['completion']} tokens: {a['step_s']:.2f} s, peak "
           f"{a['peak_bytes'] / gib:.2f} GiB; 4 x {s['prompt']}+{s['completion']}: {s['step_s']:.2f} s, peak "

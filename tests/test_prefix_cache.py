@@ -78,6 +78,30 @@ def test_turns_reuse_the_shared_prefix_with_identical_results(engines, tiny_toke
             assert computed < len(prompt) - len(turns[0]) // 2
 
 
+def test_prefix_cache_is_the_one_the_engine_uses(engines, tiny_tokenizer):
+    """``engine.prefix_cache`` is the cache the engine's thread reads and fills: its stats count a served turn 2's
+    reuse of turn 1, ``clear()`` makes the next turn compute every token (same results), and replacing the
+    attribute (which the thread would never see) is refused."""
+    _, cached = engines
+    turns = [render_prompt_ids(tiny_tokenizer, m, TOOLS) for m in _session(tiny_tokenizer, 2)]
+    cache = cached.prefix_cache
+    cache.clear()
+    _generate(cached, turns[0], 0)
+    before = cache.stats["reused_tokens"]
+    reused = _generate(cached, turns[1], 1)
+    assert cache.stats["reused_tokens"] - before >= len(turns[0]) - 8
+    cache.clear()
+    assert len(cache) == 0 and cache.nbytes == 0 and cache.enabled
+    before = dict(cached.stats), cache.stats["reused_tokens"]
+    full = _generate(cached, turns[1], 1)
+    assert cache.stats["reused_tokens"] == before[1]
+    assert cached.stats["prefill_tokens"] - before[0]["prefill_tokens"] == len(turns[1])
+    _same(reused, full)
+    with pytest.raises(AttributeError):
+        cached.prefix_cache = PrefixCache(0)
+    assert cached.prefix_cache is cache
+
+
 def test_batch_of_cached_prompts_equals_plain_prefill(engines, tiny_tokenizer):
     """Several distinct prompts in one batch (their caches left-padded into one) and ``n`` candidates."""
     plain, cached = engines

@@ -129,9 +129,12 @@ class HFEngine:
             self.model.wrap(lora_config)
         self.max_batch_size = max(1, int(max_batch_size))
         self.batch_wait_s = batch_wait_s
-        self.prefix_cache = PrefixCache(int(prefix_cache_mb) * 2**20, prefix_cache_min_tokens)
         self._runner = HFRunner(
-            self.model, self.device, self.prefix_cache, score_batch_tokens, score_logits_elems
+            self.model,
+            self.device,
+            PrefixCache(int(prefix_cache_mb) * 2**20, prefix_cache_min_tokens),
+            score_batch_tokens,
+            score_logits_elems,
         )
         self.stats = self._runner.stats  # for tests, benchmarks
         if self.prefix_cache.enabled and not supported(self._runner.new_cache()):
@@ -141,6 +144,12 @@ class HFEngine:
         self._closing = False
         self._worker = EngineWorker("HFEngine")
         self._worker.start(self._worker_loop)
+
+    @property
+    def prefix_cache(self) -> PrefixCache:
+        """The prompt KV cache the owner thread uses (read-only: its ``clear()`` empties it, its ``stats``
+        count the reuse)."""
+        return self._runner.prefix_cache
 
     @property
     def policy_version(self) -> int:

@@ -78,6 +78,12 @@ class PrefixCache:
             self._entries.clear()
             self.nbytes = 0
 
+    def clear(self) -> None:
+        """Drop every entry (the bounds and ``stats`` stay): the next prompts are computed in full."""
+        with self._lock:
+            self._entries.clear()
+            self.nbytes = 0
+
     def applies(self, ids: list[int]) -> bool:
         """Does a prompt of ``ids`` use the cache (on, and the prompt at least ``min_tokens`` long)?"""
         return self.enabled and len(ids) >= self.min_tokens
