@@ -38,7 +38,11 @@ def _app_python() -> str:
 
 
 def _run_app(vllm_server, tiny_model_dir, out: Path, launcher: list[str], *extra: str) -> set[int]:
-    """Run the recipe for two updates; the policy versions of its served turns."""
+    """Run the recipe for two updates; the policy versions of its served turns.
+
+    The run checks that it says ``now serving v2``: the update line of a step is logged after that step's
+    adapter was published to the server. A turn served *by* v2 is not required: the simulated user stops when
+    training ends, which may come before its next request after the last publish."""
     argv = [
         *launcher,
         str(ROOT / "app.py"),
@@ -62,18 +66,19 @@ def _run_app(vllm_server, tiny_model_dir, out: Path, launcher: list[str], *extra
     result = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stderr[-4000:]
     assert (out / "checkpoint-2").is_dir()
+    assert "now serving v2" in result.stderr, result.stderr[-4000:]
     with sqlite3.connect(out / "openclaw.sqlite") as db:
         return {v for (v,) in db.execute("SELECT DISTINCT policy_version FROM turns")}
 
 
 def test_app_trains_two_steps_against_the_server(vllm_server, tiny_model_dir, tmp_path):
     versions = _run_app(vllm_server, tiny_model_dir, tmp_path / "run", [_app_python()])
-    assert {0, 1, 2} <= versions, versions
+    assert {0, 1} <= versions, versions
 
 
 def test_two_training_processes_against_the_server(vllm_server, tiny_model_dir, tmp_path):
     """``torchrun --nproc_per_node 2`` (gloo on CPU): the main process owns the store and talks to the server,
-    both processes train; the run finishes and serves versions 0, 1, 2 as with one process."""
+    both processes train; the run finishes and serves versions 0 and 1 and publishes v2 as with one process."""
     launcher = [_app_python(), "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     versions = _run_app(vllm_server, tiny_model_dir, tmp_path / "run", launcher, "--use_cpu", "true")
-    assert {0, 1, 2} <= versions, versions
+    assert {0, 1} <= versions, versions
