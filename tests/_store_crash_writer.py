@@ -6,8 +6,9 @@ the parent knows what was durably committed before it sends SIGKILL.
 
 import sys
 
-from openclaw_trl.records import Judgement, ServedTurn, TrainingSample, Vote
+from openclaw_trl.records import Judgement, TrainingSample, Vote
 from openclaw_trl.store import Store
+from tests.helpers import served_turn
 
 
 def main(path: str) -> None:
@@ -17,19 +18,13 @@ def main(path: str) -> None:
     i = 0
     while True:
         turn_id = store.conversations.add_turn(
-            ServedTurn(
-                session_id=session,
-                turn_type="main",
-                prompt_messages=[{"role": "user", "content": f"message {i}"}],
-                tools=None,
+            served_turn(
+                session,
+                f"message {i}",
                 prompt_ids=[1, 2, 3],
                 completion_ids=[4, 5],
                 sampling_logprobs=[-0.5, -0.25],
                 completion_text="hi",
-                temperature=1.0,
-                policy_version=0,
-                finish_reason="stop",
-                trainable=True,
             )
         )
         print(f"turn {turn_id}", flush=True)

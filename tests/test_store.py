@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_trl.records import Judgement, ServedTurn, TrainingSample, Vote
+from openclaw_trl.records import Judgement, TrainingSample, Vote
 from openclaw_trl.store import SCHEMA_VERSION, Store, StoreError
 from tests.helpers import served_turn, wait_until
 
@@ -34,22 +34,20 @@ def _sample(turn_id: int = 0, reward: float = 1.0, **kw) -> TrainingSample:
 def _turn(
     store: Store, session: int, turn_type: str = "main", text: str = "hi", trainable: bool = True
 ) -> int:
-    return store.conversations.add_turn(
-        ServedTurn(
-            session_id=session,
-            turn_type=turn_type,
-            prompt_messages=[{"role": "user", "content": text}],
-            tools=[{"type": "function", "function": {"name": "calc"}}],
-            prompt_ids=[1, 2, 3],
-            completion_ids=[4, 5],
-            sampling_logprobs=[-0.5, -0.25],
-            completion_text="hello",
-            temperature=0.7,
-            policy_version=2,
-            finish_reason="stop",
-            trainable=trainable,
-        )
+    turn = served_turn(
+        session,
+        text,
+        turn_type=turn_type,
+        tools=[{"type": "function", "function": {"name": "calc"}}],
+        prompt_ids=[1, 2, 3],
+        completion_ids=[4, 5],
+        sampling_logprobs=[-0.5, -0.25],
+        completion_text="hello",
+        temperature=0.7,
+        policy_version=2,
+        trainable=trainable,
     )
+    return store.conversations.add_turn(turn)
 
 
 @pytest.fixture
