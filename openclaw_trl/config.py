@@ -163,13 +163,21 @@ class OpenClawConfig(GRPOConfig):
         Who scores the candidates: `"engine"` (the colocated engine with base weights, greedy, rating the
         reply to the conversation 0-10; an output without a rating is no score), `"openai"` (the same
         prompt to the endpoint of `judge_openai_base_url`, `judge_openai_model` and
-        `judge_openai_api_key_env`) or `"callable"` (`quick_judge_callable`). All scores of a turn arrive
-        within `judge_timeout_s` (a late one is no score), `judge_max_concurrency` at a time.
+        `judge_openai_api_key_env`), `"callable"` (`quick_judge_callable`) or `"memory"` (what the user
+        already said: `score(y) = sum_h w_h log pi_T(y | x + h) - log pi(y | x)` over the
+        `quick_judge_hints` most recent hints the judge extracted, `w_h` each distinct hint's share,
+        `pi_T` the `teacher` weights, `log pi(y | x)` the candidate's sampling log-prob; one batched
+        scoring pass of N x (distinct hints) rows sharing the conversation prefix; no hint yet: no score,
+        the first candidate is served). All scores of a turn arrive within `judge_timeout_s` (a late one is
+        no score), `judge_max_concurrency` at a time.
     quick_judge_callable (`str`):
         The `callable` quick judge, `package.module:function`, called as
         `fn(turn: QuickJudgeInput) -> float | None` (`openclaw_trl.judging.QuickJudgeInput`: `messages`,
         the conversation up to the user's message; `response`, one candidate's text; `session_id`).
         Higher is better; None is no opinion.
+    quick_judge_hints (`int`, defaults to `4`):
+        The `memory` quick judge's number of most recent hints (1-16), from the sessions not marked
+        private; each distinct hint weighs its share of them, so one misread correction is one vote.
     scale_rewards (`str`, defaults to `"none"`):
         TRL's scaling of the group-relative advantages of the Best-of-N group samples (judged next-state
         samples keep their own rule): `"group"` divides by the group's score std + 1e-4, `"batch"` by the
@@ -463,6 +471,9 @@ class OpenClawConfig(GRPOConfig):
     quick_judge_callable: str | None = field(
         default=QuickJudgeConfig.callable, metadata={"help": "callable quick judge: module:function."}
     )
+    quick_judge_hints: int = field(
+        default=QuickJudgeConfig.hints, metadata={"help": "memory quick judge: recent hints weighed (1-16)."}
+    )
     # Judges
     judge_backend: str = field(
         default=JudgeConfig.backend, metadata={"help": "engine, openai, callable or feedback."}
@@ -663,6 +674,8 @@ class OpenClawConfig(GRPOConfig):
             max_concurrency=self.judge_max_concurrency,
             max_prompt_tokens=self.max_judge_prompt_tokens,
             explore=self.best_of_n_explore,
+            hints=self.quick_judge_hints,
+            teacher=self.teacher,
         )
 
     def request_limits(self) -> RequestLimits:

@@ -157,6 +157,7 @@ def check_best_of_n(config) -> None:
                 ("quick_judge_backend", config.quick_judge_backend, QuickJudgeConfig.backend),
                 ("quick_judge_callable", config.quick_judge_callable, None),
                 ("best_of_n_explore", config.best_of_n_explore, QuickJudgeConfig.explore),
+                ("quick_judge_hints", config.quick_judge_hints, QuickJudgeConfig.hints),
             ]
             if value != default
         ]
@@ -191,6 +192,15 @@ def check_best_of_n(config) -> None:
         (
             config.quick_judge_backend != "callable" or bool(config.quick_judge_callable),
             "quick_judge_backend=callable needs quick_judge_callable (package.module:function)",
+        ),
+        (
+            config.quick_judge_backend != "memory" or config.method != "rl",
+            "quick_judge_backend=memory scores candidates with the hints the judge extracts, and method rl "
+            "extracts none: use method combine, or another quick_judge_backend",
+        ),
+        (
+            config.quick_judge_backend == "memory" or config.quick_judge_hints == QuickJudgeConfig.hints,
+            "quick_judge_hints only applies to quick_judge_backend=memory: set it, or remove quick_judge_hints",
         ),
     ]
     for ok, message in checks:

@@ -64,5 +64,5 @@ def make_best_of_n(n: int, quick_judge_config, engine, tokenizer, store):
 
     if n <= 1:
         return None
-    quick_judge = QuickJudge(quick_judge_config, engine=engine, tokenizer=tokenizer)
+    quick_judge = QuickJudge(quick_judge_config, engine=engine, tokenizer=tokenizer, store=store)
     return BestOfN(n, quick_judge, store, explore=quick_judge_config.explore)

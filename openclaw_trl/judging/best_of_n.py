@@ -141,11 +141,30 @@ class BestOfN:
         self._rng = random.Random(seed)
         self._rng_lock = threading.Lock()
 
-    def choose(self, messages: list[dict], session_id: str, replies: list[dict]) -> GroupChoice:
-        """Score each candidate (``replies``: its assistant message as the client would receive it) for the
-        conversation ``messages``; choose the one to serve."""
+    def choose(
+        self,
+        messages: list[dict],
+        session_id: str,
+        replies: list[dict],
+        completions: list[Completion] | None = None,
+        temperature: float = 1.0,
+        tools: list[dict] | None = None,
+    ) -> GroupChoice:
+        """Score each candidate (``replies``: its assistant message as the client would receive it;
+        ``completions``: the same candidates as sampled, at ``temperature``, with the request's ``tools``)
+        for the conversation ``messages``; choose the one to serve."""
+        sampled = completions if completions is not None else [None] * len(replies)
         items = [
-            QuickJudgeInput(messages=messages, response=reply_text(r), session_id=session_id) for r in replies
+            QuickJudgeInput(
+                messages=messages,
+                response=reply_text(r),
+                session_id=session_id,
+                completion_ids=tuple(c.token_ids) if c is not None else (),
+                logprobs=tuple(c.logprobs or ()) if c is not None else (),
+                temperature=temperature,
+                tools=tools,
+            )
+            for r, c in zip(replies, sampled, strict=True)
         ]
         scores = self.quick_judge.scores(items)
         with self._rng_lock:

@@ -13,6 +13,9 @@ never the next state. Backends (``QuickJudgeConfig.backend``), the judges' backe
 * ``callable``: ``"package.module:function"`` called once per candidate, in parallel, as
   ``fn(turn: QuickJudgeInput) -> float | None``. A value that is not a finite real number (a bool, a
   string, NaN) counts as None.
+* ``memory``: what the user already said. Each candidate's log-likelihood gain when the user's recent hints
+  (the judge's extractions of their corrections and requests, from the store) are added to the prompt,
+  scored by the engine in one batched pass (:mod:`~openclaw_trl.judging.memory`); no hint yet, no score.
 
 Every call is bounded: all scores of one turn arrive within ``timeout_s`` (``judge_timeout_s``), or the
 missing ones are None; a backend that raises gives None (logged), never an error to the chat client.
@@ -36,8 +39,10 @@ from openclaw_trl.openai_client import SIDE_TURN
 
 logger = logging.getLogger(__name__)
 
-QUICK_JUDGE_BACKENDS = ("engine", "openai", "callable")
+QUICK_JUDGE_BACKENDS = ("engine", "openai", "callable", "memory")
 MAX_BEST_OF_N = 16
+MAX_HINTS = 16
+"""The most recent hints the ``memory`` backend weighs: each distinct one is a scoring row per candidate."""
 """The most candidates per served turn: each one is decoded, scored and stored, and the reply waits for all."""
 
 
@@ -49,18 +54,25 @@ class QuickJudgeInput:
     candidate's text as the user would see it (content after stop strings are cut, then tool calls as
     ``<tool_call>{json}</tool_call>`` lines, no reasoning); ``session_id``: the client's session id (the
     ``x-session-id`` it sent), or ``"anonymous-<n>"`` with the store's session number when it sent none.
+    The candidate as sampled (what the ``memory`` backend scores): ``completion_ids``, its token ids;
+    ``logprobs``, their sampling log-probs (at ``temperature``); ``tools``, the request's tools (they are
+    part of the rendered prompt).
     """
 
     messages: list[dict]
     response: str
     session_id: str
+    completion_ids: tuple[int, ...] = ()
+    logprobs: tuple[float, ...] = ()
+    temperature: float = 1.0
+    tools: list[dict] | None = None
 
 
 @dataclass
 class QuickJudgeConfig:
     """How Best-of-N candidates are scored (``OpenClawConfig.quick_judge_config()`` builds one).
 
-    backend: ``engine`` / ``openai`` / ``callable`` (module docstring).
+    backend: ``engine`` / ``openai`` / ``callable`` / ``memory`` (module docstring).
     callable: ``"package.module:function"`` of the ``callable`` backend.
     openai_base_url, openai_model, openai_api_key_env: the ``openai`` backend's endpoint, model and the
         environment variable holding its key (the judges' ``judge_openai_*`` fields in a recipe).
@@ -68,6 +80,8 @@ class QuickJudgeConfig:
     max_concurrency: candidates scored at once by the ``openai`` and ``callable`` backends (threads).
     max_tokens: tokens of one rating (``engine`` and ``openai``): a number is all it needs.
     max_prompt_tokens: tokens of one engine quick-judge prompt; a longer one is a None score.
+    hints: the ``memory`` backend's number of recent hints (each distinct one weighted by its share).
+    teacher: the ``memory`` backend's weights for the hint-conditioned pass: ``base`` or ``policy``.
     explore: the chance that a turn serves a uniformly random candidate instead of the best one
         (:mod:`~openclaw_trl.judging.best_of_n`): what makes the served reply's next-state verdict an
         unbiased training signal (its sample is weighted by ``(1/N) / P(served)``); 0 serves the best
@@ -84,6 +98,8 @@ class QuickJudgeConfig:
     max_tokens: int = 8
     max_prompt_tokens: int = judge.MAX_JUDGE_PROMPT_TOKENS
     explore: float = 0.25
+    hints: int = 4
+    teacher: str = "base"
 
     def __post_init__(self):
         checks = [
@@ -104,6 +120,13 @@ class QuickJudgeConfig:
                 "quick judge backend 'openai' needs openai_base_url and openai_model",
             ),
             (self.timeout_s > 0, "quick judge timeout_s must be > 0"),
+            (
+                isinstance(self.hints, int)
+                and not isinstance(self.hints, bool)
+                and 1 <= self.hints <= MAX_HINTS,
+                f"quick_judge_hints must be an integer from 1 to {MAX_HINTS}, got {self.hints!r}",
+            ),
+            (self.teacher in ("base", "policy"), f"teacher must be 'base' or 'policy', got {self.teacher!r}"),
             (self.max_concurrency >= 1, "quick judge max_concurrency must be >= 1"),
             (
                 self.max_tokens >= 1 and self.max_prompt_tokens >= 1,
@@ -125,17 +148,37 @@ def as_score(value) -> float | None:
 class QuickJudge:
     """Scores the candidates of one served turn (``scores``); thread-safe, one instance per server.
 
-    ``engine`` / ``tokenizer``: the serving engine (``engine`` backend); ``fn``: a callable given directly
-    instead of ``config.callable``; ``http_client``: an ``httpx.Client`` for the ``openai`` backend (tests).
+    ``engine`` / ``tokenizer``: the serving engine (``engine`` and ``memory`` backends); ``store``: where the
+    ``memory`` backend reads the hints; ``fn``: a callable given directly instead of ``config.callable``;
+    ``http_client``: an ``httpx.Client`` for the ``openai`` backend (tests).
     """
 
-    def __init__(self, config: QuickJudgeConfig, engine=None, tokenizer=None, fn=None, http_client=None):
+    def __init__(
+        self, config: QuickJudgeConfig, engine=None, tokenizer=None, fn=None, http_client=None, store=None
+    ):
         self.config, self.engine, self.tokenizer = config, engine, tokenizer
         self.backend = config.backend
         self.pool = cf.ThreadPoolExecutor(config.max_concurrency, thread_name_prefix="openclaw-quick-judge")
         self.fn: Callable | None = None
         self.client = None
-        if config.backend == "callable":
+        self.memory = None
+        if config.backend == "memory":
+            if engine is None or tokenizer is None or store is None:
+                raise ValueError(
+                    "the memory quick judge needs the serving engine, its tokenizer and the store"
+                )
+            from openclaw_trl.judging.memory import HintMemory
+
+            self.memory = HintMemory(
+                store,
+                engine,
+                tokenizer,
+                config.hints,
+                config.teacher,
+                config.max_prompt_tokens,
+                config.timeout_s,
+            )
+        elif config.backend == "callable":
             self.fn = fn or load_callable(config.callable)
         elif config.backend == "openai":
             from openclaw_trl.openai_client import OpenAIClient
@@ -153,6 +196,8 @@ class QuickJudge:
             return []
         if self.backend == "engine":
             return self._engine_scores(items)
+        if self.memory is not None:
+            return self.memory.scores(items)
         call = self._callable_score if self.backend == "callable" else self._openai_score
         deadline = time.monotonic() + self.config.timeout_s
         futures = [self.pool.submit(call, item) for item in items]

@@ -79,7 +79,9 @@ class ChatGenerator:
         completions = self.engine.generate([request])
         replies = [self.decoded_message(prep, c) for c in completions]
         session = prep.ctx.session_key or f"anonymous-{prep.ctx.session_id}"
-        choice = self.best_of_n.choose(prep.messages, session, replies)
+        choice = self.best_of_n.choose(
+            prep.messages, session, replies, completions, prep.sampling.temperature, prep.tools
+        )
         texts = [self._text(c) for c in completions]
         chosen = completions[choice.served_index]
         for token_id in chosen.token_ids if on_token else ():
