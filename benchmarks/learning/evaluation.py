@@ -1,67 +1,146 @@
-"""The learning benchmark's score: a fixed evaluation set answered by the engine with the current policy.
+"""The learning benchmark's evaluation: a fixed set of openings answered by the engine, scored three ways.
 
-:func:`evaluate` samples one answer per opening with fixed per-prompt seeds (the same random numbers at
-every evaluation) and returns the fraction in the preferred style. :func:`evaluate_served` runs the same
-openings through Best-of-N's serving selection: N seeded samples each, scored by the quick judge, the
-first best one counted, which is what a user of a Best-of-N row is served.
+The evaluation set is "Tell me about <topic>." ``eval_per_topic`` times for every topic of the toy world,
+answered with fixed per-prompt seeds (the same random numbers at every evaluation, which removes most
+sampling noise from the *differences* between points) at the serving temperature. :func:`evaluate` reads,
+at one point of a run:
+
+* ``rate``: the fraction of answers that satisfy the user's hidden preference (``world.preference``), over
+  every topic; ``rate_unseen`` the same over the topics the simulated user never asks while learning;
+* ``fidelity``: the fraction of answers that are well-formed answers about the asked topic stating its
+  facts (``world.answer_fidelity``): what must not change while the style is learnt; ``fidelity_unseen``
+  over the held-out topics;
+* ``distinct``: distinct answers / answers, per topic, averaged: a collapse figure (it falls when the
+  answers collapse onto a few strings even if each is well-formed).
+
+:func:`evaluate_served` runs the same openings through Best-of-N's serving selection (N seeded samples
+each, scored by a quick judge, the first best one counted): what a user of a Best-of-N row is served.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from openclaw_trl.toy import measure
 from openclaw_trl.toy import world as toy_world
 
+HELD_OUT_TOPICS = toy_world.TOPICS[-2:]
+"""Topics the simulated user never asks while learning: the evaluation checks that what was learnt (and
+what must not be forgotten) carries over to them."""
+LEARNING_TOPICS = tuple(t for t in toy_world.TOPICS if t not in HELD_OUT_TOPICS)
 
-def eval_prompts(settings) -> list[list[dict]]:
+
+@dataclass(frozen=True)
+class EvalPoint:
+    """One evaluation of the policy (module docstring)."""
+
+    rate: float
+    rate_unseen: float
+    fidelity: float
+    fidelity_unseen: float
+    distinct: float
+
+
+def eval_items(settings) -> list[tuple[str, list[dict]]]:
+    """``(topic, prompt messages)`` of every evaluation opening, topic by topic."""
     return [
-        [{"role": "user", "content": toy_world.opening(topic)}]
+        (topic, [{"role": "user", "content": toy_world.opening(topic)}])
         for topic in toy_world.TOPICS
         for _ in range(settings.eval_per_topic)
     ]
 
 
-def evaluate(engine, settings) -> float:
-    """Fraction of first answers in the preferred style (policy adapter, serving temperature, fixed seeds)."""
-    return _sample(engine, settings, 0)[0]
+def sample(engine, settings, k: int, weights: str = "policy") -> tuple[list, list[str]]:
+    """The k-th sample of every evaluation opening (seeds ``eval_seed + i + k * 100003``) with ``weights``:
+    the completions and their texts."""
+    from openclaw_trl.chat import render_prompt_ids
+    from openclaw_trl.engines.base import GenerationRequest, SamplingParams
 
-
-def _sample(engine, settings, k: int) -> tuple[float, list[str]]:
-    """The k-th sample of every evaluation opening (seeds ``eval_seed + i + k * 100003``): rate, texts."""
-    prompts = eval_prompts(settings)
-    out = measure.style_rates(
-        engine,
-        prompts,
-        [settings.preferred] * len(prompts),
-        settings.temperature,
-        seed=settings.eval_seed + k * 100_003,
-        max_tokens=settings.max_tokens,
-    )
-    completions = out["_samples"][1]
+    requests = [
+        GenerationRequest(
+            render_prompt_ids(engine.tokenizer, prompt),
+            SamplingParams(
+                temperature=settings.temperature,
+                max_new_tokens=settings.max_tokens,
+                seed=settings.eval_seed + i + k * 100_003,
+            ),
+            weights=weights,
+        )
+        for i, (_, prompt) in enumerate(eval_items(settings))
+    ]
+    completions = engine.generate(requests)
     texts = [engine.tokenizer.decode(c.token_ids, skip_special_tokens=True).strip() for c in completions]
-    return out["rate"], texts
+    return completions, texts
 
 
-@dataclass
-class Candidate:
-    """What a quick judge reads of one candidate reply (the fields of Best-of-N's quick-judge input)."""
-
-    messages: list[dict]
-    response: str
-    session_id: str
+def _fraction(flags: list[bool]) -> float:
+    return sum(flags) / len(flags) if flags else 0.0
 
 
-def evaluate_served(engine, settings, n: int, quick_judge, seed: int) -> float:
-    """Fraction of preferred answers among the ones Best-of-``n`` would serve: ``n`` samples per opening,
-    each scored by ``quick_judge``, the first highest-scored one picked (the run's ``seed`` names the
-    evaluation sessions, so the proxy's noise differs between seeds as it does online)."""
-    prompts = eval_prompts(settings)
-    samples = [_sample(engine, settings, k)[1] for k in range(n)]
-    preferred = toy_world.style(settings.preferred)
+def evaluate(engine, settings, preference: str) -> EvalPoint:
+    """The evaluation of the current policy adapter for a user who wants ``preference``."""
+    wants = toy_world.preference(preference)
+    topics = [topic for topic, _ in eval_items(settings)]
+    _, texts = sample(engine, settings, 0)
+    unseen = [t in HELD_OUT_TOPICS for t in topics]
+    hits = [wants.matches(text) for text in texts]
+    faithful = [toy_world.answer_fidelity(topic, text) for topic, text in zip(topics, texts, strict=True)]
+    per_topic = [
+        len({x for t, x in zip(topics, texts, strict=True) if t == topic}) / topics.count(topic)
+        for topic in toy_world.TOPICS
+    ]
+    return EvalPoint(
+        rate=_fraction(hits),
+        rate_unseen=_fraction([h for h, u in zip(hits, unseen, strict=True) if u]),
+        fidelity=_fraction(faithful),
+        fidelity_unseen=_fraction([f for f, u in zip(faithful, unseen, strict=True) if u]),
+        distinct=sum(per_topic) / len(per_topic),
+    )
+
+
+ScoreCandidates = Callable[[list[dict], list, list[str], str], list]
+"""``score(prompt messages, completions, texts, session id) -> one score per candidate (None: no opinion)``."""
+
+
+def evaluate_served(
+    engine, settings, n: int, score: ScoreCandidates, preference: str, tag: str = "eval", weights="policy"
+) -> float:
+    """Fraction of answers satisfying ``preference`` among the ones Best-of-``n`` would serve: ``n`` samples
+    per opening (the first is :func:`evaluate`'s), scored by ``score``, the first highest-scored one picked
+    (candidate 0 when none has a score), as ``judging.best_of_n.served_index`` does. ``tag`` names the
+    evaluation's sessions (``<tag>-<i>``); ``weights``: ``policy`` or ``base``."""
+    from openclaw_trl.judging.best_of_n import served_index
+
+    wants = toy_world.preference(preference)
+    samples = [sample(engine, settings, k, weights) for k in range(n)]
     hits = 0
-    for i, prompt in enumerate(prompts):
-        texts = [s[i] for s in samples]
-        scores = [quick_judge(Candidate(prompt, t, f"eval-{seed}-{i}")) for t in texts]
-        hits += preferred.matches(texts[scores.index(max(scores))])
-    return hits / len(prompts)
+    for i, (_, prompt) in enumerate(eval_items(settings)):
+        completions = [s[0][i] for s in samples]
+        texts = [s[1][i] for s in samples]
+        scores = score(prompt, completions, texts, f"{tag}-{i}")
+        hits += wants.matches(texts[served_index(scores)])
+    return hits / len(eval_items(settings))
+
+
+def proxy_scorer(proxy) -> ScoreCandidates:
+    """A per-candidate callable quick judge (``fn(turn) -> float``) as a :data:`ScoreCandidates`."""
+    from openclaw_trl.judging import QuickJudgeInput
+
+    def score(prompt, completions, texts, session):
+        return [proxy(QuickJudgeInput(prompt, t, session)) for t in texts]
+
+    return score
+
+
+def quick_judge_scorer(quick_judge, temperature: float) -> ScoreCandidates:
+    """A ``judging.QuickJudge`` (any backend) as a :data:`ScoreCandidates`: the candidates as sampled."""
+    from openclaw_trl.judging import QuickJudgeInput
+
+    def score(prompt, completions, texts, session):
+        items = [
+            QuickJudgeInput(prompt, t, session, tuple(c.token_ids), tuple(c.logprobs or ()), temperature)
+            for c, t in zip(completions, texts, strict=True)
+        ]
+        return quick_judge.scores(items)
+
+    return score

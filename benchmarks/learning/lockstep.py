@@ -25,7 +25,7 @@ class LockstepUser:
     of waiting samples is exact when it decides whether the batch is full.
     """
 
-    def __init__(self, runtime, url: str, settings, seed: int, feedback: bool):
+    def __init__(self, runtime, url: str, settings, seed: int, feedback: bool, topics: tuple[str, ...]):
         self.runtime, self.url, self.settings, self.seed, self.feedback = (
             runtime,
             url,
@@ -33,12 +33,13 @@ class LockstepUser:
             seed,
             feedback,
         )
+        self.topics = topics  # what the user asks about (the evaluation also covers topics held out of it)
         self.gate = threading.Event()  # set = the trainer is waiting: talk
         self.stop = threading.Event()
         self.exhausted = threading.Event()  # the conversation budget is spent: the trainer must stop
         self.conversations = 0
         self.turns = 0
-        self.first_ok: list[bool] = []
+        self.first_ok: list[bool] = []  # per conversation: was the served first answer what the user wanted
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._loop, name="lockstep-user", daemon=True)
 
@@ -53,10 +54,10 @@ class LockstepUser:
         )
         if self.feedback:
             user = FeedbackUser(
-                preferred=self.settings.preferred, styles=toy_world.STYLES, topics=toy_world.TOPICS
+                preferred=self.settings.preferred, styles=toy_world.CRITERIA, topics=self.topics
             )
             return run_feedback_conversations(self.url, user, 1, session_prefix="fb", **kwargs)
-        user = toy_world.make_user(self.settings.preferred)
+        user = toy_world.make_user(self.settings.preferred, topics=self.topics)
         return run_conversations(self.url, user, 1, session_prefix="sim", **kwargs)
 
     def _settle(self) -> None:

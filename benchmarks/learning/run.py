@@ -1,8 +1,8 @@
 """Closed-loop learning benchmark: does the agent learn the user's hidden preference by talking to it?
 
-    python benchmarks/learning/run.py                        # every method row x 5 seeds, judge noise 0
-    python benchmarks/learning/run.py --judge-noise 0 0.2    # ... at two judge-noise levels
-    python benchmarks/learning/run.py --methods combine+bo4 --judge-noise 0 0.2   # add rows to the report
+    python benchmarks/learning/run.py --judge-noise 0 0.2    # the default rows x 5 seeds at two judge-noise levels
+    python benchmarks/learning/run.py                        # ... judge noise 0 only
+    python benchmarks/learning/run.py --methods rl opd combine+baseline --judge-noise 0 0.2   # add rows
     python benchmarks/learning/run.py --quick                # 1 seed, 8 updates: ~1 min
     python benchmarks/learning/run.py --smoke                # a few-second model, 2 updates of 2: that it runs
 
@@ -10,15 +10,28 @@ Everything goes through the real serving path, wired by ``openclaw_trl.runtime``
 server over HTTP (session headers), the store, the turn collector, the background scorer (``callable``
 backend with the rule judge, or the ``feedback`` backend fed by ``POST /v1/feedback``) and
 ``OpenClawTrainer`` publishing each LoRA update to the engine the server samples from. The simulated user
-(``openclaw_trl.toy.world.make_user``) prefers bulleted answers; the model (``openclaw_trl.toy``) answers
-in one of four styles at random unless told.
+(``openclaw_trl.toy.world.make_user``) has a hidden preference (``world.preference``): bulleted answers,
+brief answers (one fact), or both; the model (``openclaw_trl.toy``) answers in one of four styles and with
+one to three facts at random unless told.
 
-Method rows (``--methods``, :data:`ROWS`): ``rl``, ``opd``, ``combine``; ``combine+baseline`` (Combine with
-``advantage_baseline: session_mean``); ``combine+bo4`` (Combine with ``best_of_n: 4`` and a quick judge that
-is a noisy proxy of the hidden preference, right with probability 0.7: ``openclaw_trl.toy.proxy``; it runs
-once ``OpenClawConfig`` has the ``best_of_n`` field, and is skipped with the reason printed until then);
-``combine+feedback`` (the ``feedback`` backend: 👍/👎 and the correction through ``POST /v1/feedback``,
-first seed only, no judge noise).
+Rows (``--methods``, :data:`ROWS`; :data:`DEFAULT_ROWS` without it). No row but the one marked ``oracle``
+lets any judge read the user's hidden preference: the judge sees the conversation and the user's next
+message, the quick judges the conversation, the candidate and the hints in the store.
+
+* ``combine``: Combine (RL + OPD), one sample per turn.
+* ``combine+bo4+memory``: Combine with ``best_of_n: 4`` and the ``memory`` quick judge: each candidate's
+  log-likelihood gain under the user's recent hints (what the judge extracted from earlier corrections);
+  no hint yet, candidate 0 is served.
+* ``combine+bo4+engine``: the same with the ``engine`` quick judge (the model rates each candidate 0-10;
+  the toy model cannot rate, so its scores are empty and candidate 0 is served: the row shows what a
+  quick judge that cannot judge costs).
+* ``combine+bo4+proxy`` (**oracle**, an upper bound): the quick judge is ``openclaw_trl.toy.proxy``, told the
+  hidden preference and right with probability 0.7. No real quick judge knows the preference.
+* ``combine-brief``, ``combine+bo4+memory-brief``: a user who wants brief answers (one fact);
+  ``combine-both``, ``combine+bo4+memory-both``: bulleted and brief.
+* ``rl``, ``opd``, ``combine+baseline`` (Combine with ``advantage_baseline: session_mean``),
+  ``combine+feedback`` (the ``feedback`` backend: 👍/👎 and the correction through ``POST /v1/feedback``,
+  first seed only, no judge noise): the method comparison.
 
 Protocol (why it is built this way):
 
@@ -31,19 +44,28 @@ Protocol (why it is built this way):
   corrected, so the better it gets the more conversations one batch costs (at 97% it is ~30 per sample);
   when the budget is spent the run ends early and its later points are missing (the summary says so).
 * Judge noise (``--judge-noise p``): the rule judge (``openclaw_trl.simulation.NoisyRuleJudge``) flips its
-  verdict and garbles its hint (replaced by another style's request: a wrong instruction) on a fraction p
+  verdict and garbles its hint (replaced by another preference's request: a wrong instruction) on a fraction p
   of the turns, drawn per turn from the run's seed, so a rerun judges the same turn ids the same way.
 * Metric: after every update (and before the first), a fixed evaluation set of openings
-  ("Tell me about <topic>." x ``eval_per_topic`` per topic) is answered **by the engine with the current
-  policy adapter** (``weights="policy"``, not through the API, so evaluation turns never enter the
-  store), sampled at the serving temperature with fixed per-prompt seeds (the same random numbers at
-  every evaluation, which removes most sampling noise from the *differences* between points). The score
-  is the fraction of first answers in the preferred style. Update 0 is the base model's rate.
+  ("Tell me about <topic>." x ``eval_per_topic`` for every topic) is answered **by the engine with the
+  current policy adapter** (``weights="policy"``, not through the API, so evaluation turns never enter the
+  store), sampled at the serving temperature with fixed per-prompt seeds (the same random numbers at every
+  evaluation, which removes most sampling noise from the *differences* between points). The score is the
+  fraction of answers that satisfy the preference. The user asks about six of the eight topics while
+  learning; the evaluation covers all eight and also reports the two held out (``rates_unseen``). What must
+  not change is measured at the same points: content fidelity (``world.answer_fidelity``: a well-formed
+  answer about the asked topic stating its facts; ``fidelity``, ``fidelity_unseen``) and a collapse figure
+  (``distinct``: distinct answers / answers per topic). Update 0 is the base model.
 * Served answers: for a Best-of-N row the user is served the quick judge's pick, not one sample, so the
   same evaluation is also run through that selection (N samples per opening with seeds ``eval_seed + i +
-  k * 100003``, the first of them the plain evaluation's; the proxy scores them; the first best one
-  counts): ``served_rates``. For N = 1 rows it equals the score. The summary also gives the online rate:
-  the first answers served in the conversations before the first update.
+  k * 100003``, the first of them the plain evaluation's; the row's own quick judge scores them, the
+  memory judge with the run's hints at that point; the first best one counts): ``served_rates``. For N = 1
+  rows it equals the score. ``served_after_hint``: the same with the base model and, for the memory judge,
+  only the first hint the user gave: what a user is served before any update once they have corrected
+  the model once.
+* Stability: ``first_ok`` holds, per conversation, whether the first answer served was what the user
+  wanted; the summary's "sessions until stable" is the number of conversations until three in a row were
+  right and every evaluation of the policy from then on is >= 0.9.
 * Also recorded per update: conversations and turns used so far (the interaction count), the online
   first-answer success rate of the training conversations, and the trainer's metrics (reward, hint
   acceptance, OPD advantage, baseline, clip ratios, KL to the sampling policy).
@@ -70,7 +92,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from cache import RunCache
-from evaluation import evaluate, evaluate_served
+from evaluation import LEARNING_TOPICS, evaluate, evaluate_served, proxy_scorer, quick_judge_scorer
 from lockstep import BudgetExhausted, LockstepUser, budgeted_store, probe_callback
 from summary import aggregate, group_name, plot, summary_markdown
 
@@ -86,7 +108,9 @@ log = logging.getLogger("learning-bench")
 
 @dataclass(frozen=True)
 class Row:
-    """One method row of the report: a training method and the recipe fields that differ from Combine's."""
+    """One row of the report: a training method, the recipe fields that differ from Combine's, the user's
+    hidden preference, and whether any of its judges reads that preference (``oracle``: an upper bound,
+    not a result a user can get)."""
 
     name: str  # the --methods name and the cache file prefix
     label: str  # as printed in the tables
@@ -95,30 +119,85 @@ class Row:
     fields: tuple[tuple[str, object], ...] = ()  # OpenClawConfig overrides
     best_of: int = 1  # candidates per served turn (the evaluation's serving selection)
     first_seed_only: bool = False
+    preference: str = toy_world.PREFERRED  # the simulated user's hidden preference (world.preference)
+    updates: int | None = None  # None: BenchSettings.updates
+    oracle: bool = False  # a judge of this row reads the hidden preference
+
+    @property
+    def quick_judge(self) -> str | None:
+        """The Best-of-N quick judge backend (None without Best-of-N)."""
+        return dict(self.fields).get("quick_judge_backend") if self.best_of > 1 else None
+
+
+def bo4(quick: str) -> tuple[tuple[str, object], ...]:
+    """The recipe fields of Combine + Best-of-4 with the ``quick`` quick judge backend. The group advantages
+    are divided by the group's score std (``scale_rewards: group``): the quick judges score on different
+    scales (the memory judge's log-likelihood gains run to tens of nats, the proxy's are 0 or 1), and this
+    puts every row's group samples on the scale of the judged ones (|A| about 1)."""
+    return (("best_of_n", 4), ("quick_judge_backend", quick), ("scale_rewards", "group"))
+
+
+BO4_UPDATES = 32
+"""Updates of a Best-of-4 run: its batches fill in about one conversation each, so 16 updates would end the
+run after ~20 conversations; 32 let it show where it stands after 30."""
+PREFERENCE_LABELS = {"brief": "brief answers", "bullets+brief": "bullets and brief"}
+
+
+def preference_rows(preference: str, suffix: str) -> tuple[Row, ...]:
+    """Combine and Combine + Best-of-4 (memory quick judge) for a user who wants ``preference``."""
+    label = PREFERENCE_LABELS[preference]
+    return (
+        Row(f"combine-{suffix}", f"Combine [{label}]", "combine", preference=preference),
+        Row(
+            f"combine+bo4+memory-{suffix}",
+            f"Combine + best-of-4, memory judge [{label}]",
+            "combine",
+            fields=bo4("memory"),
+            best_of=4,
+            preference=preference,
+            updates=BO4_UPDATES,
+        ),
+    )
 
 
 ROWS: dict[str, Row] = {
     r.name: r
     for r in (
+        Row("combine", "Combine", "combine"),
+        Row(
+            "combine+bo4+memory",
+            "Combine + best-of-4, memory judge",
+            "combine",
+            fields=bo4("memory"),
+            best_of=4,
+            updates=BO4_UPDATES,
+        ),
+        Row(
+            "combine+bo4+engine",
+            "Combine + best-of-4, engine judge",
+            "combine",
+            fields=bo4("engine"),
+            best_of=4,
+            updates=BO4_UPDATES,
+        ),
+        Row(
+            "combine+bo4+proxy",
+            "Combine + best-of-4, proxy judge told the preference (upper bound)",
+            "combine",
+            fields=(*bo4("callable"), ("quick_judge_callable", PROXY_JUDGE)),
+            best_of=4,
+            updates=BO4_UPDATES,
+            oracle=True,
+        ),
+        *preference_rows("brief", "brief"),
+        *preference_rows("bullets+brief", "both"),
         Row("rl", "RL", "rl"),
         Row("opd", "OPD", "opd"),
-        Row("combine", "Combine", "combine"),
         Row(
             "combine+baseline",
             "Combine + session baseline",
             "combine",
             fields=(("advantage_baseline", "session_mean"),),
-        ),
-        Row(
-            "combine+bo4",
-            "Combine + best-of-4 (proxy judge, 0.7)",
-            "combine",
-            fields=(
-                ("best_of_n", 4),
-                ("quick_judge_backend", "callable"),
-                ("quick_judge_callable", PROXY_JUDGE),
-            ),
-            best_of=4,
         ),
         Row(
             "combine+feedback",
@@ -129,6 +208,9 @@ ROWS: dict[str, Row] = {
         ),
     )
 }
+DEFAULT_ROWS = [name for name in ROWS if name not in ("rl", "opd", "combine+baseline", "combine+feedback")]
+"""The rows a plain run makes: no-oracle rows for each preference, and the proxy row as an upper bound (the
+method comparison rows are added with ``--methods``)."""
 LABELS = {name: row.label for name, row in ROWS.items()}
 
 
@@ -148,7 +230,7 @@ class BenchSettings:
     max_tokens: int = 40
     eval_per_topic: int = 8
     eval_seed: int = 777
-    preferred: str = toy_world.PREFERRED
+    preferred: str = toy_world.PREFERRED  # a run's own: its row's preference
     max_conversations: int = 480  # per run: OPD learns from failures only, so it needs ever more talk
     sample_timeout_s: float = 600.0
 
@@ -160,8 +242,17 @@ class RunResult:
     backend: str
     seed: int
     noise: float = 0.0
+    label: str = ""
+    preference: str = toy_world.PREFERRED
+    oracle: bool = False
     rates: list[float] = field(default_factory=list)  # index = update (0 = before any update)
+    rates_unseen: list[float] = field(default_factory=list)  # the same on the topics never asked
+    fidelity: list[float] = field(default_factory=list)  # well-formed answers about the asked topic
+    fidelity_unseen: list[float] = field(default_factory=list)
+    distinct: list[float] = field(default_factory=list)  # distinct answers / answers, per topic
     served_rates: list[float] = field(default_factory=list)  # the same through the serving selection
+    served_after_hint: float | None = None  # served by Best-of-N, base model, once the user gave one hint
+    first_ok: list[bool] = field(default_factory=list)  # per conversation: the served first answer was right
     conversations: list[int] = field(default_factory=list)  # conversations used when each point was taken
     turns: list[int] = field(default_factory=list)
     online_first_ok: list[float | None] = field(default_factory=list)  # training conversations, per update
@@ -251,6 +342,83 @@ TRAINER_KEYS = (
 )
 
 
+def row_settings(spec: Row, settings: BenchSettings) -> BenchSettings:
+    """The benchmark settings of one run of ``spec``: its own preference and number of updates."""
+    return dataclasses.replace(settings, preferred=spec.preference, updates=spec.updates or settings.updates)
+
+
+def judge_for(spec: Row, noise: float, seed: int):
+    """The judge a run of ``spec`` passes to ``build_runtime`` (None: the recipe's ``judge_callable``, the rule
+    judge). Either way it reads the conversation and the user's next message only, never the preference."""
+    from openclaw_trl.simulation import NoisyRuleJudge
+
+    if noise and spec.backend != "callable":
+        raise ValueError(f"{spec.name}: judge noise applies to the rule judge (callable backend) only")
+    if not noise:
+        return None
+    return NoisyRuleJudge(noise=noise, seed=seed, decoys=tuple(c.request for c in toy_world.CRITERIA))
+
+
+def served_scorer(spec: Row, runtime, seed: int, first_hint_only: bool = False):
+    """How the evaluation scores Best-of-N candidates for ``spec``: its own quick judge. The memory judge reads
+    the run's store (``first_hint_only``: only the first hint the user gave); the proxy is told the preference
+    (an oracle row)."""
+    from openclaw_trl.judging import QuickJudge
+    from openclaw_trl.judging.memory import HintMemory
+    from openclaw_trl.toy.proxy import StyleProxy
+
+    config = runtime.config.quick_judge_config()
+    if spec.oracle:
+        return proxy_scorer(StyleProxy(preferred=spec.preference, seed=seed))
+    if first_hint_only:
+        first = runtime.store.queries.recent_hints(1_000_000)[:1]
+        tokenizer = runtime.engine.tokenizer
+        judge = HintMemory(
+            lambda n: first,
+            runtime.engine,
+            tokenizer,
+            config.hints,
+            config.teacher,
+            config.max_prompt_tokens,
+            60.0,
+        )
+    else:
+        judge = QuickJudge(
+            config, engine=runtime.engine, tokenizer=runtime.engine.tokenizer, store=runtime.store
+        )
+    return quick_judge_scorer(judge, runtime.config.temperature)
+
+
+def make_measure(spec: Row, runtime, settings: BenchSettings, seed: int, result: RunResult):
+    """The evaluation at one point of a run (appends to ``result``'s curves); for Best-of-N rows also what
+    the row serves, and (once) what it serves with the base model once the user has given a hint."""
+
+    def measure() -> None:
+        point = evaluate(runtime.engine, settings, spec.preference)
+        result.rates.append(point.rate)
+        result.rates_unseen.append(point.rate_unseen)
+        result.fidelity.append(point.fidelity)
+        result.fidelity_unseen.append(point.fidelity_unseen)
+        result.distinct.append(point.distinct)
+        served = point.rate
+        if spec.best_of > 1:
+            score = served_scorer(spec, runtime, seed)
+            served = evaluate_served(
+                runtime.engine, settings, spec.best_of, score, spec.preference, f"eval-{seed}"
+            )
+            if result.served_after_hint is None and (
+                spec.quick_judge != "memory" or runtime.store.queries.recent_hints(1)
+            ):
+                if spec.quick_judge == "memory":
+                    score = served_scorer(spec, runtime, seed, first_hint_only=True)
+                result.served_after_hint = evaluate_served(
+                    runtime.engine, settings, spec.best_of, score, spec.preference, f"eval-{seed}", "base"
+                )
+        result.served_rates.append(served)
+
+    return measure
+
+
 def run_one(
     model_dir, row: str, seed: int, settings: BenchSettings, out_dir: Path, noise: float = 0.0
 ) -> RunResult:
@@ -260,28 +428,24 @@ def run_one(
     from transformers.trainer_callback import PrinterCallback
 
     from openclaw_trl.runtime import build_runtime, start_server
-    from openclaw_trl.simulation import NoisyRuleJudge
-    from openclaw_trl.toy.proxy import quick_judge
 
     spec = ROWS[row]
-    if noise and spec.backend != "callable":
-        raise ValueError(f"{row}: judge noise applies to the rule judge (callable backend) only")
+    settings = row_settings(spec, settings)
     started = time.perf_counter()
     set_seed(seed)
     config, model_args = build_config(spec, seed, settings, out_dir, model_dir)
-    judge = None
-    if noise:
-        decoys = tuple(s.request for s in toy_world.STYLES)
-        judge = NoisyRuleJudge(noise=noise, seed=seed, decoys=decoys)
-    runtime = build_runtime(config, model_args, judge_fn=judge)
-    result = RunResult(row=row, method=spec.method, backend=spec.backend, seed=seed, noise=noise)
-
-    def measure() -> None:
-        result.rates.append(evaluate(runtime.engine, settings))
-        served = result.rates[-1]
-        if spec.best_of > 1:
-            served = evaluate_served(runtime.engine, settings, spec.best_of, quick_judge, seed)
-        result.served_rates.append(served)
+    runtime = build_runtime(config, model_args, judge_fn=judge_for(spec, noise, seed))
+    result = RunResult(
+        row=row,
+        method=spec.method,
+        backend=spec.backend,
+        seed=seed,
+        noise=noise,
+        label=spec.label,
+        preference=spec.preference,
+        oracle=spec.oracle,
+    )
+    measure = make_measure(spec, runtime, settings, seed, result)
 
     user = None
     try:
@@ -289,7 +453,8 @@ def run_one(
         runtime.trainer.sample_timeout = settings.sample_timeout_s
         runtime.scorer.start()
         server = start_server(runtime, port=0, ui=False)
-        user = LockstepUser(runtime, server.url, settings, seed, feedback=spec.backend == "feedback").start()
+        feedback = spec.backend == "feedback"
+        user = LockstepUser(runtime, server.url, settings, seed, feedback, LEARNING_TOPICS).start()
         runtime.trainer.store = budgeted_store(runtime.store, user.exhausted)
         runtime.trainer.add_callback(probe_callback(user, result, measure))
         try:
@@ -306,6 +471,7 @@ def run_one(
         runtime.close()
     if user is not None and user.error is not None:
         raise RuntimeError(f"the simulated user failed: {user.error!r}") from user.error
+    result.first_ok = list(user.first_ok) if user is not None else []
     result.policy_version = runtime.trainer.state.global_step
     result.samples_used = runtime.trainer.samples_used
     result.trainer_metrics = [
@@ -318,6 +484,17 @@ def run_one(
 
 
 # ---------------------------------------------------------------------------------------------- main
+def row_key(settings: BenchSettings):
+    """The cache key of a row's runs: its settings (all but the sample timeout) and its definition."""
+
+    def key(row: str) -> dict:
+        recipe = asdict(row_settings(ROWS[row], settings))
+        recipe.pop("sample_timeout_s")
+        return {"settings": recipe, "row": asdict(ROWS[row])}
+
+    return key
+
+
 def plan(
     rows: list[str], noises: list[float], seeds: list[int]
 ) -> tuple[list[tuple[str, float, int]], list[str]]:
@@ -402,7 +579,13 @@ def main(argv: list[str] | None = None) -> int:
         "(nothing is learnt); writes learning_smoke.*",
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
-    parser.add_argument("--methods", nargs="+", default=list(ROWS), choices=list(ROWS), help="rows to run")
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=DEFAULT_ROWS,
+        choices=list(ROWS),
+        help="rows to run (default: %(default)s)",
+    )
     parser.add_argument("--judge-noise", type=float, nargs="+", default=[0.0], help="levels p to run at")
     parser.add_argument("--updates", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=None)
@@ -453,7 +636,7 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = pretrain.toy_model(model_settings, log=log.info)
     suffix = "_smoke" if args.smoke else "_quick" if args.quick else ""
     out = Path(args.out)
-    cache = RunCache(Path(args.cache_dir or out / f"learning_runs{suffix}"), settings, model_dir)
+    cache = RunCache(Path(args.cache_dir or out / f"learning_runs{suffix}"), model_dir, row_key(settings))
     if args.report_only:
         _, skipped = plan(args.methods, args.judge_noise, seeds)
         if not cache.runs(list(ROWS)):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 
 from openclaw_trl import judge
 
@@ -39,18 +40,28 @@ logger = logging.getLogger(__name__)
 class HintMemory:
     """Scores candidates by their hint-conditioned log-likelihood gain (module docstring).
 
-    ``store``: where the hints are (``store.queries.recent_hints``); ``engine`` / ``tokenizer``: the
-    serving engine; ``hints``: how many recent hints count; ``teacher``: ``base`` or ``policy`` weights.
+    ``recent_hints(n)``: the ``n`` most recent hints, oldest first (``store.queries.recent_hints``);
+    ``engine`` / ``tokenizer``: the serving engine; ``hints``: how many recent hints count; ``teacher``:
+    ``base`` or ``policy`` weights.
     """
 
-    def __init__(self, store, engine, tokenizer, hints: int, teacher: str, max_prompt_tokens: int, timeout_s):
-        self.store, self.engine, self.tokenizer = store, engine, tokenizer
+    def __init__(
+        self,
+        recent_hints: Callable[[int], list[str]],
+        engine,
+        tokenizer,
+        hints: int,
+        teacher: str,
+        max_prompt_tokens: int,
+        timeout_s: float,
+    ):
+        self.recent_hints, self.engine, self.tokenizer = recent_hints, engine, tokenizer
         self.hints, self.teacher = hints, teacher
         self.max_prompt_tokens, self.timeout_s = max_prompt_tokens, timeout_s
 
     def hint_shares(self) -> dict[str, float]:
         """Each distinct recent hint and its share of the ``hints`` most recent ones (empty: none yet)."""
-        recent = [h.strip() for h in self.store.queries.recent_hints(self.hints) if h and h.strip()]
+        recent = [h.strip() for h in self.recent_hints(self.hints) if h and h.strip()]
         return {h: c / len(recent) for h, c in Counter(recent).items()}
 
     def scores(self, items) -> list[float | None]:

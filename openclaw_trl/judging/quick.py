@@ -170,7 +170,7 @@ class QuickJudge:
             from openclaw_trl.judging.memory import HintMemory
 
             self.memory = HintMemory(
-                store,
+                store.queries.recent_hints,
                 engine,
                 tokenizer,
                 config.hints,
