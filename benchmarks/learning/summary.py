@@ -5,11 +5,15 @@ A *group* is one method row at one judge-noise level (``combine+baseline@p0.2``)
 ``conversations[i]`` (conversations the simulated user had held by then), ``served_rates`` (the same
 evaluation through the row's serving selection: best-of-N picks by the quick judge; equal to ``rates`` for
 N = 1) and ``online_first_ok[1]`` (first answers served in the conversations before the first update).
+The headline figures (sessions until stable, fidelity, goals) come from the machine-readable summary
+(``results_json.py``, ``goals.py``) and are rendered by ``headline.py``.
 """
 
 from __future__ import annotations
 
 import statistics
+
+from headline import goals_table, headline_table
 
 from openclaw_trl.toy import world
 
@@ -155,8 +159,10 @@ def _per_conversation_table(report: dict, names: list[str], labels: dict[str, st
     return lines
 
 
-def summary_markdown(report: dict, labels: dict[str, str] | None = None) -> str:
-    """The markdown summary: per noise level, the per-update table and the per-conversation table."""
+def summary_markdown(report: dict, labels: dict[str, str] | None = None, results: dict | None = None) -> str:
+    """The markdown summary: the headline table and the goals of ``results`` (the machine-readable
+    summary, ``results_json.summary_json(report, ...)``; left out when None), then per noise level the
+    per-update table and the per-conversation table."""
     s = report["settings"]
     pre = report["pretrain"]["metrics"]
     labels = {
@@ -179,6 +185,8 @@ def summary_markdown(report: dict, labels: dict[str, str] | None = None) -> str:
         "mean ± std over seeds [min, max]. Judge noise p: the rule judge flips its verdict and garbles its "
         "hint (a wrong style request) on a fraction p of the turns.",
     ]
+    if results is not None:
+        lines += ["", "## Headline", "", *_headline(results)]
     noises = sorted({r["noise"] for r in report["runs"]})
     for noise in noises:
         names = [n for n in report["aggregate"] if report["aggregate"][n]["noise"] == noise]
@@ -217,13 +225,86 @@ def summary_markdown(report: dict, labels: dict[str, str] | None = None) -> str:
     return "\n".join(lines)
 
 
+def _headline(results: dict) -> list[str]:
+    return [
+        f"Conversations to {TARGET}: until the policy evaluation first reached it. Sessions until stable: "
+        "conversations until three in a row got a first answer in the preferred style from a policy whose "
+        f"evaluations all stay at or above {TARGET} from then on. Fidelity drop: the fraction of well-formed "
+        "on-topic answers at update 0 minus at the last update (positive: lost). Distinct drop: the same for "
+        "distinct answers / answers (a collapse figure). Served before update: preferred answers served by "
+        "the row's serving selection with the base model once the user gave one hint. Oracle: the row's "
+        "quick judge reads the simulated user's hidden preference (an upper bound). Mean over the seeds "
+        "that got there (k/n seeds); `-`: not recorded by these runs.",
+        "",
+        *headline_table(results),
+        "",
+        *goals_table(results),
+    ]
+
+
 def _signed(x: float | None) -> str:
     """``+0.12``; ``-`` where the model drew no answer of that kind (nothing to average)."""
     return "-" if x is None else f"{x:+.2f}"
 
 
-def plot(report: dict, path, labels: dict[str, str] | None = None) -> None:
-    """Draw the curves to ``path``; without matplotlib (the dev extra) say so and draw nothing."""
+def _meta(rows_meta, row: str, key: str):
+    """``rows_meta[row].key`` (attribute or dict key), None when absent."""
+    entry = (rows_meta or {}).get(row)
+    if entry is None:
+        return None
+    return entry.get(key) if isinstance(entry, dict) else getattr(entry, key, None)
+
+
+def row_info(runs: list[dict], rows_meta=None) -> dict:
+    """Label, preference and oracle flag of a group's runs: the runs' own record first, then
+    ``rows_meta`` (row name -> a ``run.Row`` or a dict); the label falls back to the row name, the others
+    to None (unknown: runs cached before the fields existed)."""
+    row = runs[0]["row"]
+    info = {}
+    for key in ("label", "preference", "oracle"):
+        recorded = [r.get(key) for r in runs if r.get(key) is not None]
+        info[key] = recorded[0] if recorded else _meta(rows_meta, row, key)
+    info["label"] = info["label"] or row
+    return info
+
+
+def served_curve(runs: list[dict], grid: list[int]) -> dict | None:
+    """Mean, min and max over seeds of the score of the policy served after each number of conversations
+    in ``grid`` (:func:`rate_after_conversations`: a step function, the last evaluation taken with at
+    most that many conversations held), up to the last grid point every seed reached; None if none."""
+    runs = [r for r in runs if r.get("rates") and r.get("conversations")]
+    if not runs:
+        return None
+    values = [[rate_after_conversations(r, n) for r in runs] for n in grid]
+    known = next((i for i, v in enumerate(values) if None in v), len(grid))
+    if known == 0:
+        return None
+    return {
+        "x": grid[:known],
+        "mean": [statistics.fmean(v) for v in values[:known]],
+        "min": [min(v) for v in values[:known]],
+        "max": [max(v) for v in values[:known]],
+    }
+
+
+def plot_limit(runs: list[dict], rows_meta=None, cap: int = 120) -> int:
+    """The x range of the plot: 1.25 x the most conversations any seed of a row without an oracle needed
+    to reach :data:`TARGET` (at least 20, at most ``cap``; ``cap`` when none got there), and no further
+    than the longest run."""
+    oracle = {r["row"]: row_info([r], rows_meta)["oracle"] for r in runs}
+    reach = [conversations_to(r, TARGET) for r in runs if oracle[r["row"]] is not True]
+    reach = [c for c in reach if c is not None]
+    limit = min(cap, max(20, 10 * -(-int(1.25 * max(reach)) // 10))) if reach else cap
+    longest = max((r["conversations"][-1] for r in runs if r.get("conversations")), default=limit)
+    return max(1, min(limit, longest))
+
+
+def plot(report: dict, path, labels: dict[str, str] | None = None, rows_meta=None) -> None:
+    """Score per conversation to ``path``: one panel per judge noise level, x = conversations held with the
+    simulated user, y = the score of the policy being served then (:func:`served_curve`), a line per row
+    (mean over seeds) with its min-max band; rows whose quick judge reads the hidden preference (oracle)
+    are dashed and labelled "(upper bound)". Without matplotlib (the dev extra) it says so and draws
+    nothing."""
     try:
         import matplotlib
     except ImportError:
@@ -233,34 +314,39 @@ def plot(report: dict, path, labels: dict[str, str] | None = None) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    noises = sorted({a["noise"] for a in report["aggregate"].values()})
-    fig, axes = plt.subplots(len(noises), 2, figsize=(11, 3.9 * len(noises)), squeeze=False)
+    runs = report["runs"]
+    if not runs:
+        print(f"no runs to draw: no plot at {path}")
+        return
+    noises = sorted({r["noise"] for r in runs})
+    order = list(dict.fromkeys([*(rows_meta or {}), *(r["row"] for r in runs)]))
+    limit = plot_limit(runs, rows_meta)
+    grid = list(range(limit + 1))
+    fig, axes = plt.subplots(1, len(noises), figsize=(5.6 * len(noises), 4.2), squeeze=False)
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     colors: dict[str, str] = {}
-    for (left, right), noise in zip(axes, noises):
-        groups = {n: a for n, a in report["aggregate"].items() if a["noise"] == noise}
-        for a in groups.values():
-            color = colors.setdefault(a["row"], cycle[len(colors) % len(cycle)])
-            x = list(range(len(a["mean"])))
-            label = (labels or {}).get(a["row"], a["row"])
-            left.plot(x, a["mean"], marker="o", ms=2.5, color=color, label=label)
-            left.fill_between(x, a["min"], a["max"], color=color, alpha=0.08)
-            right.plot(a["conversations"], a["mean"], marker="o", ms=2.5, color=color)
-        for ax in (left, right):
-            ax.axhline(report["base_rate"], color="grey", lw=0.8, ls=":")
-            ax.axhline(TARGET, color="black", lw=0.6, ls=":")
-            ax.set_ylim(0, 1.02)
-            ax.set_ylabel("first answers in the preferred style")
-            ax.grid(alpha=0.3)
-            ax.set_title(f"judge noise p = {noise:g}", fontsize=9)
-        right.axvline(60, color="black", lw=0.6, ls=":")
-        finals = sorted(a["conversations"][-1] for a in groups.values())
-        if finals and finals[-1] > 2.5 * finals[0] > 0:  # OPD's long tail would squash the others
-            right.set_xlim(0, 2.5 * finals[0])
-        left.set_xlabel("updates (band: min-max over seeds)")
-        right.set_xlabel("conversations with the simulated user (mean over seeds)")
-        left.legend(fontsize=7, loc="lower right")
-    fig.suptitle("Toy world: learning a hidden style preference from conversation (CPU)", fontsize=10)
+    for ax, noise in zip(axes[0], noises):
+        for row in order:
+            group = [r for r in runs if r["row"] == row and r["noise"] == noise]
+            curve = served_curve(group, grid) if group else None
+            if curve is None:
+                continue
+            info = row_info(group, rows_meta)
+            color = colors.setdefault(row, cycle[len(colors) % len(cycle)])
+            label = (labels or {}).get(row, info["label"]) + (" (upper bound)" if info["oracle"] else "")
+            style = "--" if info["oracle"] else "-"
+            ax.step(curve["x"], curve["mean"], where="post", color=color, ls=style, label=label)
+            ax.fill_between(curve["x"], curve["min"], curve["max"], step="post", color=color, alpha=0.1)
+        ax.axhline(report["base_rate"], color="grey", lw=0.8, ls=":")
+        ax.axhline(TARGET, color="black", lw=0.6, ls=":")
+        ax.set_xlim(0, limit)
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("conversations with the simulated user (band: min-max over seeds)")
+        ax.set_ylabel("score of the policy being served")
+        ax.grid(alpha=0.3)
+        ax.set_title(f"judge noise p = {noise:g}", fontsize=9)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle("Toy world: learning a hidden preference from conversation (CPU)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)

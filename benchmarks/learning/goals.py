@@ -1,0 +1,119 @@
+"""The learning benchmark's goals, checked against the summary entries (``results_json.summary_json``).
+
+Each goal is read at one judge noise level (:data:`GOAL_NOISE`) on the rows whose quick judge does not
+read the simulated user's hidden preference (``oracle`` is False; rows with an unknown flag are left
+out). For each goal the result names the rows that meet it and the best row with its figure and
+``miss``: by how much the figure falls short of the threshold, in the figure's unit (positive: it misses
+by that much; zero or negative: it meets the goal with that margin, except that "above" a threshold is
+strict, so a ``miss`` of exactly 0 does not meet it).
+
+Goals on a per-seed count (conversations to 0.9, sessions until stable) also require every seed to get
+there: a mean over the seeds that did would hide the ones that never did. Among rows, the best is the one
+with the most seeds there, then the best figure.
+"""
+
+from __future__ import annotations
+
+GOAL_NOISE = 0.2
+
+
+def _figure(entry: dict, metric: str):
+    value = entry[metric]
+    return value["mean"] if isinstance(value, dict) else value
+
+
+def _seeds_there(entry: dict, metric: str) -> int:
+    value = entry[metric]
+    return sum(v is not None for v in value["per_seed"]) if isinstance(value, dict) else len(entry["seeds"])
+
+
+def _goals(base_rate: float | None) -> list[dict]:
+    return [
+        {
+            "id": "conversations_to_0_9",
+            "text": "≥ 0.9 within 30 conversations on average with all seeds getting there",
+            "metric": "conversations_to_0_9",
+            "op": "<=",
+            "threshold": 30,
+            "all_seeds": True,
+        },
+        {
+            "id": "sessions_until_stable",
+            "text": "sessions until stable ≤ 15 (all seeds getting there)",
+            "metric": "sessions_until_stable",
+            "op": "<=",
+            "threshold": 15,
+            "all_seeds": True,
+        },
+        {
+            "id": "fidelity_drop",
+            "text": "fidelity drop ≤ 0.05",
+            "metric": "fidelity_drop",
+            "op": "<=",
+            "threshold": 0.05,
+            "all_seeds": False,
+        },
+        {
+            "id": "served_before_update",
+            "text": "served before update above the base rate",
+            "metric": "served_before_update",
+            "op": ">",
+            "threshold": base_rate,
+            "all_seeds": False,
+        },
+    ]
+
+
+def _miss(value: float, op: str, threshold: float) -> float:
+    return value - threshold if op == "<=" else threshold - value
+
+
+def _meets(entry: dict, goal: dict) -> bool:
+    value = _figure(entry, goal["metric"])
+    if value is None or goal["threshold"] is None:
+        return False
+    if goal["all_seeds"] and _seeds_there(entry, goal["metric"]) < len(entry["seeds"]):
+        return False
+    miss = _miss(value, goal["op"], goal["threshold"])
+    return miss < 0 if goal["op"] == ">" else miss <= 0
+
+
+def _rank(entry: dict, goal: dict) -> tuple:
+    """Sort key, best first: most seeds there (goals on every seed), then the best figure (lowest for
+    ``<=``, highest for ``>``)."""
+    metric = goal["metric"]
+    seeds = -_seeds_there(entry, metric) if goal["all_seeds"] else 0
+    return (seeds, _figure(entry, metric) * (1 if goal["op"] == "<=" else -1))
+
+
+def evaluate_goals(entries: list[dict], base_rate: float | None, noise: float = GOAL_NOISE) -> list[dict]:
+    """Per goal: ``id``, ``text``, ``judge_noise``, ``metric``, ``op``, ``threshold``, ``rows`` (the
+    candidate entries' names), ``met_by`` (names, in entry order) and ``best`` (``name``, ``label``,
+    ``value``, ``miss``, ``seeds_there``, ``seeds``; None when no candidate has the figure)."""
+    candidates = [e for e in entries if e["judge_noise"] == noise and e["oracle"] is False]
+    out = []
+    for goal in _goals(base_rate):
+        metric, op = goal["metric"], goal["op"]
+        scored = [e for e in candidates if _figure(e, metric) is not None]
+        best = None
+        if scored and goal["threshold"] is not None:
+            top = min(scored, key=lambda e: _rank(e, goal))
+            value = _figure(top, metric)
+            best = {
+                "name": top["name"],
+                "label": top["label"],
+                "value": value,
+                "miss": _miss(value, op, goal["threshold"]),
+                "seeds_there": _seeds_there(top, metric),
+                "seeds": len(top["seeds"]),
+            }
+        out.append(
+            goal
+            | {
+                "judge_noise": noise,
+                "rows": [e["name"] for e in candidates],
+                "met_by": [e["name"] for e in candidates if _meets(e, goal)],
+                "best": best,
+            }
+        )
+    return out
