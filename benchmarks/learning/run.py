@@ -73,8 +73,11 @@ Protocol (why it is built this way):
 Output: every finished run is cached as ``benchmarks/results/learning_runs/<row>_p<noise>_s<seed>.json``
 (committed: the raw results) and reused by later invocations with the same settings and model, so rows
 can be added without rerunning the others (``--rerun`` runs them again). The report covers every cached
-run: ``benchmarks/results/learning.json`` (git-ignored), ``learning.png`` (the curves) and
-``learning_summary.md`` (the tables docs/benchmarks.md quotes). ``--quick`` uses ``learning_runs_quick/`` and
+run: ``benchmarks/results/learning.json`` (git-ignored), ``learning_summary.json`` (committed: one entry per
+row and noise level with conversations to 0.9, sessions until stable, fidelity drop, served before any
+update, and the goals), ``learning.png`` (score per conversation, seed bands) and ``learning_summary.md`` (the
+tables, generated from the JSON); the README's table between its ``learning-table`` markers is rewritten
+from the same JSON. ``--quick`` uses ``learning_runs_quick/`` and
 ``learning_quick.*`` (``--smoke``: ``learning_runs_smoke/``, ``learning_smoke.*``). Server-side sampling is
 not seeded (as in live use), so reruns differ a little.
 """
@@ -93,7 +96,9 @@ from pathlib import Path
 
 from cache import RunCache
 from evaluation import LEARNING_TOPICS, evaluate, evaluate_served, proxy_scorer, quick_judge_scorer
+from headline import update_readme
 from lockstep import BudgetExhausted, LockstepUser, budgeted_store, probe_callback
+from results_json import summary_json, write_summary_json
 from summary import aggregate, group_name, plot, summary_markdown
 
 from openclaw_trl.toy import pretrain
@@ -561,11 +566,17 @@ def run_benchmark(
 
 
 def write_report(report: dict, out: Path, stem: str) -> str:
+    """``<stem>.json`` (the whole report), ``<stem>_summary.json`` (one entry per row and noise level, the
+    goals), ``<stem>.png`` and ``<stem>_summary.md``; the README's table when this is the committed report."""
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(report, indent=1))
-    plot(report, out / f"{stem}.png", LABELS)
-    summary = summary_markdown(report, LABELS)
+    results = summary_json(report, ROWS)
+    write_summary_json(results, out / f"{stem}_summary.json")
+    plot(report, out / f"{stem}.png", LABELS, ROWS)
+    summary = summary_markdown(report, LABELS, results)
     (out / f"{stem}_summary.md").write_text(summary)
+    if stem == "learning" and out.resolve() == RESULTS.resolve():
+        update_readme(ROOT / "README.md", results)
     return summary
 
 
