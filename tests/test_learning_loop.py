@@ -75,10 +75,13 @@ def test_closed_loop_produces_updates(toy_model, tmp_path, row, noise):
     assert len(result.trainer_metrics) == 2 and all("reward" in m for m in result.trainer_metrics)
     if row == "combine+baseline":
         assert all("rl/baseline_mean" in m for m in result.trainer_metrics)
-    cache = run.RunCache(tmp_path / "cache", settings, toy_model)
+    cache = run.RunCache(tmp_path / "cache", toy_model, run.row_key(settings))
     cache.put(result)
     assert cache.get(row, noise, 0) == dataclasses.asdict(result)
-    assert run.RunCache(tmp_path / "cache", run.BenchSettings(), toy_model).get(row, noise, 0) is None
+    assert (
+        run.RunCache(tmp_path / "cache", toy_model, run.row_key(run.BenchSettings())).get(row, noise, 0)
+        is None
+    )
     report = run.build_report(cache.runs(list(run.ROWS)), settings, ["combine+bo4: not in this checkout"])
     report |= {
         "quick": True,
@@ -93,16 +96,10 @@ def test_closed_loop_produces_updates(toy_model, tmp_path, row, noise):
 
 def test_the_plan_runs_p0_first_and_skips_what_cannot_run():
     run = _load("run")
-    runs, skipped = run.plan(["combine+feedback", "combine+bo4", "rl"], [0.0, 0.2], [3, 4])
-    bo4 = run.row_unavailable(run.ROWS["combine+bo4"])
+    runs, skipped = run.plan(["combine+feedback", "combine+bo4+memory", "rl"], [0.0, 0.2], [3, 4])
     expected = [("combine+feedback", 0.0, 3)] + [
-        (row, noise, seed)
-        for noise in (0.0, 0.2)
-        for seed in (3, 4)
-        for row in ("combine+bo4", "rl")
-        if row == "rl" or bo4 is None
+        (row, noise, seed) for noise in (0.0, 0.2) for seed in (3, 4) for row in ("combine+bo4+memory", "rl")
     ]
     expected.sort(key=lambda r: (r[1], r[2]))
     assert runs == expected
-    assert "combine+feedback at p > 0: the feedback backend has no rule judge to add noise to" in skipped
-    assert (bo4 in skipped) if bo4 else all("bo4" not in s for s in skipped)
+    assert skipped == ["combine+feedback at p > 0: the feedback backend has no rule judge to add noise to"]

@@ -180,6 +180,7 @@ def test_goals_name_the_rows_that_meet_them_and_the_best_shortfall():
         "name": "combine@p0.2",
         "label": "Combine",
         "value": 20.0,
+        "threshold": 30,
         "miss": -10.0,
         "seeds_there": 2,
         "seeds": 2,
@@ -188,9 +189,15 @@ def test_goals_name_the_rows_that_meet_them_and_the_best_shortfall():
     assert stable["met_by"] == [] and stable["best"]["value"] == 23.0 and stable["best"]["miss"] == 8.0
     fidelity = goals["fidelity_drop"]
     assert fidelity["met_by"] == ["combine@p0.2"] and fidelity["best"]["miss"] == -0.01
-    served = goals["served_before_update"]  # 0.5 is not above a base rate of 0.5
-    assert served["met_by"] == [] and served["best"]["value"] == 0.5 and served["best"]["miss"] == 0.0
-    assert served["threshold"] == 0.5
+    served = goals["served_before_update"]  # each row against its own base rate (its update-0 score, 0.3)
+    assert served["met_by"] == ["combine@p0.2"] and served["best"]["value"] == 0.5
+    assert served["best"]["threshold"] == 0.3 and served["best"]["miss"] == -0.2
+    assert served["threshold"] == "the row's base rate"
+    runs[0]["rates"][0] = runs[1]["rates"][0] = 0.5  # 0.5 is not above a base rate of 0.5
+    goals = {g["id"]: g for g in results_json.summary_json(report_of(runs), ROWS_META)["goals"]}
+    assert (
+        goals["served_before_update"]["met_by"] == [] and goals["served_before_update"]["best"]["miss"] == 0.0
+    )
 
 
 def test_a_row_with_more_seeds_there_beats_a_faster_row_with_fewer():
@@ -234,7 +241,7 @@ def test_update_readme_is_idempotent_and_leaves_a_readme_without_markers_alone(t
     readme.write_text(f"# x\n\nbefore\n{headline.README_START}\nold table\n{headline.README_END}\nafter\n")
     assert headline.update_readme(readme, out)
     once = readme.read_text()
-    assert "old table" not in once and "| Combine | 10 (1/1) |" in once
+    assert "old table" not in once and "| Combine | bullets | 0.30 → 1.00 | 10 (1/1) |" in once
     assert once.startswith("# x\n\nbefore\n") and once.endswith(f"{headline.README_END}\nafter\n")
     assert headline.update_readme(readme, out) and readme.read_text() == once
     for text in ("no markers here\n", f"{headline.README_END}\n{headline.README_START}\n"):

@@ -27,7 +27,15 @@ def _seeds_there(entry: dict, metric: str) -> int:
     return sum(v is not None for v in value["per_seed"]) if isinstance(value, dict) else len(entry["seeds"])
 
 
-def _goals(base_rate: float | None) -> list[dict]:
+ROW_BASE_RATE = "the row's base rate"
+"""The threshold of a goal read against each row's own base rate (its preference's rate before any update)."""
+
+
+def _threshold(entry: dict, goal: dict) -> float | None:
+    return entry.get("base_rate") if goal["threshold"] == ROW_BASE_RATE else goal["threshold"]
+
+
+def _goals() -> list[dict]:
     return [
         {
             "id": "conversations_to_0_9",
@@ -55,10 +63,10 @@ def _goals(base_rate: float | None) -> list[dict]:
         },
         {
             "id": "served_before_update",
-            "text": "served before update above the base rate",
+            "text": "served before update above the base rate (once the user has given one hint)",
             "metric": "served_before_update",
             "op": ">",
-            "threshold": base_rate,
+            "threshold": ROW_BASE_RATE,
             "all_seeds": False,
         },
     ]
@@ -69,41 +77,41 @@ def _miss(value: float, op: str, threshold: float) -> float:
 
 
 def _meets(entry: dict, goal: dict) -> bool:
-    value = _figure(entry, goal["metric"])
-    if value is None or goal["threshold"] is None:
+    value, threshold = _figure(entry, goal["metric"]), _threshold(entry, goal)
+    if value is None or threshold is None:
         return False
     if goal["all_seeds"] and _seeds_there(entry, goal["metric"]) < len(entry["seeds"]):
         return False
-    miss = _miss(value, goal["op"], goal["threshold"])
+    miss = _miss(value, goal["op"], threshold)
     return miss < 0 if goal["op"] == ">" else miss <= 0
 
 
 def _rank(entry: dict, goal: dict) -> tuple:
-    """Sort key, best first: most seeds there (goals on every seed), then the best figure (lowest for
-    ``<=``, highest for ``>``)."""
+    """Sort key, best first: most seeds there (goals on every seed), then the smallest miss."""
     metric = goal["metric"]
     seeds = -_seeds_there(entry, metric) if goal["all_seeds"] else 0
-    return (seeds, _figure(entry, metric) * (1 if goal["op"] == "<=" else -1))
+    return (seeds, _miss(_figure(entry, metric), goal["op"], _threshold(entry, goal)))
 
 
-def evaluate_goals(entries: list[dict], base_rate: float | None, noise: float = GOAL_NOISE) -> list[dict]:
+def evaluate_goals(entries: list[dict], noise: float = GOAL_NOISE) -> list[dict]:
     """Per goal: ``id``, ``text``, ``judge_noise``, ``metric``, ``op``, ``threshold``, ``rows`` (the
     candidate entries' names), ``met_by`` (names, in entry order) and ``best`` (``name``, ``label``,
     ``value``, ``miss``, ``seeds_there``, ``seeds``; None when no candidate has the figure)."""
     candidates = [e for e in entries if e["judge_noise"] == noise and e["oracle"] is False]
     out = []
-    for goal in _goals(base_rate):
+    for goal in _goals():
         metric, op = goal["metric"], goal["op"]
-        scored = [e for e in candidates if _figure(e, metric) is not None]
+        scored = [e for e in candidates if _figure(e, metric) is not None and _threshold(e, goal) is not None]
         best = None
-        if scored and goal["threshold"] is not None:
+        if scored:
             top = min(scored, key=lambda e: _rank(e, goal))
             value = _figure(top, metric)
             best = {
                 "name": top["name"],
                 "label": top["label"],
                 "value": value,
-                "miss": _miss(value, op, goal["threshold"]),
+                "threshold": _threshold(top, goal),
+                "miss": _miss(value, op, _threshold(top, goal)),
                 "seeds_there": _seeds_there(top, metric),
                 "seeds": len(top["seeds"]),
             }

@@ -104,17 +104,20 @@ def readme_table(summary: dict, noise: float = GOAL_NOISE) -> str:
     order = {False: 0, None: 1, True: 2}
     entries = sorted(entries, key=lambda e: order.get(e["oracle"], 1))  # stable: keeps the row order
     lines = [
-        f"Judge noise p = {noise:g}; mean over seeds (seeds that got there in brackets); base model's score "
-        f"{_num(summary.get('base_rate'))}.",
+        f"Judge noise p = {noise:g}; mean over seeds (seeds that got there in brackets); score: the fraction of "
+        "answers in the user's preference, base model → after the run; served before update: what Best-of-N "
+        "serves with the base model once the user has given one hint.",
         "",
-        "| method | conversations to 0.9 | sessions until stable | fidelity drop | distinct drop "
-        "| served before update |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| method | preference | score | conversations to 0.9 | sessions until stable | fidelity drop "
+        "| distinct drop | served before update |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for e in entries:
         label = e["label"] + (" (upper bound)" if e["oracle"] is True else "")
         cells = [
             label,
+            e["preference"] or "-",
+            f"{_num(e['base_rate'])} → {_num(e['final_score'])}",
             _reach(e["conversations_to_0_9"]),
             _reach(e["sessions_until_stable"]),
             _num(e["fidelity_drop"]["mean"], 3),

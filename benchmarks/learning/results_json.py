@@ -40,6 +40,7 @@ ENTRY_KEYS = (
     "fidelity_drop",
     "fidelity_unseen_drop",
     "distinct_drop",
+    "base_rate",
     "final_score",
     "final_score_unseen",
     "served_before_update",
@@ -137,6 +138,7 @@ def group_entry(runs: list[dict], rows_meta=None) -> dict:
         "fidelity_drop": _per_seed([_drop(r.get("fidelity")) for r in runs]),
         "fidelity_unseen_drop": _per_seed([_drop(r.get("fidelity_unseen")) for r in runs]),
         "distinct_drop": _per_seed([_drop(r.get("distinct")) for r in runs]),
+        "base_rate": _mean(r["rates"][0] for r in runs if r.get("rates")),
         "final_score": _mean(r["rates"][-1] for r in runs if r.get("rates")),
         "final_score_unseen": _mean(unseen_final),
         "served_before_update": _mean(r.get("served_after_hint") for r in runs),
@@ -175,7 +177,7 @@ def summary_json(report: dict, rows_meta=None, goal_noise: float | None = None) 
             "settings": report.get("settings"),
             "base_rate": base_rate,
             "entries": entries,
-            "goals": evaluate_goals(entries, base_rate, GOAL_NOISE if goal_noise is None else goal_noise),
+            "goals": evaluate_goals(entries, GOAL_NOISE if goal_noise is None else goal_noise),
         }
     )
 

@@ -269,21 +269,6 @@ class RunResult:
 
 
 # ---------------------------------------------------------------------------------------------- one run
-def row_unavailable(row: Row) -> str | None:
-    """Why ``row`` cannot run with this checkout (None: it can)."""
-    from openclaw_trl.config import OpenClawConfig
-
-    known = {f.name for f in dataclasses.fields(OpenClawConfig)}
-    missing = [name for name, _ in row.fields if name not in known]
-    if missing:
-        return (
-            f"{row.name}: OpenClawConfig has no {', '.join(missing)} field(s) in this checkout; once it has, "
-            f"`python benchmarks/learning/run.py --methods {row.name} --judge-noise 0 0.2` adds the row "
-            "(the cached runs of the others are reused)"
-        )
-    return None
-
-
 def build_config(row: Row, seed: int, settings: BenchSettings, out_dir: Path, model_dir):
     from trl import ModelConfig
 
@@ -505,8 +490,7 @@ def plan(
 ) -> tuple[list[tuple[str, float, int]], list[str]]:
     """The (row, noise, seed) runs to make, noise level by noise level (all of p = 0 first), and why
     the others are skipped."""
-    unavailable = {name: row_unavailable(ROWS[name]) for name in rows}
-    skipped = [reason for reason in unavailable.values() if reason]
+    skipped = []
     if any(noises):
         skipped += [
             f"{n} at p > 0: the feedback backend has no rule judge to add noise to"
@@ -518,8 +502,7 @@ def plan(
         for noise in noises
         for seed in seeds
         for name in rows
-        if not unavailable[name]
-        and (ROWS[name].backend == "callable" or not noise)
+        if (ROWS[name].backend == "callable" or not noise)
         and (seed == seeds[0] or not ROWS[name].first_seed_only)
     ]
     return runs, skipped
