@@ -125,7 +125,7 @@ class Row:
     best_of: int = 1  # candidates per served turn (the evaluation's serving selection)
     first_seed_only: bool = False
     preference: str = toy_world.PREFERRED  # the simulated user's hidden preference (world.preference)
-    updates: int | None = None  # None: BenchSettings.updates
+    update_factor: int = 1  # updates = BenchSettings.updates x this
     oracle: bool = False  # a judge of this row reads the hidden preference
 
     @property
@@ -142,9 +142,9 @@ def bo4(quick: str) -> tuple[tuple[str, object], ...]:
     return (("best_of_n", 4), ("quick_judge_backend", quick), ("scale_rewards", "group"))
 
 
-BO4_UPDATES = 32
-"""Updates of a Best-of-4 run: its batches fill in about one conversation each, so 16 updates would end the
-run after ~20 conversations; 32 let it show where it stands after 30."""
+BO4_UPDATE_FACTOR = 2
+"""A Best-of-4 run makes twice the updates of the others (32 by default): its batches fill in about one
+conversation each, so 16 updates would end the run after ~20 conversations; 32 show where it stands after 30."""
 PREFERENCE_LABELS = {"brief": "brief answers", "bullets+brief": "bullets and brief"}
 
 
@@ -160,7 +160,7 @@ def preference_rows(preference: str, suffix: str) -> tuple[Row, ...]:
             fields=bo4("memory"),
             best_of=4,
             preference=preference,
-            updates=BO4_UPDATES,
+            update_factor=BO4_UPDATE_FACTOR,
         ),
     )
 
@@ -175,7 +175,7 @@ ROWS: dict[str, Row] = {
             "combine",
             fields=bo4("memory"),
             best_of=4,
-            updates=BO4_UPDATES,
+            update_factor=BO4_UPDATE_FACTOR,
         ),
         Row(
             "combine+bo4+engine",
@@ -183,7 +183,7 @@ ROWS: dict[str, Row] = {
             "combine",
             fields=bo4("engine"),
             best_of=4,
-            updates=BO4_UPDATES,
+            update_factor=BO4_UPDATE_FACTOR,
         ),
         Row(
             "combine+bo4+proxy",
@@ -191,7 +191,7 @@ ROWS: dict[str, Row] = {
             "combine",
             fields=(*bo4("callable"), ("quick_judge_callable", PROXY_JUDGE)),
             best_of=4,
-            updates=BO4_UPDATES,
+            update_factor=BO4_UPDATE_FACTOR,
             oracle=True,
         ),
         *preference_rows("brief", "brief"),
@@ -334,7 +334,9 @@ TRAINER_KEYS = (
 
 def row_settings(spec: Row, settings: BenchSettings) -> BenchSettings:
     """The benchmark settings of one run of ``spec``: its own preference and number of updates."""
-    return dataclasses.replace(settings, preferred=spec.preference, updates=spec.updates or settings.updates)
+    return dataclasses.replace(
+        settings, preferred=spec.preference, updates=settings.updates * spec.update_factor
+    )
 
 
 def judge_for(spec: Row, noise: float, seed: int):
