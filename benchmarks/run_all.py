@@ -305,14 +305,15 @@ def gpu_plan(args, tmp: Path, stage, skip) -> None:
         else ["--sessions", "16", "--max-tokens", "64"],
         75 * slow,
     )
-    # the learning model: pretrained once (240 steps, cached) before the 3 methods; the smoke run's is smaller
-    learning_model = MODEL_CACHE / ("learning_model_smoke" if args.smoke else "learning_model")
+    # the learning model: the toy model shipped with the package; the smoke run's is a few-second one, pretrained
+    # once into the model cache
+    learning_model = ["--model-dir", str(MODEL_CACHE / "learning_model_smoke")] if args.smoke else []
     stage(
         "learning",
         "learning/run.py",
-        ["--methods", "rl", "opd", "combine", "combine+feedback", "--model-dir", str(learning_model)],
+        ["--methods", "rl", "opd", "combine", "combine+bo4+memory", "combine+feedback", *learning_model],
         ["--quick", *(["--updates", "2"] if tiny else [])],  # the rehearsal: the flow, not the curve
-        180 * slow,
+        300 * slow,
         out=tmp / "learning" / f"learning_{'smoke' if args.smoke else 'quick'}.json",
         out_arg=tmp / "learning",  # learning/run.py writes learning_<mode>.json into this folder
     )
