@@ -264,6 +264,10 @@ def report(meta: dict) -> str:
         f"pretrain: loss {meta['final_loss']:.3f} after {meta['train_seconds']}s; at T={m['temperature']} "
         f"P({m['preferred']}) bare {m['bare']['rate']:.2f}, with hint {m['hinted']['rate']:.2f}; "
         f"follow-up compliance {m['follow_up']['rate']:.2f}; off-topic compliance {m['off_topic']['rate']:.2f}; "
+        f"P(brief) bare {m['bare_brief']['rate']:.2f}, with hint {m['hinted_brief']['rate']:.2f}; "
+        f"P({m['preferred']} and brief) with both hinted {m['hinted_both']['rate']:.2f}; "
+        f"follow-up compliance brief {m['follow_up_brief']['rate']:.2f}, both {m['follow_up_both']['rate']:.2f}; "
+        f"bare fidelity {m['bare_fidelity']['rate']:.2f}; "
         f"bare styles {m['bare']['styles']}; "
         f"teacher - student log-prob per bare answer: {m['teacher_gap']}"
     )
