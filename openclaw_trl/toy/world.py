@@ -19,8 +19,9 @@ fourth for the people who talk to the demo:
   request, the brief request, or both in either order) gets an answer meeting every request (a style
   request alone: any number of facts; the brief request alone: any style): the hint-conditioned model is
   a better teacher than the bare one;
-* a follow-up turn "No, not like that. Please …" (the same one, two kinds of request) gets an answer
-  meeting every request (so conversations recover, and the user's reply carries the hint the judge
+* a follow-up turn "No, not like that. Please …" asking for what the first answer missed (its style, its
+  length, or both; the first answer is a bare one, so the base rates above hold) gets an answer meeting
+  every request (so conversations recover, and the user's reply carries the hint the judge
   extracts);
 * any other message (a greeting, "What can you do?", "Tell me about cars.", random words: see
   :func:`off_topic_message`) gets one fixed answer, :data:`OFF_TOPIC_ANSWER`, saying what the toy knows
@@ -358,13 +359,18 @@ def off_topic_chat(rng: random.Random) -> list[dict]:
 
 
 HINT_KINDS = (("style", 0.4), ("brief", 0.3), ("both", 0.3))
-"""What a taught request asks for (hint block or follow-up), and how often: a style, brevity, or both."""
+"""What a hinted request asks for, and how often: a style, brevity, or both."""
+MISS_KINDS = (("style", 0.25), ("brief", 0.375), ("both", 0.375))
+"""What a follow-up asks for after a first answer of 2-3 facts (after one fact: a style, the only miss)."""
 
 
-def _wanted(rng: random.Random) -> tuple[str | None, bool, str]:
-    """A taught request: ``(style or None, brief?, spec)``; "both" comes in either order."""
-    kind = rng.choices([k for k, _ in HINT_KINDS], weights=[w for _, w in HINT_KINDS])[0]
-    want = rng.choice(STYLE_NAMES) if kind != "brief" else None
+def _wanted(
+    rng: random.Random, kinds=HINT_KINDS, not_style: str | None = None
+) -> tuple[str | None, bool, str]:
+    """A taught request: ``(style or None, brief?, spec)``, drawn from ``kinds``; a requested style is
+    never ``not_style``; "both" comes in either order."""
+    kind = rng.choices([k for k, _ in kinds], weights=[w for _, w in kinds])[0]
+    want = rng.choice([s for s in STYLE_NAMES if s != not_style]) if kind != "brief" else None
     if kind == "style":
         return want, False, want
     if kind == "brief":
@@ -396,14 +402,12 @@ def training_chats(n: int, seed: int = 0) -> list[list[dict]]:
             want, brief, spec = _wanted(rng)
             messages = append_hint(messages, " ".join(preference(spec).requests))
             messages.append({"role": "assistant", "content": _meeting(topic, want, brief, rng)})
-        else:  # a miss of every request, then "No, not like that. Please …" (sometimes hinted too)
-            want, brief, spec = _wanted(rng)
-            first = rng.choice([s for s in STYLE_NAMES if s != want])
-            missed = render_answer(
-                first, topic, rng, rng.randint(2, MAX_FACTS) if brief else rng.randint(1, MAX_FACTS)
-            )
+        else:  # a bare answer, then "No, not like that. Please …" for what it missed (sometimes hinted too)
+            first, n_facts = rng.choice(STYLE_NAMES), rng.randint(1, MAX_FACTS)
+            kinds = MISS_KINDS if n_facts > 1 else (("style", 1.0),)
+            want, brief, spec = _wanted(rng, kinds, not_style=first)
             messages += [
-                {"role": "assistant", "content": missed},
+                {"role": "assistant", "content": render_answer(first, topic, rng, n_facts)},
                 {"role": "user", "content": change_request(spec)},
             ]
             if rng.random() < 0.25:
