@@ -173,7 +173,7 @@ gpu-wheels:
 # then the wheelhouse installed the way gpu_check.sh does, then `gpu_check.sh --device cpu --tiny` to the end.
 # That CPU wheel is cp311 only, so the rehearsal runs Python 3.11 with a cp311 wheelhouse of the same package
 # versions ($(GPU_WHEELS_DIR)/cp311); the cp312 wheelhouse for the GPU is the one `make gpu-wheels` builds.
-# About 3 minutes on 2 cores once set up; the first run adds ~1 minute for the venv and ~5 for pretraining the
+# About 3 minutes on 2 cores once set up; the first run adds ~1 minute for the venv and ~12 for pretraining the
 # learning benchmark's model (cached in $(GPU_REHEARSAL_MODELS)). Output: $(GPU_REHEARSAL_OUT).
 GPU_REHEARSAL_PYTHON ?= python3.11
 GPU_REHEARSAL_VENV ?= .venv-gpu-rehearsal

@@ -2,11 +2,12 @@
 
 A simulated user is any object with ``opening(rng) -> str`` (the first message of a conversation) and
 ``react(reply, rng) -> Reaction`` (its next message after reading the assistant's reply). The
-reference implementation, :class:`PreferenceUser`, has a hidden preferred answer style: it says
-"thanks" and moves on when a reply has that style, otherwise it asks for a change in words, as a
-person would. :func:`rule_judge` is the matching rule-based judge for the ``callable`` backend: a
-"thanks" is a +1, a change request is a -1 whose words are the hint; :class:`NoisyRuleJudge` is the same
-judge wrong with a given probability (flipped verdict, garbled hint), to measure learning under judge noise.
+reference implementation, :class:`PreferenceUser`, has a hidden preference about the answer (a style, or
+several criteria at once, e.g. bulleted *and* brief): it says "thanks" and moves on when a reply meets it,
+otherwise it asks in words for what was missing, as a person would. :func:`rule_judge` is the matching
+rule-based judge for the ``callable`` backend: a "thanks" is a +1, a change request is a -1 whose words are
+the hint; :class:`NoisyRuleJudge` is the same judge wrong with a given probability (flipped verdict, garbled
+hint), to measure learning under judge noise.
 
 :func:`run_conversations` drives ``n`` conversations against a running server with session headers,
 so the turns, next states, judging and training are exactly those of live use.
@@ -18,10 +19,21 @@ import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from openclaw_trl.openai_client import OpenAIClient
 
 THANKS = "Thanks, that's what I wanted. Next question."
+
+
+class Criterion(Protocol):
+    """Anything a user can want of an answer: a ``name``, the ``request`` a user writes to ask for it (a
+    sentence starting with "Please", which is also the hint a judge extracts), and ``matches(text)``."""
+
+    name: str
+    request: str
+
+    def matches(self, text: str) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -52,38 +64,69 @@ class Reaction:
 
 @dataclass
 class PreferenceUser:
-    """A user with a hidden preferred style (``preferred``, a name among ``styles``)."""
+    """A user with a hidden preference: ``preferred`` names one criterion among ``styles`` (e.g.
+    ``"bullets"``) or several joined with ``+`` (e.g. ``"bullets+brief"``: every one must be met).
+
+    ``styles`` holds the criteria the user can look up by name (any :class:`Criterion`; the field keeps
+    its historical name). A reply that meets every preferred criterion gets :data:`THANKS`; otherwise the
+    user writes ``"No, not like that. "`` followed by the requests of the criteria it missed, in the order
+    of ``preferred``, joined with a space (each request starts with "Please", so :func:`judge_reaction`
+    extracts all of them as one hint).
+    """
 
     preferred: str = "bullets"
-    styles: tuple[Style, ...] = DEFAULT_STYLES
+    styles: tuple[Criterion, ...] = DEFAULT_STYLES
     topics: tuple[str, ...] = DEFAULT_TOPICS
     max_turns: int = 3
     _by_name: dict = field(init=False, repr=False)
 
     def __post_init__(self):
         self._by_name = {s.name: s for s in self.styles}
-        if self.preferred not in self._by_name:
-            raise ValueError(f"preferred style {self.preferred!r} is not one of {sorted(self._by_name)}")
+        names = self.preferred.split("+") if isinstance(self.preferred, str) else [None]
+        unknown = [n for n in names if n not in self._by_name]
+        if unknown or len(set(names)) != len(names):
+            raise ValueError(
+                f"preferred {self.preferred!r} must name one or more distinct criteria joined with '+', "
+                f"each one of {sorted(self._by_name)}"
+            )
 
     @property
-    def style(self) -> Style:
-        return self._by_name[self.preferred]
+    def criteria(self) -> tuple[Criterion, ...]:
+        """The preferred criteria, in the order ``preferred`` names them."""
+        return tuple(self._by_name[n] for n in self.preferred.split("+"))
+
+    @property
+    def style(self) -> Criterion:
+        """The first preferred criterion (the only one for a single-criterion user)."""
+        return self.criteria[0]
+
+    @property
+    def request(self) -> str:
+        """Every preferred criterion's request, joined with a space."""
+        return " ".join(c.request for c in self.criteria)
 
     def opening(self, rng: random.Random) -> str:
         return f"Tell me about {rng.choice(self.topics)}."
 
+    def missed(self, reply: str) -> tuple[Criterion, ...]:
+        """The preferred criteria ``reply`` does not meet (in the order of ``preferred``)."""
+        return tuple(c for c in self.criteria if not c.matches(reply))
+
     def satisfied_by(self, reply: str) -> bool:
-        return self.style.matches(reply)
+        return not self.missed(reply)
 
     def react(self, reply: str, rng: random.Random) -> Reaction:
-        if self.satisfied_by(reply):
+        missed = self.missed(reply)
+        if not missed:
             return Reaction(THANKS, True)
-        return Reaction(f"No, not like that. {self.style.request}", False)
+        return Reaction("No, not like that. " + " ".join(c.request for c in missed), False)
 
 
 def judge_reaction(next_state_text: str, next_state_role: str = "user") -> tuple[int, str | None]:
     """``(reward, hint)`` from a :class:`PreferenceUser` reaction: thanks -> +1; a change request -> -1
-    with the request as the hint; anything else (a tool result, an unrelated reply) -> no signal."""
+    with the request as the hint (from the first "Please" to the end of the line, so a reaction asking
+    for several things gives all of their requests); anything else (a tool result, an unrelated reply)
+    -> no signal."""
     text = (next_state_text or "").strip()
     if next_state_role != "user" or not text:
         return 0, None
@@ -233,15 +276,16 @@ def _chat(client: OpenAIClient, messages: list, session: str, max_tokens: int, d
 class FeedbackUser(PreferenceUser):
     """A :class:`PreferenceUser` that also rates every reply through ``POST /v1/feedback``.
 
-    👍 (+1) when the reply has the preferred style; otherwise 👎 (-1) with the change request as the
-    correction text. This is the signal the ``feedback`` judge backend reads (rating = reward, text = hint);
-    the user still replies in words as well, so the conversation goes on as with a :class:`PreferenceUser`.
+    👍 (+1) when the reply meets the preference; otherwise 👎 (-1) with the requests of the missed
+    criteria as the correction text. This is the signal the ``feedback`` judge backend reads (rating =
+    reward, text = hint); the user still replies in words as well, so the conversation goes on as with a
+    :class:`PreferenceUser`.
     """
 
     def rate(self, reply: str) -> tuple[int, str | None]:
         if self.satisfied_by(reply):
             return 1, None
-        return -1, self.style.request
+        return -1, " ".join(c.request for c in self.missed(reply))
 
 
 def run_feedback_conversations(

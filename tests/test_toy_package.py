@@ -16,7 +16,19 @@ from openclaw_trl.toy import measure, pretrain, world
 
 ROOT = Path(__file__).parent.parent
 MAX_BYTES = 4_000_000  # 4 MB
-RATES = ("bare", "hinted", "follow_up", "off_topic")
+RATES = (
+    "bare",
+    "hinted",
+    "follow_up",
+    "off_topic",
+    "bare_brief",
+    "hinted_brief",
+    "hinted_both",
+    "follow_up_brief",
+    "follow_up_both",
+    "bare_fidelity",
+)
+MAX_ANSWER_TOKENS = 36  # the benchmark and the demo sample at most 40 new tokens
 
 
 def packaged_meta() -> dict:
@@ -75,6 +87,18 @@ def test_the_off_topic_answer_fits_the_demo_answer_length():
     assert len(ids) <= config.max_completion_length
 
 
+def test_every_well_formed_answer_fits_the_sampled_length():
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(pretrain.PACKAGED_DIR)
+    longest = max(
+        len(tokenizer.encode(answer + "<|im_end|>", add_special_tokens=False))
+        for topic in world.TOPICS
+        for answer in world.well_formed_answers(topic)
+    )
+    assert longest <= MAX_ANSWER_TOKENS
+
+
 def test_off_topic_messages_are_varied_and_held_out_ones_are_never_taught():
     settings = pretrain.PretrainSettings()
     chats = world.training_chats(settings.n_chats, seed=settings.seed)
@@ -93,6 +117,9 @@ def test_the_packaged_model_behaves_as_recorded_and_is_only_read(one_thread):
     assert recorded["hinted"]["rate"] >= 0.9 and recorded["follow_up"]["rate"] >= 0.9
     assert recorded["off_topic"]["rate"] >= 0.9 and 0.15 <= recorded["bare"]["rate"] <= 0.4
     assert recorded["bare"]["styles"]["off_topic"] <= 0.05  # requests are not taken for off-topic
+    assert recorded["hinted_brief"]["rate"] >= 0.9 and recorded["hinted_both"]["rate"] >= 0.85
+    assert recorded["follow_up_brief"]["rate"] >= 0.85 and recorded["follow_up_both"]["rate"] >= 0.85
+    assert 0.2 <= recorded["bare_brief"]["rate"] <= 0.45 and recorded["bare_fidelity"]["rate"] >= 0.9
     before = snapshot(pretrain.PACKAGED_DIR)
     measured = measure.measure(pretrain.PACKAGED_DIR, n=recorded["n"])
     assert snapshot(pretrain.PACKAGED_DIR) == before  # serving reads it, never writes it

@@ -86,7 +86,7 @@ def _toy_guide(batch_size: int | None) -> Guide:
             "## Teach the toy model your favourite answer style\n"
             "This is the offline demo: a tiny model pre-trained on a made-up world. It knows one request, "
             f"*Tell me about &lt;topic&gt;.*, for {topics}, and answers in one of four styles at random: "
-            f"{styles}. To anything else it answers with what it knows.  \n"
+            f"{styles}, stating one to three facts. To anything else it answers with what it knows.  \n"
             "**Try it:** click an example, 👍 the answers in the style you like and 👎 the others (or write "
             f"what it should have said). The model is updated {every}; after about eight updates most answers "
             "come in your style."

@@ -2,11 +2,11 @@
 pre-trained on it from scratch on CPU (:mod:`~openclaw_trl.toy.pretrain`).
 
 A recipe with ``model_name_or_path: openclaw-trl/toy`` (:data:`TOY_MODEL_ID`) serves that model:
-it answers "Tell me about <topic>." in one of four styles at random, learns a preferred one from
-👍/👎, and answers anything else with one sentence saying what it knows and what to type. The model
-(3.5 MB) ships with the package in ``openclaw_trl/toy/model``, so it is ready at once; models pre-trained
-with other settings are kept in the user cache directory (``$OPENCLAW_TRL_CACHE``, else
-``$XDG_CACHE_HOME/openclaw-trl`` or ``~/.cache/openclaw-trl``).
+it answers "Tell me about <topic>." in one of four styles and with one to three facts at random, learns a
+preferred style (or length) from 👍/👎, and answers anything else with one sentence saying what it knows
+and what to type. The model (3.5 MB) ships with the package in ``openclaw_trl/toy/model``, so it is ready at
+once; models pre-trained with other settings are kept in the user cache directory
+(``$OPENCLAW_TRL_CACHE``, else ``$XDG_CACHE_HOME/openclaw-trl`` or ``~/.cache/openclaw-trl``).
 """
 
 from __future__ import annotations

@@ -41,10 +41,10 @@ class PretrainSettings:
     """Everything that determines the checkpoint (the cache key)."""
 
     seed: int = 0
-    steps: int = 240
+    steps: int = 1200
     batch_size: int = 32
     learning_rate: float = 3e-3
-    n_chats: int = 8000
+    n_chats: int = 16000
     vocab_size: int = 1024
     hidden_size: int = 128
     intermediate_size: int = 384
@@ -264,6 +264,10 @@ def report(meta: dict) -> str:
         f"pretrain: loss {meta['final_loss']:.3f} after {meta['train_seconds']}s; at T={m['temperature']} "
         f"P({m['preferred']}) bare {m['bare']['rate']:.2f}, with hint {m['hinted']['rate']:.2f}; "
         f"follow-up compliance {m['follow_up']['rate']:.2f}; off-topic compliance {m['off_topic']['rate']:.2f}; "
+        f"P(brief) bare {m['bare_brief']['rate']:.2f}, with hint {m['hinted_brief']['rate']:.2f}; "
+        f"P({m['preferred']} and brief) with both hinted {m['hinted_both']['rate']:.2f}; "
+        f"follow-up compliance brief {m['follow_up_brief']['rate']:.2f}, both {m['follow_up_both']['rate']:.2f}; "
+        f"bare fidelity {m['bare_fidelity']['rate']:.2f}; "
         f"bare styles {m['bare']['styles']}; "
         f"teacher - student log-prob per bare answer: {m['teacher_gap']}"
     )
@@ -302,8 +306,8 @@ def toy_model(settings: PretrainSettings | None = None, log=print) -> Path:
 
     For the default settings this is :data:`PACKAGED_DIR`, shipped with the package: returned at once,
     nothing is trained or written. For other settings (``TINY``, another seed, ...) it is the checkpoint in
-    the user cache (:func:`toy_model_dir`), pre-trained on first use (with a progress bar on stderr; 3-4
-    minutes for a model of the default size on one idle CPU core, seconds for ``TINY``) and reused afterwards.
+    the user cache (:func:`toy_model_dir`), pre-trained on first use (with a progress bar on stderr; about
+    11 minutes for a model of the default size on one CPU core, seconds for ``TINY``) and reused afterwards.
     """
     settings = settings or PretrainSettings()
     if cached_settings(PACKAGED_DIR) == asdict(settings):

@@ -1,9 +1,10 @@
 """A quick judge for Best-of-N serving in the toy world: a noisy proxy of the user's hidden preference.
 
-The toy user (:func:`openclaw_trl.toy.world.make_user`) wants bulleted answers. A quick judge scores each
+The toy user (:func:`openclaw_trl.toy.world.make_user`) wants bulleted answers by default (any
+:func:`~openclaw_trl.toy.world.preference` spec: a style, ``brief``, or both). A quick judge scores each
 candidate reply *before* the user has seen it, so it cannot read the user's reaction; this one plays a
-cheap, imperfect reward model that knows the preference: it scores a candidate 1 when it is in the
-preferred style and 0 otherwise, and with probability ``1 - accuracy`` it returns the opposite. It is
+cheap, imperfect reward model that knows the preference: it scores a candidate 1 when it meets the
+preference and 0 otherwise, and with probability ``1 - accuracy`` it returns the opposite. It is
 not an oracle (an oracle would make Best-of-N trivially perfect).
 
 The noise is seeded by the candidate itself: whether a score is flipped is drawn from
@@ -25,26 +26,26 @@ from dataclasses import dataclass
 from openclaw_trl.toy import world
 
 ACCURACY = 0.7
-"""How often :func:`quick_judge` scores a candidate correctly (1 for the preferred style, 0 otherwise)."""
+"""How often :func:`quick_judge` scores a candidate correctly (1 when it meets the preference, else 0)."""
 
 
 @dataclass(frozen=True)
 class StyleProxy:
-    """Scores a candidate 1 if it is in ``preferred`` style else 0, wrong with probability ``1 - accuracy``."""
+    """Scores a candidate 1 if it meets ``preferred`` (a :func:`~openclaw_trl.toy.world.preference` spec,
+    e.g. ``"bullets"`` or ``"bullets+brief"``) else 0, wrong with probability ``1 - accuracy``."""
 
     preferred: str = world.PREFERRED
     accuracy: float = ACCURACY
     seed: int = 0
 
     def __post_init__(self):
-        if self.preferred not in world.STYLE_NAMES:
-            raise ValueError(f"preferred style {self.preferred!r} is not one of {world.STYLE_NAMES}")
+        world.preference(self.preferred)  # a ValueError saying what is allowed
         if not 0.0 <= self.accuracy <= 1.0:
             raise ValueError(f"accuracy is a probability in [0, 1], got {self.accuracy}")
 
     def __call__(self, turn) -> float:
         response = turn.response or ""
-        right = 1.0 if world.style(self.preferred).matches(response) else 0.0
+        right = 1.0 if world.preference(self.preferred).matches(response) else 0.0
         messages = getattr(turn, "messages", None) or []
         rng = random.Random(f"{self.seed}:{turn.session_id}:{len(messages)}:{response}")
         return right if rng.random() < self.accuracy else 1.0 - right
