@@ -59,7 +59,13 @@ def test_toy_world_chats_render_and_match_the_user():
 
 
 @pytest.mark.parametrize(
-    ("row", "noise"), [("combine", 0.0), ("combine+feedback", 0.0), ("combine+baseline", 0.5)]
+    ("row", "noise"),
+    [
+        ("combine", 0.0),
+        ("combine+feedback", 0.0),
+        ("combine+baseline", 0.5),
+        ("combine+bo4+memory-both", 0.2),
+    ],
 )
 def test_closed_loop_produces_updates(toy_model, tmp_path, row, noise):
     run = _load("run")
@@ -67,12 +73,21 @@ def test_closed_loop_produces_updates(toy_model, tmp_path, row, noise):
         updates=2, batch_size=2, eval_per_topic=1, max_tokens=12, sample_timeout_s=120
     )
     result = run.run_one(toy_model, row, 0, settings, tmp_path / "run", noise=noise)
-    assert result.policy_version == 2
-    assert result.samples_used == 4
-    assert len(result.rates) == 3 and all(0.0 <= r <= 1.0 for r in result.rates)
-    assert result.served_rates == result.rates  # one candidate per turn: served = evaluated
-    assert result.conversations[-1] >= 1 and result.turns[-1] >= 2
-    assert len(result.trainer_metrics) == 2 and all("reward" in m for m in result.trainer_metrics)
+    spec = run.ROWS[row]
+    updates = 2 * spec.update_factor
+    assert result.policy_version == updates
+    assert result.samples_used == 2 * updates
+    assert (result.preference, result.oracle, result.label) == (spec.preference, False, spec.label)
+    curves = (result.rates, result.rates_unseen, result.fidelity, result.fidelity_unseen, result.distinct)
+    assert all(len(c) == updates + 1 and all(0.0 <= x <= 1.0 for x in c) for c in curves)
+    assert len(result.first_ok) == result.conversations[-1] >= 1 and result.turns[-1] >= 2
+    if spec.best_of == 1:
+        assert result.served_rates == result.rates  # one candidate per turn: served = evaluated
+        assert result.served_after_hint is None
+    else:
+        assert len(result.served_rates) == updates + 1
+        assert result.served_after_hint is None or 0.0 <= result.served_after_hint <= 1.0
+    assert len(result.trainer_metrics) == updates and all("reward" in m for m in result.trainer_metrics)
     if row == "combine+baseline":
         assert all("rl/baseline_mean" in m for m in result.trainer_metrics)
     cache = run.RunCache(tmp_path / "cache", toy_model, run.row_key(settings))

@@ -225,13 +225,14 @@ class BenchSettings:
 
     updates: int = 16
     batch_size: int = 8
-    learning_rate: float = 1e-3
+    learning_rate: float = 2e-3  # the toy model (1200 pre-training steps) moves little at 1e-3 in 16 updates
     lora_r: int = 8
     lora_alpha: int = 16
     num_iterations: int = 1
     w_rl: float = 1.0  # Combine's weights (the library defaults); rl / opd force one of them to 0
     w_opd: float = 1.0
     temperature: float = 1.0
+    teacher: str = "base"  # the OPD teacher's (and the memory quick judge's) weights: base or policy
     max_tokens: int = 40
     eval_per_topic: int = 8
     eval_seed: int = 777
@@ -288,7 +289,7 @@ def build_config(row: Row, seed: int, settings: BenchSettings, out_dir: Path, mo
         max_steps=settings.updates,
         judge_backend=row.backend,
         judge_callable=RULE_JUDGE if row.backend == "callable" else None,
-        teacher="base",
+        teacher=settings.teacher,
         source="simulated",
         engine="hf",
         engine_max_batch_size=64,
@@ -587,6 +588,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--learning-rate", type=float, default=None)
     parser.add_argument("--max-conversations", type=int, default=None, help="per run (budget)")
+    parser.add_argument("--teacher", choices=("base", "policy"), default=None, help="OPD teacher weights")
     parser.add_argument("--w-rl", type=float, default=None, help="Combine's reward weight (ablations)")
     parser.add_argument("--w-opd", type=float, default=None, help="Combine's OPD weight (ablations)")
     parser.add_argument("--rerun", action="store_true", help="run again what the cache already has")
@@ -622,6 +624,7 @@ def main(argv: list[str] | None = None) -> int:
     settings.batch_size = args.batch_size or settings.batch_size
     settings.learning_rate = args.learning_rate or settings.learning_rate
     settings.max_conversations = args.max_conversations or settings.max_conversations
+    settings.teacher = args.teacher or settings.teacher
     settings.w_rl = settings.w_rl if args.w_rl is None else args.w_rl
     settings.w_opd = settings.w_opd if args.w_opd is None else args.w_opd
 
