@@ -177,13 +177,12 @@ ROWS: dict[str, Row] = {
             best_of=4,
             update_factor=BO4_UPDATE_FACTOR,
         ),
-        Row(
+        Row(  # no score, no group sample: its batches fill as Combine's do, so it makes as many updates
             "combine+bo4+engine",
             "Combine + best-of-4, engine judge",
             "combine",
             fields=bo4("engine"),
             best_of=4,
-            update_factor=BO4_UPDATE_FACTOR,
         ),
         Row(
             "combine+bo4+proxy",
