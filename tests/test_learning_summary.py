@@ -131,6 +131,7 @@ def test_summary_json_entries_are_ordered_rounded_and_tolerate_old_runs():
     assert combine["seeds_reaching_0_9"] == 1
     assert combine["sessions_until_stable"] == {"mean": 13.0, "per_seed": [13, None], "recorded": 2}
     assert combine["fidelity_drop"] == {"mean": 0.04, "per_seed": [0.04, 0.04]}
+    assert combine["fidelity_worst_drop"] == {"mean": 0.04, "per_seed": [0.04, 0.04]}
     assert combine["fidelity_unseen_drop"]["mean"] == 0.1 and combine["distinct_drop"]["mean"] == 0.2
     assert combine["final_score"] == 0.925 and combine["final_score_unseen"] == 0.9
     assert combine["served_before_update"] == 0.5 and combine["served_no_hint"] == 0.3

@@ -105,11 +105,12 @@ def readme_table(summary: dict, noise: float = GOAL_NOISE) -> str:
     entries = sorted(entries, key=lambda e: order.get(e["oracle"], 1))  # stable: keeps the row order
     lines = [
         f"Judge noise p = {noise:g}; mean over seeds (seeds that got there in brackets); score: the fraction of "
-        "answers in the user's preference, base model → after the run; served before update: what Best-of-N "
-        "serves with the base model once the user has given one hint.",
+        "answers in the user's preference, base model → after the run; fidelity drop: the share of well-formed "
+        "answers about the asked topic lost at the end of the run / at its worst point; served before update: "
+        "what Best-of-N serves with the base model once the user has given one hint.",
         "",
-        "| method | preference | score | conversations to 0.9 | sessions until stable | fidelity drop "
-        "| distinct drop | served before update |",
+        "| method | preference | score | conversations to 0.9 | sessions until stable "
+        "| fidelity drop: end / worst | distinct drop | served before update |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for e in entries:
@@ -120,7 +121,7 @@ def readme_table(summary: dict, noise: float = GOAL_NOISE) -> str:
             f"{_num(e['base_rate'])} → {_num(e['final_score'])}",
             _reach(e["conversations_to_0_9"]),
             _reach(e["sessions_until_stable"]),
-            _num(e["fidelity_drop"]["mean"], 3),
+            f"{_num(e['fidelity_drop']['mean'], 3)} / {_num(e['fidelity_worst_drop']['mean'], 3)}",
             _num(e["distinct_drop"]["mean"], 3),
             _num(e["served_before_update"]),
         ]

@@ -38,6 +38,7 @@ ENTRY_KEYS = (
     "sessions_until_stable",
     "seeds_stable",
     "fidelity_drop",
+    "fidelity_worst_drop",
     "fidelity_unseen_drop",
     "distinct_drop",
     "base_rate",
@@ -96,6 +97,13 @@ def _drop(series: list | None) -> float | None:
     return series[0] - series[-1]
 
 
+def _worst_drop(series: list | None) -> float | None:
+    """First point minus the lowest point of the run (a collapse the run recovered from still shows)."""
+    if not series or len(series) < 2 or any(x is None for x in series):
+        return None
+    return series[0] - min(series)
+
+
 def _round(x):
     if isinstance(x, float):
         return round(x, DIGITS)
@@ -136,6 +144,7 @@ def group_entry(runs: list[dict], rows_meta=None) -> dict:
         "sessions_until_stable": _per_seed(stable) | {"recorded": sum(bool(r.get("first_ok")) for r in runs)},
         "seeds_stable": sum(s is not None for s in stable),
         "fidelity_drop": _per_seed([_drop(r.get("fidelity")) for r in runs]),
+        "fidelity_worst_drop": _per_seed([_worst_drop(r.get("fidelity")) for r in runs]),
         "fidelity_unseen_drop": _per_seed([_drop(r.get("fidelity_unseen")) for r in runs]),
         "distinct_drop": _per_seed([_drop(r.get("distinct")) for r in runs]),
         "base_rate": _mean(r["rates"][0] for r in runs if r.get("rates")),
