@@ -311,7 +311,8 @@ def gpu_plan(args, tmp: Path, stage, skip) -> None:
     stage(
         "learning",
         "learning/run.py",
-        ["--methods", "rl", "opd", "combine", "combine+bo4+memory", "combine+feedback", *learning_model],
+        ["--methods", "rl", "opd", "combine", "combine+bo4+memory", "combine+feedback", "--judge-noise", "0"]
+        + learning_model,
         ["--quick", *(["--updates", "2"] if tiny else [])],  # the rehearsal: the flow, not the curve
         300 * slow,
         out=tmp / "learning" / f"learning_{'smoke' if args.smoke else 'quick'}.json",

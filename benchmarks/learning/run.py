@@ -1,7 +1,7 @@
 """Closed-loop learning benchmark: does the agent learn the user's hidden preference by talking to it?
 
-    python benchmarks/learning/run.py --judge-noise 0 0.2    # the default rows x 5 seeds at two judge-noise levels
-    python benchmarks/learning/run.py                        # ... judge noise 0 only
+    python benchmarks/learning/run.py                        # the default rows x 5 seeds, judge noise 0 and 0.2
+    python benchmarks/learning/run.py --judge-noise 0.2      # ... judge noise 0.2 only
     python benchmarks/learning/run.py --methods rl opd combine+baseline --judge-noise 0 0.2   # add rows
     python benchmarks/learning/run.py --quick                # 1 seed, 8 updates: ~1 min
     python benchmarks/learning/run.py --smoke                # a few-second model, 2 updates of 2: that it runs
@@ -582,7 +582,9 @@ def main(argv: list[str] | None = None) -> int:
         choices=list(ROWS),
         help="rows to run (default: %(default)s)",
     )
-    parser.add_argument("--judge-noise", type=float, nargs="+", default=[0.0], help="levels p to run at")
+    parser.add_argument(
+        "--judge-noise", type=float, nargs="+", default=[0.0, 0.2], help="levels p to run at (default: 0 0.2)"
+    )
     parser.add_argument("--updates", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--learning-rate", type=float, default=None)
