@@ -225,6 +225,10 @@ class BenchSettings:
     updates: int = 16
     batch_size: int = 8
     learning_rate: float = 2e-3  # the toy model (1200 pre-training steps) moves little at 1e-3 in 16 updates
+    max_grad_norm: float = (
+        0.1  # about twice a normal update's gradient norm: clips the rare spikes that, at 1.0,
+    )
+    # sent runs into collapse (fidelity to ~0 within two updates)
     lora_r: int = 8
     lora_alpha: int = 16
     num_iterations: int = 1
@@ -281,6 +285,7 @@ def build_config(row: Row, seed: int, settings: BenchSettings, out_dir: Path, mo
         per_device_train_batch_size=settings.batch_size,
         num_iterations=settings.num_iterations,
         learning_rate=settings.learning_rate,
+        max_grad_norm=settings.max_grad_norm,
         w_rl=settings.w_rl,
         w_opd=settings.w_opd,
         temperature=settings.temperature,
