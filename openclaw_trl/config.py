@@ -466,7 +466,8 @@ class OpenClawConfig(GRPOConfig):
         metadata={"help": "Chance of serving a random candidate instead of the best (0-1)."},
     )
     quick_judge_backend: str = field(
-        default=QuickJudgeConfig.backend, metadata={"help": "Best-of-N scorer: engine, openai, callable or memory."}
+        default=QuickJudgeConfig.backend,
+        metadata={"help": "Best-of-N scorer: engine, openai, callable or memory."},
     )
     quick_judge_callable: str | None = field(
         default=QuickJudgeConfig.callable, metadata={"help": "callable quick judge: module:function."}
