@@ -114,7 +114,8 @@ def readme_table(summary: dict, noise: float = GOAL_NOISE) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for e in entries:
-        label = e["label"] + (" (upper bound)" if e["oracle"] is True else "")
+        marked = e["oracle"] is True and "upper bound" not in e["label"]
+        label = e["label"] + (" (upper bound)" if marked else "")
         cells = [
             label,
             e["preference"] or "-",
