@@ -80,7 +80,8 @@ def test_closed_loop_produces_updates(toy_model, tmp_path, row, noise):
     assert (result.preference, result.oracle, result.label) == (spec.preference, False, spec.label)
     curves = (result.rates, result.rates_unseen, result.fidelity, result.fidelity_unseen, result.distinct)
     assert all(len(c) == updates + 1 and all(0.0 <= x <= 1.0 for x in c) for c in curves)
-    assert len(result.first_ok) == result.conversations[-1] >= 1 and result.turns[-1] >= 2
+    # the user may finish one conversation after the last evaluation: first_ok counts every conversation
+    assert len(result.first_ok) >= result.conversations[-1] >= 1 and result.turns[-1] >= 2
     if spec.best_of == 1:
         assert result.served_rates == result.rates  # one candidate per turn: served = evaluated
         assert result.served_after_hint is None
