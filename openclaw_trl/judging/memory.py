@@ -73,14 +73,14 @@ class HintMemory:
         rows = self._rows(items, shares)
         if not rows:
             return out
+        teacher_sums: dict[int, float] = {}  # item index -> sum_h w_h log pi_T(y | x + h)
         for temperature in sorted({items[i].temperature for i, _, _ in rows}):
             group = [r for r in rows if items[r[0]].temperature == temperature]
             teacher = self._score(items, group, temperature)
-            if teacher is None:
-                continue
-            for (i, share, _), logprobs in zip(group, teacher):
-                base = -sum(items[i].logprobs) if out[i] is None else out[i]
-                out[i] = base + share * sum(logprobs)
+            for (i, share, _), logprobs in zip(group, teacher or ()):
+                teacher_sums[i] = teacher_sums.get(i, 0.0) + share * sum(logprobs)
+        for i, teacher_sum in teacher_sums.items():
+            out[i] = teacher_sum - sum(items[i].logprobs)
         return out
 
     def _rows(self, items, shares: dict[str, float]) -> list[tuple[int, float, list[int]]]:
