@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from openclaw_trl.config_checks import (
+    check_users,
     ADVANTAGE_BASELINES,
     ENGINES,
     OPD_KD_SCHEDULES,
@@ -545,6 +546,14 @@ class OpenClawConfig(GRPOConfig):
         default=ServerSettings.api_key_env, metadata={"help": "Env var holding the API bearer token."}
     )
     served_model_name: str = field(default="openclaw", metadata={"help": "Model name reported by the API."})
+    users: list[dict] | None = field(
+        default=None,
+        metadata={"help": "People who each teach an adapter of their own: a list of {name, api_key_env}."},
+    )
+    max_adapters: int | None = field(
+        default=None,
+        metadata={"help": "Users' adapters on the device at once (default: the users, at most 8)."},
+    )
     session_idle_timeout: float = field(
         default=SessionConfig.session_idle_timeout, metadata={"help": "Seconds before an idle session ends."}
     )
@@ -642,8 +651,11 @@ class OpenClawConfig(GRPOConfig):
         default=True, metadata={"help": "Always true: one log line per update instead of a progress bar."}
     )
 
+    user_name = None  # not a field: the user a per-user copy of the config serves (``users.user_config``)
+
     def __post_init__(self):
         check_openclaw_fields(self)
+        check_users(self)
         refuse_inapplicable_trl_fields(self)
         refuse_fields_of_the_other_engine(self)
         check_vllm_server_fields(self)
@@ -662,6 +674,13 @@ class OpenClawConfig(GRPOConfig):
         check_adapter_history(self)
         if self.store_path is None:
             self.store_path = f"{self.output_dir}/openclaw.sqlite"
+
+    @property
+    def user_specs(self):
+        """The recipe's ``users`` as ``users.UserSpec``s (empty: one implicit user)."""
+        from openclaw_trl.users import parse_users
+
+        return parse_users(self.users)
 
     def quick_judge_config(self) -> QuickJudgeConfig:
         """The Best-of-N quick judge fields as ``QuickJudgeConfig`` (its endpoint is the judges' openai one)."""

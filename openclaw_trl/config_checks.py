@@ -207,3 +207,62 @@ def check_best_of_n(config) -> None:
         if not ok:
             raise ValueError(message)
     config.quick_judge_config()  # raises on any other value the quick judge cannot take
+
+
+MAX_ADAPTERS_DEFAULT = 8
+"""``max_adapters`` when the recipe leaves it out: every user's adapter resident, up to 8."""
+
+
+def check_users(config) -> None:
+    """``users`` and ``max_adapters``: valid user entries (``users.parse_users``), and nothing that would
+    mix the users' runs (one ``store_path`` or one ``api_key_env`` for all, a replay without identities, a
+    serving engine that cannot hold an adapter per user). Sets ``max_adapters``' default."""
+    from openclaw_trl.errors import UserError
+    from openclaw_trl.users import MAX_USERS, parse_users
+
+    if not config.users:
+        if config.users is not None:
+            raise ValueError("users must list at least one {name, api_key_env} entry, or be left out")
+        if config.max_adapters is not None:
+            raise ValueError("max_adapters only applies with users (one adapter per user); drop it")
+        return
+    try:
+        specs = parse_users(config.users)
+    except UserError as err:
+        raise ValueError(str(err)) from None
+    config.users = [
+        {k: v for k, v in vars(s).items() if v is not None or k != "simulated_user"} for s in specs
+    ]
+    refused = [
+        (
+            config.store_path is not None,
+            "store_path (each user's store is <output_dir>/users/<name>/openclaw.sqlite)",
+        ),
+        (
+            config.api_key_env is not None,
+            "api_key_env (each user's own api_key_env selects them; the UI asks for their name and key)",
+        ),
+        (
+            config.source == "replay",
+            "source: replay (recorded conversations name no user: replay them in a "
+            "run without users, one per person)",
+        ),
+        (
+            config.engine != "hf",
+            f"engine: {config.engine} (one adapter per user is served by the hf engine "
+            "in this version: use engine: hf)",
+        ),
+    ]
+    for bad, what in refused:
+        if bad:
+            raise ValueError(f"users cannot be combined with {what}")
+    if config.max_adapters is None:
+        config.max_adapters = min(len(specs), MAX_ADAPTERS_DEFAULT)
+    if (
+        isinstance(config.max_adapters, bool)
+        or not isinstance(config.max_adapters, int)
+        or not 1 <= config.max_adapters <= MAX_USERS
+    ):
+        raise ValueError(
+            f"max_adapters must be an integer from 1 to {MAX_USERS}, got {config.max_adapters!r}"
+        )

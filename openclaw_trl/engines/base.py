@@ -25,6 +25,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol, runtime_checkable
 
+from openclaw_trl.users import check_user_name
+
 Weights = Literal["policy", "base"]
 """``policy`` = the current (last published) LoRA adapter; ``base`` = the adapter disabled."""
 
@@ -62,6 +64,7 @@ class GenerationRequest:
     prompt_ids: list[int]
     sampling: SamplingParams = field(default_factory=SamplingParams)
     weights: Weights = "policy"
+    adapter: str | None = None  # whose adapter ``policy`` means (a user's name); None = the run's only adapter
 
 
 @dataclass
@@ -120,19 +123,33 @@ class Engine(Protocol):
         temperature: float = 1.0,
         priority: Priority = "learn",
         timeout_s: float | None = None,
+        adapter: str | None = None,
     ) -> Scores:
         """Log-probs of each completion given its prompt; optionally the top-K at each position.
 
         ``priority``: ``learn`` for the teacher and replays, ``serve`` for a chat reply's ``top_logprobs``.
         ``timeout_s``: as for ``generate``.
+        ``adapter``: whose adapter ``policy`` means (``GenerationRequest.adapter``).
         """
         ...
 
-    def publish_adapter(self, adapter, version: int) -> None:
-        """Atomically make ``adapter`` (a PEFT state dict or an adapter directory) the ``policy``."""
+    def publish_adapter(self, adapter, version: int, name: str | None = None) -> None:
+        """Atomically make ``adapter`` (a PEFT state dict or an adapter directory) the ``policy`` of ``name``
+        (a user's name; None = the run's only adapter)."""
+        ...
+
+    def adapter_version(self, name: str | None = None) -> int:
+        """The version of the adapter that serves ``policy`` for ``name`` (0 before its first publish);
+        ``policy_version`` is ``adapter_version(None)``."""
         ...
 
     def close(self) -> None: ...
+
+
+def check_adapter_name(name) -> None:
+    """``ValueError`` unless ``name`` is None (the run's only adapter) or a user's name (``check_user_name``)."""
+    if name is not None:
+        check_user_name(name)
 
 
 def check_priority(priority: str) -> None:
@@ -188,6 +205,7 @@ def check_generate_args(requests: list[GenerationRequest], priority: str) -> Non
         if not request.prompt_ids:
             raise ValueError("every request needs at least one prompt token")
         check_weights(request.weights)
+        check_adapter_name(request.adapter)
         check_sampling(request.sampling)
 
 
@@ -198,11 +216,13 @@ def check_score_args(
     top_k: int,
     temperature: float,
     priority: str,
+    adapter: str | None = None,
 ) -> None:
     """The arguments of ``Engine.score``: one prompt per completion, each with at least one token when its
     completion is not empty; known weights and priority; ``top_k >= 0``; a finite ``temperature > 0``."""
     check_priority(priority)
     check_weights(weights)
+    check_adapter_name(adapter)
     if len(prompt_ids) != len(completion_ids):
         raise ValueError("prompt_ids and completion_ids must have the same length")
     if not (math.isfinite(temperature) and temperature > 0):
