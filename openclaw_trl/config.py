@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from openclaw_trl.config_checks import (
-    check_users,
     ADVANTAGE_BASELINES,
     ENGINES,
     OPD_KD_SCHEDULES,
     check_openclaw_fields,
+    check_users,
 )
 from openclaw_trl.config_trl import (
     check_adapter_history,
