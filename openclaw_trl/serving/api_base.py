@@ -1,11 +1,17 @@
-"""What every route shares: the bearer-key check, the bounded JSON body, the ``ChatService`` of the app and
-the headers that name a reply's turn."""
+"""What every route shares: the bearer-key check (which also says whose request it is), the bounded JSON body,
+the caller's ``ChatService``, collector and learning control, and the headers that name a reply's turn.
+
+A server has one tenant (no users: the run's only adapter, ``app.state.api_key`` or no auth) or one tenant per
+user (``app.state.user_keys``: the presented key selects the user). ``require_api_key`` puts the caller's
+``Tenant`` on ``request.state.tenant``; every route reads its service, collector and learning control from there,
+so a route can only ever reach the caller's own sessions, turns, versions and status."""
 
 from __future__ import annotations
 
 import hmac
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Depends, Request
@@ -28,24 +34,55 @@ def same_secret(given: str, key: str) -> bool:
     return hmac.compare_digest((given or "").encode(), key.encode())
 
 
-async def require_api_key(request: Request) -> None:
-    """Dependency: the ``Authorization: Bearer <key>`` header matches ``app.state.api_key`` (when set)."""
-    key = request.app.state.api_key
-    if not key:
-        return
+@dataclass(frozen=True)
+class Tenant:
+    """One user's side of the server: their name (None: the run's only user), chat service (engine view,
+    store, Best-of-N, status), collector (per-turn signals) and learning control (None: nothing trains)."""
+
+    name: str | None
+    service: ChatService
+    collector: Any
+    learning: Any = None
+
+
+def _bearer(request: Request) -> str:
     auth = request.headers.get("authorization", "")
     if not auth.lower().startswith("bearer "):
         raise ApiError(401, "Missing bearer token: send 'Authorization: Bearer <key>'", "missing_api_key")
-    if not same_secret(auth[7:].strip(), key):
+    return auth[7:].strip()
+
+
+async def require_api_key(request: Request) -> None:
+    """Dependency: the caller's key is valid; ``request.state.tenant`` is then whose request it is.
+
+    With users (``app.state.user_keys``) the key must be one user's (401 otherwise) and selects them; without,
+    the key must match ``app.state.api_key`` when one is set."""
+    state = request.app.state
+    user_keys = getattr(state, "user_keys", None)
+    if user_keys is not None:
+        name = user_keys.user_of(_bearer(request))
+        if name is None:
+            raise ApiError(401, "Incorrect API key provided", "invalid_api_key")
+        request.state.tenant = state.tenants[name]
+        return
+    key = state.api_key
+    if key and not same_secret(_bearer(request), key):
         raise ApiError(401, "Incorrect API key provided", "invalid_api_key")
+    request.state.tenant = state.tenants[None]
 
 
 AUTHORIZED = [Depends(require_api_key)]
 """The ``dependencies`` of every route but ``/healthz`` and the unknown-route answer."""
 
 
+def tenant_of(request: Request) -> Tenant:
+    """The caller's ``Tenant`` (set by ``require_api_key``)."""
+    return request.state.tenant
+
+
 def service_of(request: Request) -> ChatService:
-    return request.app.state.service
+    """The caller's ``ChatService``."""
+    return tenant_of(request).service
 
 
 async def json_body(request: Request, limits: RequestLimits) -> Any:

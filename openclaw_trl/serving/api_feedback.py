@@ -7,7 +7,7 @@ import asyncio
 
 from fastapi import APIRouter, Request
 
-from openclaw_trl.serving.api_base import AUTHORIZED, json_body
+from openclaw_trl.serving.api_base import AUTHORIZED, json_body, tenant_of
 from openclaw_trl.serving.feedback_schema import (
     FeedbackRequest,
     feedback_reply,
@@ -23,7 +23,7 @@ async def feedback(request: Request):
     limits = request.app.state.settings.limits
     payload = await json_body(request, limits)
     asked = parse_feedback(payload, request.headers, limits)
-    result = await asyncio.to_thread(_send, request.app.state.collector, asked)
+    result = await asyncio.to_thread(_send, tenant_of(request).collector, asked)
     return feedback_reply(asked, result).model_dump()
 
 

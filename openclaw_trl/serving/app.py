@@ -9,14 +9,16 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from openclaw_trl.errors import UserError
 from openclaw_trl.serving.api import router
-from openclaw_trl.serving.api_base import same_secret
+from openclaw_trl.serving.api_base import Tenant, same_secret
 from openclaw_trl.serving.chat_service import ChatService
 from openclaw_trl.serving.errors import ApiError, error_response
 from openclaw_trl.serving.settings import ServerSettings
 from openclaw_trl.serving.versions_api import versions_router
+from openclaw_trl.users import UserKeys
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +36,7 @@ def create_app(
     best_of_n=None,
     learning=None,
 ):
-    """The FastAPI app: OpenAI routes + the Gradio UI at ``/`` (when ``settings.ui``).
+    """The FastAPI app of a server with one user: OpenAI routes + the Gradio UI at ``/`` (when ``settings.ui``).
 
     ``collector`` attaches next states and writes turns to ``store`` (``openclaw_trl.sessions``);
     ``status()`` returns the learning status for ``/v1/status`` and the learning panel.
@@ -44,27 +46,69 @@ def create_app(
     ``learning`` (a ``LearningControl``, or ``None`` when nothing trains) backs ``/v1/adapters``,
     ``/v1/learning`` and the UI's version controls (``app.state.learning``).
     """
+    settings = settings or ServerSettings()
+    api_key = _resolve_api_key(settings)
+    service = ChatService(engine, collector, store, settings, status, best_of_n=best_of_n)
+    app = _api_app({None: Tenant(None, service, collector, learning)}, settings)
+    app.state.api_key = api_key
+    app.state.service, app.state.collector, app.state.learning = service, collector, learning
+    if settings.ui:
+        app = _mount_ui(app, service, collector, settings, api_key, learning)
+    return app
+
+
+@dataclass(frozen=True)
+class UserParts:
+    """What one user's side of a server with several users is built from (each user's own components, the
+    engine being their ``AdapterView`` of the shared one)."""
+
+    name: str
+    engine: object
+    collector: object
+    store: object
+    status: Callable[[], dict] | None = None
+    best_of_n: object = None
+    learning: object = None
+
+
+def create_users_app(users: list[UserParts], user_keys: UserKeys, settings: ServerSettings | None = None):
+    """The FastAPI app of a server with several users: the same routes, each request answered by the user
+    its bearer key selects (``app.state.user_keys``; ``api_base.require_api_key``), on that user's own chat
+    service, collector and learning control (``app.state.tenants``). The UI asks for the user's name and key."""
+    settings = settings or ServerSettings()
+    tenants = {
+        u.name: Tenant(
+            u.name,
+            ChatService(u.engine, u.collector, u.store, settings, u.status, best_of_n=u.best_of_n),
+            u.collector,
+            u.learning,
+        )
+        for u in users
+    }
+    app = _api_app(tenants, settings)
+    app.state.api_key, app.state.user_keys = None, user_keys
+    if settings.ui:
+        app = _mount_users_ui(app, tenants, user_keys, settings)
+    return app
+
+
+def _api_app(tenants: dict, settings: ServerSettings):
+    """The FastAPI app with the API routes, answering for ``tenants`` (closed with the app)."""
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI
 
-    settings = settings or ServerSettings()
-    api_key = _resolve_api_key(settings)
-    service = ChatService(engine, collector, store, settings, status, best_of_n=best_of_n)
-
     @asynccontextmanager
     async def lifespan(_app):
         yield
-        service.close()
+        for tenant in tenants.values():
+            tenant.service.close()
 
     app = FastAPI(title="openclaw-trl", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.service, app.state.settings, app.state.api_key = service, settings, api_key
-    app.state.collector, app.state.learning = collector, learning
+    app.state.tenants, app.state.settings, app.state.user_keys = tenants, settings, None
     _add_error_handlers(app)
     app.include_router(versions_router)  # before ``router``, whose last route answers unknown /v1/ paths
     app.include_router(router)
-    if settings.ui:
-        app = _mount_ui(app, service, collector, settings, api_key, learning)
     return app
 
 
@@ -123,6 +167,11 @@ def _mount_ui(
     )
     app.state.blocks = blocks
     return app
+
+
+def _mount_users_ui(app, tenants: dict, user_keys: UserKeys, settings: ServerSettings):
+    """The Gradio UI at ``/`` for several users: the login asks for the user's name and key."""
+    raise NotImplementedError
 
 
 def _port_taken(host: str, port: int) -> bool:

@@ -25,7 +25,7 @@ import dataclasses
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from openclaw_trl.serving.api_base import json_body, require_api_key, service_of
+from openclaw_trl.serving.api_base import json_body, require_api_key, service_of, tenant_of
 from openclaw_trl.serving.errors import ApiError, format_validation_error
 from openclaw_trl.trainer.control import (
     LearningUnavailable,
@@ -52,7 +52,7 @@ versions_router = APIRouter(dependencies=[Depends(require_api_key)])
 
 
 def _learning(request: Request):
-    learning = request.app.state.learning
+    learning = tenant_of(request).learning
     if learning is None:
         raise ApiError(
             409,
