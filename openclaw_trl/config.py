@@ -782,6 +782,7 @@ class OpenClawConfig(GRPOConfig):
                 "dtype": dtype,
                 "max_batch_size": self.engine_max_batch_size,
                 "prefix_cache_mb": self.prefix_cache_mb,
+                **({"max_adapters": self.max_adapters} if self.users else {}),
             }
         kwargs = {
             "lora_config": lora_config,

@@ -27,9 +27,6 @@ policy version. Ctrl-C and SIGTERM end training with a checkpoint of the last up
 from __future__ import annotations
 
 import logging
-import threading
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,6 +40,12 @@ from openclaw_trl.recipe import (
     resolve_model_path,
     set_model_init_kwargs,
 )
+from openclaw_trl.run_parts import (  # noqa: F401 - RunThreads, Runtime, prepare_start: re-exported
+    RunThreads,
+    Runtime,
+    prepare_start,
+    sigterm_as_interrupt,
+)
 from openclaw_trl.serving_stack import make_best_of_n
 from openclaw_trl.sources import Simulation, replay_and_judge, start_simulation
 from openclaw_trl.status import LearningStatus
@@ -50,85 +53,9 @@ from openclaw_trl.trainer import last_step_metrics
 from openclaw_trl.trainer.progress import ProgressCallback, TrainingProgress
 
 if TYPE_CHECKING:
-    from openclaw_trl.engines import Engine
-    from openclaw_trl.judging import BestOfN, Scorer
     from openclaw_trl.serving.app import ServerThread
-    from openclaw_trl.sessions import TurnCollector
-    from openclaw_trl.store import Store
-    from openclaw_trl.trainer import OpenClawTrainer
-    from openclaw_trl.trainer.control import LearningControl
 
 logger = logging.getLogger(__name__)
-
-
-class RunThreads:
-    """The threads a run starts, in one place: the server (``serve``) and the sources' threads (``add``).
-
-    ``close`` sets ``stop_event`` (the sources stop at their next check), joins the source threads (30 s
-    each at most: they are daemons) and stops the server. Closing twice is harmless.
-    """
-
-    def __init__(self):
-        self.stop_event = threading.Event()
-        self.server: ServerThread | None = None
-        self._threads: list[threading.Thread] = []
-
-    def add(self, thread: threading.Thread) -> threading.Thread:
-        self._threads.append(thread)
-        return thread
-
-    def serve(self, server: ServerThread) -> ServerThread:
-        self.server = server
-        return server
-
-    def close(self) -> None:
-        self.stop_event.set()
-        for thread in self._threads:
-            thread.join(timeout=30)
-        if self.server is not None:
-            self.server.stop()
-
-
-@dataclass(frozen=True)
-class Runtime:
-    """The components of one run, complete when :func:`build_runtime` returns.
-
-    The store, the engine, the collector, the scorer, the Best-of-N picker (``best_of_n > 1``), the learning
-    control (pause, rollback, history) and the status exist only in the main process: they are None on the
-    other processes of a multi-process launch. ``trainer`` is None when built without training. ``progress``
-    is what the trainer has logged (pushed by its ``ProgressCallback``), read by ``status``; ``threads``
-    owns the threads that :func:`run` starts.
-    """
-
-    config: OpenClawConfig
-    model_name: str  # the recipe's model_name_or_path
-    model_path: str  # what is loaded: a Hub id or a local directory (the tiny and toy models are built)
-    tokenizer: object
-    store: Store | None = None
-    engine: Engine | None = None
-    collector: TurnCollector | None = None
-    scorer: Scorer | None = None
-    best_of_n: BestOfN | None = None
-    learning: LearningControl | None = None
-    status: LearningStatus | None = None  # called by /v1/status and the UI's learning panel
-    trainer: OpenClawTrainer | None = None
-    progress: TrainingProgress = field(default_factory=TrainingProgress)
-    threads: RunThreads = field(default_factory=RunThreads)
-
-    @property
-    def server(self) -> ServerThread | None:
-        return self.threads.server
-
-    @property
-    def stop_event(self) -> threading.Event:
-        return self.threads.stop_event
-
-    def close(self) -> None:
-        """Stop the run's threads, the scorer, the Best-of-N picker and the engine (the store stays open)."""
-        self.threads.close()
-        for component in (self.scorer, self.best_of_n, self.engine):
-            if component is not None:
-                component.close()
 
 
 def build_runtime(
@@ -143,6 +70,10 @@ def build_runtime(
     learning control and the status; every process loads the same checkpoint and builds its trainer, whose
     logged metrics go to ``progress``.
     """
+    if config.users:
+        from openclaw_trl.users_runtime import build_users_runtime
+
+        return build_users_runtime(config, model_args, recipe_yaml, train, judge_fn)
     from accelerate import PartialState
 
     from openclaw_trl.engines import create_engine
@@ -208,22 +139,12 @@ def build_runtime(
     )
 
 
-def prepare_start(config: OpenClawConfig):
-    """``(store, StartPoint)``: move an old run aside (``fresh_start``), open the store, bring it to the
-    checkpoint the run continues from, and log where the run starts (its first log line)."""
-    from openclaw_trl.resume import move_previous_run, start_point
-    from openclaw_trl.store import Store
-
-    moved_to = move_previous_run(config) if config.fresh_start else None
-    Path(config.store_path).parent.mkdir(parents=True, exist_ok=True)
-    store = Store(config.store_path)
-    start = start_point(config, store, moved_to)
-    logger.info("%s", start.describe())
-    return store, start
-
-
 def start_server(runtime: Runtime, port: int | None = None, ui: bool = True) -> ServerThread:
     """The FastAPI app (+ Gradio UI) in a background uvicorn thread, owned by ``runtime.threads``; returns it."""
+    if runtime.users:
+        from openclaw_trl.users_runtime import start_users_server
+
+        return start_users_server(runtime, port, ui)
     from openclaw_trl.serving.app import ServerThread, create_app
 
     settings = runtime.config.server_settings(port=port, ui=ui)
@@ -270,6 +191,10 @@ def run(runtime: Runtime, share: bool = False) -> dict:
 
     ``share`` (live source only) also opens a public Gradio link to the UI and API.
     """
+    if runtime.users:
+        from openclaw_trl.users_runtime import run_users
+
+        return run_users(runtime, share)
     config, trainer = runtime.config, runtime.trainer
     if share and (config.source != "live" or not config.api_key_env):
         raise UserError(
@@ -278,7 +203,7 @@ def run(runtime: Runtime, share: bool = False) -> dict:
     if runtime.scorer is not None:  # the main process
         start_source(runtime, share)
     try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             trainer.resume_from(config.resume_from_checkpoint)
     except KeyboardInterrupt:
         logger.info("stopping after update %d: saving a checkpoint", trainer.state.global_step)
@@ -318,22 +243,3 @@ def start_source(runtime: Runtime, share: bool = False) -> None:
         simulation = Simulation.from_config(config)
         fail = runtime.store.queue.fail_waiters  # a crashed simulation ends the trainer's wait with its error
         runtime.threads.add(start_simulation(simulation, url, runtime.stop_event, fail))
-
-
-@contextmanager
-def _sigterm_as_interrupt():
-    """``kill`` (SIGTERM) stops training as Ctrl-C does: the last update is checkpointed, nothing is lost."""
-    import signal
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

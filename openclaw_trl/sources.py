@@ -32,7 +32,8 @@ class Simulation:
 
     ``user``: the simulated user's class (``package.module:Class``); ``sessions``: conversations to hold
     (0: until training stops); ``seed``: the seed of the first round of 4 conversations (each round adds
-    1); ``model``: the model name sent to the server; ``max_tokens``: the replies' length.
+    1); ``model``: the model name sent to the server; ``max_tokens``: the replies' length; ``api_key``: the
+    bearer key of its requests (on a server with users, the key that makes it that user).
     """
 
     user: str
@@ -40,6 +41,7 @@ class Simulation:
     seed: int
     model: str
     max_tokens: int
+    api_key: str | None = None  # the bearer key its requests carry (a user's key on a server with users)
 
     @classmethod
     def from_config(cls, config) -> Simulation:
@@ -76,6 +78,7 @@ def start_simulation(
                 seed=simulation.seed + round_,
                 model=simulation.model,
                 max_tokens=simulation.max_tokens,
+                api_key=simulation.api_key,
                 should_stop=stop.is_set,
             )
             done += len(logs)

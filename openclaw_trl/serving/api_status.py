@@ -19,7 +19,9 @@ async def healthz(request: Request):
     """Open to anyone: the policy version of a server with one user, 0 for a server with several (whose
     versions are each user's own, read with their key from ``/v1/status``)."""
     only = request.app.state.tenants.get(None)
-    return Health(policy_version=getattr(only.service.engine, "policy_version", 0) if only else 0).model_dump()
+    return Health(
+        policy_version=getattr(only.service.engine, "policy_version", 0) if only else 0
+    ).model_dump()
 
 
 @router.get("/v1/models", dependencies=AUTHORIZED)

@@ -92,6 +92,7 @@ class LearningControl:
     def __init__(self, store, output_dir: str | Path, history: int, engine=None, poll_s: float = 0.25):
         self.store, self.output_dir, self.history, self.engine = store, Path(output_dir), history, engine
         self.poll_s = poll_s
+        self.stopping = False
         self._cond = threading.Condition()
         self._pending: _Request | None = None
         self._trainer_running = False
@@ -212,12 +213,18 @@ class LearningControl:
             self.trainer_state = "rolling back"
             return request.version
 
+    def stop(self) -> None:
+        """The run is ending: a trainer waiting while paused goes on (to find that no batch will come)."""
+        with self._cond:
+            self.stopping = True
+            self._cond.notify_all()
+
     def wait_while_paused(self) -> int | None:
         """Block while learning is paused; return a rollback request's version as soon as one arrives (to
         carry out now), or None once learning may go on."""
         while True:
             version = self.next_rollback()
-            if version is not None or not self.paused:
+            if version is not None or not self.paused or self.stopping:
                 return version
             with self._cond:
                 self.trainer_state = "paused"

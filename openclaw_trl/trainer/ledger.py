@@ -51,6 +51,10 @@ class BatchLedger:
         self.score_std = score_std
         self.update_started = time.perf_counter()
 
+    def restart_clock(self) -> None:
+        """The update starts now (after waiting for its turn among users' trainers)."""
+        self.update_started = time.perf_counter()
+
     def step_done(self) -> tuple[float, list[int]]:
         """One optimizer step ran: ``(seconds since the update started, sample ids to mark consumed)``.
 

@@ -114,6 +114,10 @@ class OpenClawTrainer(TrainerVersions, GRPOTrainer):
         self.recipe_yaml = recipe_yaml
         self.learning = learning  # a LearningControl (main process), or None: never paused, no rollback
         self.ledger = BatchLedger()
+        self.update_turns = None  # a sharing.UpdateTurns when several users' trainers share the device
+        self.user_name: str | None = None  # whose adapter this trainer trains (None: the run's only one)
+        self.stop_requested = False  # set from another thread: no new batch is taken (``StopTraining``)
+        self._next_batch: list[TrainingSample] | None = None  # taken before the step that trains on it
         self.batch_summary = None  # where the current batch's samples came from (reporting.BatchSummary)
         self._adapter_snapshot = AdapterSnapshot()
         self._loss_forward: LossForward | None = None  # compute_loss's forward, for TRL's loss to use
@@ -138,6 +142,27 @@ class OpenClawTrainer(TrainerVersions, GRPOTrainer):
         self._metrics["train"][name].append(float(value))
 
     # ------------------------------------------------------------------ batches
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        """Before each optimizer step (the training loop's first call of a step): take the batch it trains
+        on when it needs a new one (TRL regenerates every ``steps_per_generation * num_iterations``
+        micro-steps), then, with several users, wait for this user's turn (``sharing.UpdateTurns``). The wait
+        for samples thus happens between steps, never while holding the turn."""
+        if self.stop_requested:
+            raise StopTraining(f"training of {self.user_name or 'the adapter'} stopped")
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        if self._next_batch is None and (self._step % generate_every == 0 or self._buffered_inputs is None):
+            self._next_batch = self._take_batch()
+        if self.update_turns is not None:
+            waited = self.update_turns.take(self.user_name)
+            self.log_metric("schedule/turn_wait_s", waited)
+            self.ledger.restart_clock()
+        return super().get_batch_samples(epoch_iterator, num_batches, device)
+
+    def end_turn(self) -> None:
+        """The optimizer step is done and published: another user's update may run."""
+        if self.update_turns is not None:
+            self.update_turns.give_back(self.user_name)
+
     def _take_batch(self) -> list[TrainingSample]:
         """This process's share of the next ``generation_batch_size`` samples (``process_share``); the whole
         batch goes into the ledger, which closes it after ``num_iterations * steps_per_generation /
@@ -200,7 +225,9 @@ class OpenClawTrainer(TrainerVersions, GRPOTrainer):
             self.learning.finish(result=result)
 
     def _generate_and_score_completions(self, inputs):
-        samples = self._take_batch()
+        samples, self._next_batch = self._next_batch, None
+        if samples is None:
+            samples = self._take_batch()
         batch = collate_samples(samples, self.processing_class.pad_token_id, device=self.accelerator.device)
         mask = batch["completion_mask"]
         if self.mask_truncated_completions:  # as TRL: out of the attention and the loss
@@ -387,6 +414,10 @@ class OpenClawTrainer(TrainerVersions, GRPOTrainer):
             self.log_metric("kd/loss_share", kd_share(kd_term.detach(), loss.detach()))
             loss = loss + kd_term
         return loss
+
+
+class StopTraining(Exception):
+    """Raised between two updates of a trainer asked to stop (``stop_requested``) from another thread."""
 
 
 def judged_reward(prompts=None, completions=None, **kwargs):

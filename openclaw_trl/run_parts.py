@@ -1,0 +1,158 @@
+"""The parts every run is made of: its threads (``RunThreads``), its components (``Runtime``, and one
+``UserRuntime`` per user of a run with several users), where its store starts (``prepare_start``) and SIGTERM
+as Ctrl-C (``sigterm_as_interrupt``)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from openclaw_trl.config import OpenClawConfig
+from openclaw_trl.status import LearningStatus
+from openclaw_trl.trainer.progress import TrainingProgress
+
+if TYPE_CHECKING:
+    from openclaw_trl.engines import Engine
+    from openclaw_trl.judging import BestOfN, Scorer
+    from openclaw_trl.serving.app import ServerThread
+    from openclaw_trl.sessions import TurnCollector
+    from openclaw_trl.store import Store
+    from openclaw_trl.trainer import OpenClawTrainer
+    from openclaw_trl.trainer.control import LearningControl
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class UserRuntime:
+    """One user's components in a run with several users: their config copy (``output_dir`` and
+    ``store_path`` under ``users/<name>``), store, engine (their ``AdapterView`` of the shared engine),
+    collector, scorer, Best-of-N picker, learning control, status, trainer (over a copy of the shared base
+    model) and what it logged."""
+
+    name: str
+    config: OpenClawConfig
+    store: Store
+    engine: Engine
+    collector: TurnCollector
+    scorer: Scorer
+    best_of_n: BestOfN | None = None
+    learning: LearningControl | None = None
+    status: LearningStatus | None = None
+    trainer: OpenClawTrainer | None = None
+    progress: TrainingProgress = field(default_factory=TrainingProgress)
+
+
+class RunThreads:
+    """The threads a run starts, in one place: the server (``serve``) and the sources' threads (``add``).
+
+    ``close`` sets ``stop_event`` (the sources stop at their next check), joins the source threads (30 s
+    each at most: they are daemons) and stops the server. Closing twice is harmless.
+    """
+
+    def __init__(self):
+        self.stop_event = threading.Event()
+        self.server: ServerThread | None = None
+        self._threads: list[threading.Thread] = []
+
+    def add(self, thread: threading.Thread) -> threading.Thread:
+        self._threads.append(thread)
+        return thread
+
+    def serve(self, server: ServerThread) -> ServerThread:
+        self.server = server
+        return server
+
+    def close(self) -> None:
+        self.stop_event.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+        if self.server is not None:
+            self.server.stop()
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The components of one run, complete when :func:`build_runtime` returns.
+
+    The store, the engine, the collector, the scorer, the Best-of-N picker (``best_of_n > 1``), the learning
+    control (pause, rollback, history) and the status exist only in the main process: they are None on the
+    other processes of a multi-process launch. ``trainer`` is None when built without training. ``progress``
+    is what the trainer has logged (pushed by its ``ProgressCallback``), read by ``status``; ``threads``
+    owns the threads that :func:`run` starts.
+    """
+
+    config: OpenClawConfig
+    model_name: str  # the recipe's model_name_or_path
+    model_path: str  # what is loaded: a Hub id or a local directory (the tiny and toy models are built)
+    tokenizer: object
+    store: Store | None = None
+    engine: Engine | None = None
+    collector: TurnCollector | None = None
+    scorer: Scorer | None = None
+    best_of_n: BestOfN | None = None
+    learning: LearningControl | None = None
+    status: LearningStatus | None = None  # called by /v1/status and the UI's learning panel
+    trainer: OpenClawTrainer | None = None
+    progress: TrainingProgress = field(default_factory=TrainingProgress)
+    threads: RunThreads = field(default_factory=RunThreads)
+    users: tuple[UserRuntime, ...] = ()  # a run with several users: each one's components (the fields above
+    # that belong to one user are then None; ``engine`` is the shared engine)
+
+    @property
+    def server(self) -> ServerThread | None:
+        return self.threads.server
+
+    @property
+    def stop_event(self) -> threading.Event:
+        return self.threads.stop_event
+
+    def close(self) -> None:
+        """Stop the run's threads, the scorers, the Best-of-N pickers and the engine (the stores stay open)."""
+        self.threads.close()
+        for component in (
+            self.scorer,
+            self.best_of_n,
+            *[c for u in self.users for c in (u.scorer, u.best_of_n)],
+        ):
+            if component is not None:
+                component.close()
+        if self.engine is not None:
+            self.engine.close()
+
+
+def prepare_start(config: OpenClawConfig):
+    """``(store, StartPoint)``: move an old run aside (``fresh_start``), open the store, bring it to the
+    checkpoint the run continues from, and log where the run starts (its first log line)."""
+    from openclaw_trl.resume import move_previous_run, start_point
+    from openclaw_trl.store import Store
+
+    moved_to = move_previous_run(config) if config.fresh_start else None
+    Path(config.store_path).parent.mkdir(parents=True, exist_ok=True)
+    store = Store(config.store_path)
+    start = start_point(config, store, moved_to)
+    logger.info("%s", start.describe())
+    return store, start
+
+
+@contextmanager
+def sigterm_as_interrupt():
+    """``kill`` (SIGTERM) stops training as Ctrl-C does: the last update is checkpointed, nothing is lost."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
