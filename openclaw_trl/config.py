@@ -546,9 +546,11 @@ class OpenClawConfig(GRPOConfig):
         default=ServerSettings.api_key_env, metadata={"help": "Env var holding the API bearer token."}
     )
     served_model_name: str = field(default="openclaw", metadata={"help": "Model name reported by the API."})
-    users: list[dict] | None = field(
+    users: list[str] | None = field(
         default=None,
-        metadata={"help": "People who each teach an adapter of their own: a list of {name, api_key_env}."},
+        metadata={
+            "help": "People who each teach an adapter of their own: name:API_KEY_ENV (YAML: mappings)."
+        },
     )
     max_adapters: int | None = field(
         default=None,

@@ -1,6 +1,7 @@
 """Users: several people (or agents) share one base model, each teaching an adapter of their own.
 
-A recipe lists its users, each with a name and the environment variable holding their API key::
+A recipe lists its users, each with a name and the environment variable holding their API key (on the
+command line: ``--users alice:ALICE_KEY bob:BOB_KEY``)::
 
     users:
       - name: alice
@@ -81,6 +82,13 @@ def parse_users(raw) -> tuple[UserSpec, ...]:
                 "api_key_env": entry.api_key_env,
                 "simulated_user": entry.simulated_user,
             }
+        elif isinstance(entry, str):  # the command line's form: name:API_KEY_ENV[:package.module:Class]
+            parts = entry.split(":", 2)
+            if len(parts) < 2:
+                raise UserError(
+                    f"users[{i}] must be name:API_KEY_ENV on the command line, got {entry!r}"[:200]
+                )
+            entry = dict(zip(("name", "api_key_env", "simulated_user"), parts, strict=False))
         if not isinstance(entry, dict):
             raise UserError(f"users[{i}] must be a mapping with name and api_key_env, got {entry!r}"[:200])
         unknown = sorted(set(entry) - _FIELDS)

@@ -30,7 +30,9 @@ def test_users_get_their_own_folder_and_store(tmp_path):
     assert alice.output_dir == str(tmp_path / "run" / "users" / "alice")
     assert alice.store_path == str(tmp_path / "run" / "users" / "alice" / "openclaw.sqlite")
     assert alice.users is None and alice.user_name == "alice"
-    assert config.output_dir == str(tmp_path / "run") and config.user_name is None  # the recipe's is untouched
+    assert (
+        config.output_dir == str(tmp_path / "run") and config.user_name is None
+    )  # the recipe's is untouched
 
 
 @pytest.mark.parametrize(
@@ -44,7 +46,8 @@ def test_users_get_their_own_folder_and_store(tmp_path):
         ([{"name": "alice", "api_key_env": "K", "role": "admin"}], "unknown fields"),
         ([{"name": "alice", "api_key_env": "K"}, {"name": "alice", "api_key_env": "L"}], "duplicate"),
         ([{"name": "alice", "api_key_env": "K"}, {"name": "bob", "api_key_env": "K"}], "of their own"),
-        (["alice"], "mapping"),
+        (["alice"], "name:API_KEY_ENV"),
+        ([7], "mapping"),
         ([{"name": f"u{i}", "api_key_env": f"K{i}"} for i in range(65)], "at most 64"),
     ],
 )

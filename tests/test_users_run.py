@@ -1,0 +1,192 @@
+"""A run with two users end to end: real HTTP on 127.0.0.1 with the ``openai`` client, the tiny model, real
+SQLite stores, real training threads. Every boundary between the users is crossed with the other user's key:
+turns, sessions, feedback, stored responses, versions, rollback, pause, status, hints and adapters."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+KEYS = {"ALICE_KEY": "alice-secret-key", "BOB_KEY": "bob-secret-key"}
+
+
+def _argv(tmp_path, *extra):
+    argv = ["--config", "recipes/tiny_simulated.yaml", "--output_dir", str(tmp_path / "run")]
+    argv += [
+        "--users",
+        "alice:ALICE_KEY",
+        "bob:BOB_KEY",
+        "--batch_size",
+        "2",
+        "--per_device_train_batch_size",
+        "2",
+    ]
+    return argv + list(extra)
+
+
+@pytest.fixture
+def keys(monkeypatch):
+    for env, key in KEYS.items():
+        monkeypatch.setenv(env, key)
+    return {"alice": KEYS["ALICE_KEY"], "bob": KEYS["BOB_KEY"]}
+
+
+def _load(argv):
+    from openclaw_trl.runtime import load_recipe
+
+    return load_recipe(argv)
+
+
+def test_two_users_train_their_own_adapters_and_continue_after_a_restart(tmp_path, keys):
+    from openclaw_trl.runtime import build_runtime, run
+
+    config, model_args, recipe = _load(_argv(tmp_path, "--max_steps", "2"))
+    runtime = build_runtime(config, model_args, recipe)
+    assert [u.name for u in runtime.users] == ["alice", "bob"] and runtime.trainer is None
+    metrics = run(runtime)
+    assert set(metrics) == {"alice", "bob"}
+    for user in runtime.users:
+        assert metrics[user.name]["policy_version"] == 2
+        assert runtime.engine.adapter_version(user.name) == 2
+        folder = tmp_path / "run" / "users" / user.name
+        assert (folder / "adapter_model.safetensors").exists() and (folder / "openclaw.sqlite").exists()
+        assert (folder / "checkpoint-2").is_dir()
+        sessions = {t.session_key for t in user.store.queries.iter_turns(include_private=True)}
+        assert sessions and all(s and s.startswith("sim") for s in sessions)
+    assert not (tmp_path / "run" / "openclaw.sqlite").exists()  # no shared store
+    # the trainers took turns: both updated, neither twice in a row while the other had a batch waiting
+    order = runtime.users[0].trainer.update_turns.order
+    assert sorted(order) == ["alice", "alice", "bob", "bob"]
+    # the two adapters differ (each learned from its own turns)
+    import safetensors.torch as st
+
+    a = st.load_file(str(tmp_path / "run" / "users" / "alice" / "adapter_model.safetensors"))
+    b = st.load_file(str(tmp_path / "run" / "users" / "bob" / "adapter_model.safetensors"))
+    assert a.keys() == b.keys() and any(not (a[k] == b[k]).all() for k in a)
+
+    # the same command with a higher max_steps continues each user from their checkpoint
+    config, model_args, recipe = _load(_argv(tmp_path, "--max_steps", "3"))
+    runtime = build_runtime(config, model_args, recipe)
+    for user in runtime.users:
+        assert runtime.engine.adapter_version(user.name) == 2  # published before anything is served
+    metrics = run(runtime)
+    assert {name: m["policy_version"] for name, m in metrics.items()} == {"alice": 3, "bob": 3}
+
+
+@pytest.fixture
+def live(tmp_path, keys):
+    """A two-user server (UI off) with scorers, no trainer: the routes on real HTTP."""
+    from openclaw_trl.runtime import build_runtime, start_server
+
+    config, model_args, recipe = _load(_argv(tmp_path, "--source", "live", "--correction_window_s", "0"))
+    runtime = build_runtime(config, model_args, recipe, train=False)
+    for user in runtime.users:
+        user.scorer.start()
+    server = start_server(runtime, port=0, ui=False)
+    yield runtime, server.url, keys
+    runtime.close()
+
+
+def _client(url, key):
+    from openai import OpenAI
+
+    return OpenAI(base_url=url + "/v1", api_key=key, max_retries=0)
+
+
+def _chat(url, key, session, text="Tell me about apples."):
+    response = httpx.post(
+        url + "/v1/chat/completions",
+        headers={"Authorization": f"Bearer {key}", "X-Session-Id": session},
+        json={"model": "openclaw", "messages": [{"role": "user", "content": text}], "max_tokens": 8},
+        timeout=120,
+    )
+    assert response.status_code == 200, response.text
+    return response
+
+
+def test_each_key_reaches_only_its_user(live):
+    runtime, url, keys = live
+    alice, bob = (next(u for u in runtime.users if u.name == n) for n in ("alice", "bob"))
+
+    # the openai client with each key: each turn lands in its user's store only
+    reply = _client(url, keys["alice"]).chat.completions.create(
+        model="openclaw", messages=[{"role": "user", "content": "hi from alice"}], max_tokens=8
+    )
+    assert reply.choices[0].message is not None
+    first = _chat(url, keys["alice"], "shared-name")
+    _chat(url, keys["bob"], "shared-name", "hi from bob")  # the same session id is another conversation
+    a_turns = list(alice.store.queries.iter_turns(include_private=True))
+    b_turns = list(bob.store.queries.iter_turns(include_private=True))
+    assert len(a_turns) == 2 and len(b_turns) == 1
+    assert all("bob" not in json.dumps(t.prompt_messages) for t in a_turns)
+    assert "hi from bob" in json.dumps(b_turns[0].prompt_messages)
+    alice_turn = int(first.headers["x-openclaw-turn-id"])
+
+    # bob cannot rate, correct, reject or withdraw alice's turn (it does not exist for him)
+    for body in (
+        {"turn_id": alice_turn, "rating": -1},
+        {"turn_id": alice_turn, "action": "correct", "text": "Please use bullets."},
+        {"turn_id": alice_turn, "action": "reject"},
+        {"turn_id": alice_turn, "action": "withdraw"},
+    ):
+        answer = httpx.post(
+            url + "/v1/feedback", headers={"Authorization": f"Bearer {keys['bob']}"}, json=body
+        )
+        assert answer.status_code in (400, 404), (body, answer.text)
+    assert all(t.next_state is None for t in alice.store.queries.iter_turns(include_private=True))
+
+    # alice corrects her own turn: the hint is hers alone (bob's judge and teacher never see it)
+    answer = httpx.post(
+        url + "/v1/feedback",
+        headers={"Authorization": f"Bearer {keys['alice']}"},
+        json={"turn_id": alice_turn, "action": "correct", "text": "Please answer as a bulleted list."},
+    )
+    assert answer.status_code == 200, answer.text
+    alice.scorer.wait_idle(timeout=60) if hasattr(alice.scorer, "wait_idle") else None
+    assert bob.store.queries.recent_hints(16) == []
+
+    # status, versions and the learning switch are each user's own
+    for name in ("alice", "bob"):
+        headers = {"Authorization": f"Bearer {keys[name]}"}
+        status = httpx.get(url + "/v1/status", headers=headers).json()
+        assert status["policy_version"] == 0
+        assert httpx.get(url + "/v1/learning", headers=headers).json()["paused"] is False
+    paused = httpx.post(
+        url + "/v1/learning", headers={"Authorization": f"Bearer {keys['bob']}"}, json={"paused": True}
+    )
+    assert paused.status_code == 200 and bob.learning.paused and not alice.learning.paused
+
+    # keys: none, wrong, another user's name as a key, alice's key with a stray space inside
+    for auth in (None, "Bearer nope", "Bearer alice", "Bearer alice-secret key", "alice-secret-key"):
+        headers = {"Authorization": auth} if auth else {}
+        answer = httpx.get(url + "/v1/status", headers=headers)
+        assert answer.status_code == 401 and answer.json()["error"]["code"] in (
+            "missing_api_key",
+            "invalid_api_key",
+        )
+    assert httpx.get(url + "/healthz").json()["policy_version"] == 0  # open, and names no user's version
+
+
+def test_a_stored_response_is_read_only_by_its_user(live):
+    runtime, url, keys = live
+    created = httpx.post(
+        url + "/v1/responses",
+        headers={"Authorization": f"Bearer {keys['alice']}"},
+        json={"model": "openclaw", "input": "hello", "max_output_tokens": 8},
+        timeout=120,
+    )
+    assert created.status_code == 200, created.text
+    rid = created.json()["id"]
+    mine = httpx.get(url + f"/v1/responses/{rid}", headers={"Authorization": f"Bearer {keys['alice']}"})
+    theirs = httpx.get(url + f"/v1/responses/{rid}", headers={"Authorization": f"Bearer {keys['bob']}"})
+    assert mine.status_code == 200 and theirs.status_code == 404
+    # nor can bob continue alice's conversation by its id
+    follow = httpx.post(
+        url + "/v1/responses",
+        headers={"Authorization": f"Bearer {keys['bob']}"},
+        json={"model": "openclaw", "input": "and then?", "previous_response_id": rid, "max_output_tokens": 8},
+        timeout=120,
+    )
+    assert follow.status_code == 404, follow.text
