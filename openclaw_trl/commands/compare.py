@@ -20,7 +20,9 @@ MAX_NEW_TOKENS = 2048
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--store", required=True, help="the run's SQLite store (e.g. runs/x/openclaw.sqlite) or its output_dir"
+        "--store",
+        required=True,
+        help="the run's SQLite store (e.g. runs/x/openclaw.sqlite) or its output_dir",
     )
     add_user_argument(parser, "prompts and adapter versions")
     parser.add_argument(

@@ -37,7 +37,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from openclaw_trl.hub import merge_adapter
 
-    result = merge_adapter(user_folder(args.adapter, args.user, "adapter"), args.out, base=args.base, force=args.force, dtype=args.dtype)
+    result = merge_adapter(
+        user_folder(args.adapter, args.user, "adapter"),
+        args.out,
+        base=args.base,
+        force=args.force,
+        dtype=args.dtype,
+    )
     print(
         f"wrote the merged model to {result.out} ({result.dtype}): model, tokenizer, chat template, generation config"
     )
