@@ -11,6 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
+from openclaw_trl.commands.user_folder import add_user_argument, user_folder, user_store
 from openclaw_trl.errors import UserError
 
 MAX_PROMPTS = 50
@@ -18,7 +19,12 @@ MAX_NEW_TOKENS = 2048
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", required=True, help="the run's SQLite store (e.g. runs/x/openclaw.sqlite)")
+    parser.add_argument(
+        "--store",
+        required=True,
+        help="the run's SQLite store (e.g. runs/x/openclaw.sqlite) or its output_dir",
+    )
+    add_user_argument(parser, "prompts and adapter versions")
     parser.add_argument(
         "--versions",
         required=True,
@@ -55,10 +61,10 @@ def run(args: argparse.Namespace) -> int:
 
     configure_console()  # readable lines, each warning once, no loading bars
     _check_bounds(args)
-    store_path = Path(args.store)
+    store_path = user_store(args.store, args.user)
     if not store_path.is_file():
         raise UserError(f"no store at {store_path}: pass the openclaw.sqlite of a run (--store)")
-    run_dir = Path(args.run_dir) if args.run_dir else store_path.parent
+    run_dir = user_folder(args.run_dir, args.user, "checkpoints") if args.run_dir else store_path.parent
     checkpoint = {v: _checkpoint(run_dir, v) for v in args.versions if v != 0}
     base = args.base or _base_model(checkpoint, run_dir)
     with Store(store_path) as store:

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 
+from openclaw_trl.commands.user_folder import add_user_argument, user_store
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--store", required=True, help="the SQLite store the server/trainer wrote (see the recipe)"
+        "--store",
+        required=True,
+        help="the SQLite store the server/trainer wrote (see the recipe), or the run's output_dir",
     )
+    add_user_argument(parser, "conversations")
     parser.add_argument(
         "--out", default=None, help="directory for DatasetDict.save_to_disk (empty or absent)"
     )
@@ -31,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from openclaw_trl.export import export_store
 
     result = export_store(
-        args.store,
+        user_store(args.store, args.user),
         args.out,
         push_to_hub=args.push_to_hub,
         include_private=args.include_private,

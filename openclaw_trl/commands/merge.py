@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from openclaw_trl.commands.user_folder import add_user_argument, user_folder
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -14,6 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="adapter dir, or a training run dir (its final adapter, else its latest checkpoint-<step>)",
     )
+    add_user_argument(parser, "adapter")
     parser.add_argument(
         "--out", required=True, help="directory for the merged model (must be empty or absent)"
     )
@@ -34,7 +37,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from openclaw_trl.hub import merge_adapter
 
-    result = merge_adapter(args.adapter, args.out, base=args.base, force=args.force, dtype=args.dtype)
+    result = merge_adapter(
+        user_folder(args.adapter, args.user, "adapter"),
+        args.out,
+        base=args.base,
+        force=args.force,
+        dtype=args.dtype,
+    )
     print(
         f"wrote the merged model to {result.out} ({result.dtype}): model, tokenizer, chat template, generation config"
     )

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from openclaw_trl.commands.user_folder import add_user_argument, user_folder
+from openclaw_trl.errors import UserError
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_mutually_exclusive_group(required=True)
@@ -11,6 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--adapter", help="adapter dir, or a training run dir (only adapter files are uploaded)"
     )
     what.add_argument("--merged", help="a model directory written by `openclaw-trl merge`")
+    add_user_argument(parser, "adapter (with --adapter)")
     parser.add_argument(
         "--repo-id", required=True, help="target repo on the Hub, e.g. your-name/my-chat-lora"
     )
@@ -24,7 +28,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from openclaw_trl.hub import push_to_hub
 
-    kind, folder = ("adapter", args.adapter) if args.adapter else ("merged", args.merged)
+    if args.adapter:
+        kind, folder = "adapter", user_folder(args.adapter, args.user, "adapter")
+    elif args.user is not None:
+        raise UserError(
+            "--user picks a user's adapter in a run folder (with --adapter); a --merged model is already "
+            "one model: drop --user"
+        )
+    else:
+        kind, folder = "merged", args.merged
     url = push_to_hub(
         folder,
         args.repo_id,

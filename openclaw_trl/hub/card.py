@@ -122,7 +122,7 @@ def _intro(kind: str, repo_id: str, base: str) -> list[str]:
 def _training(kind: str, base: str, info: dict[str, Any], lora_rank: int | None) -> list[str]:
     """The facts of the run, its final metrics, its recipe and the library versions."""
     metrics = info.get("final_metrics") or {}
-    recipe = str(info.get("recipe_yaml") or "").strip()
+    recipe = card_recipe(str(info.get("recipe_yaml") or "").strip())
     versions = info.get("library_versions") or {}
     versions_note = "at training time" if versions else "installed when this card was written"
     return [
@@ -131,10 +131,62 @@ def _training(kind: str, base: str, info: dict[str, Any], lora_rank: int | None)
         "### Final metrics",
         _table(metrics, ("metric", "value")) if metrics else "No metrics were recorded.",
         "### Recipe",
-        f"```yaml\n{recipe}\n```" if recipe else "The recipe was not recorded with this run.",
+        f"```yaml\n{recipe}\n```" if recipe else RECIPE_MISSING[recipe is None],
         f"### Library versions ({versions_note})",
         _table(versions or library_versions(), ("library", "version")),
     ]
+
+
+RECIPE_MISSING = {
+    False: "The recipe was not recorded with this run.",
+    True: "The recipe was left out of this card: it names the people who shared the run.",
+}
+USERS_NOTE = "# users: left out of this card (each user of the run has an adapter of their own)"
+
+
+def card_recipe(recipe: str) -> str | None:
+    """The recipe as a card shows it: without its ``users`` list, which names everyone who shared the run
+    (their names and key variables) while the adapter is one person's.
+
+    The top-level ``users:`` block is cut out of the text (comments and layout of the rest kept) and a
+    comment at the top says so; the cut is checked by parsing (every other field unchanged), else the recipe
+    is written again from its parsed fields. None when a user's name or key variable still appears in what
+    is left, even inside another word's ``-``/``_`` parts (the card then leaves the recipe out). A recipe
+    without users is returned as it is.
+    """
+    import yaml
+
+    try:
+        parsed = yaml.safe_load(recipe) if recipe else None
+    except yaml.YAMLError:
+        return recipe
+    if not isinstance(parsed, dict) or "users" not in parsed:
+        return recipe
+    users = parsed.pop("users") or []
+    words = {
+        str(entry.get(key))
+        for entry in users
+        if isinstance(entry, dict)
+        for key in ("name", "api_key_env")
+        if entry.get(key)
+    }
+    lines = recipe.splitlines()
+    start = next((i for i, line in enumerate(lines) if re.match(r"users\s*:", line)), None)
+    rest = None
+    if start is not None:
+        end = start + 1
+        while end < len(lines) and (not lines[end] or lines[end][0] in " \t-#"):
+            end += 1
+        rest = "\n".join([*lines[:start], *lines[end:]]).strip()
+        try:
+            rest = rest if (yaml.safe_load(rest) or {}) == parsed else None
+        except yaml.YAMLError:
+            rest = None
+    if rest is None:
+        rest = yaml.safe_dump(parsed, sort_keys=False).strip() if parsed else ""
+    if any(re.search(rf"(?<![A-Za-z0-9]){re.escape(word)}(?![A-Za-z0-9])", rest) for word in words):
+        return None
+    return f"{USERS_NOTE}\n{rest}".strip()
 
 
 def _facts(kind: str, base: str, info: dict[str, Any], lora_rank: int | None) -> dict[str, Any]:
