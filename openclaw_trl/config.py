@@ -300,6 +300,28 @@ class OpenClawConfig(GRPOConfig):
     store_path (`str`):
         SQLite store of sessions, turns and samples; defaults to `<output_dir>/openclaw.sqlite`.
 
+    > Parameters that control users (one base model, one adapter per person)
+
+    users (`list`, defaults to `None`):
+        People (or agents) who each teach an adapter of their own on the one base model: a list of
+        `{name, api_key_env}` mappings (on the command line `--users alice:ALICE_KEY bob:BOB_KEY`), with an
+        optional `simulated_user` per user for `source: simulated`. A name is 1-32 characters of `a-z 0-9 _ -`;
+        `api_key_env` names the environment variable holding the user's API key (set and distinct, or the
+        server refuses to start). A request's bearer key selects its user, and the UI's login asks for the
+        user's name and key. Each user's store, checkpoints, adapter, metrics and exports live in
+        `<output_dir>/users/<name>/`, so their sessions, turns, votes, hints, samples and versions are theirs
+        alone: the judge and the teacher only see that user's conversation and hints, and every route
+        (`/v1/status`, `/v1/adapters`, `/v1/learning`, feedback, stored responses) answers for the caller
+        only. One trainer process holds the base model once; each user's LoRA weights, optimizer, scheduler,
+        step, lineage and checkpoints are their own, and the users take turns to update (round-robin among
+        those with a full batch). `None`: one implicit user, the layout of `output_dir` as without users.
+        Refused with `store_path`, `api_key_env` (each user has a key), `source: replay`, several processes,
+        and an engine other than `hf`.
+    max_adapters (`int`, defaults to the number of users, at most 8):
+        Users' adapters held on the device at once by the serving engine (`hf`: device slots, the least
+        recently used idle adapter is moved out to CPU memory when another user's is needed). Fewer slots than
+        active users saves memory and costs a copy of an adapter per switch. Only with `users`.
+
     > Parameters that control where a run starts
 
     fresh_start (`bool`, defaults to `False`):
