@@ -9,6 +9,8 @@ import json
 import httpx
 import pytest
 
+from tests.helpers import wait_until
+
 KEYS = {"ALICE_KEY": "alice-secret-key", "BOB_KEY": "bob-secret-key"}
 
 
@@ -126,25 +128,36 @@ def test_each_key_reaches_only_its_user(live):
 
     # bob cannot rate, correct, reject or withdraw alice's turn (it does not exist for him)
     for body in (
-        {"turn_id": alice_turn, "rating": -1},
-        {"turn_id": alice_turn, "action": "correct", "text": "Please use bullets."},
-        {"turn_id": alice_turn, "action": "reject"},
-        {"turn_id": alice_turn, "action": "withdraw"},
+        {"turn_id": alice_turn, "session_id": "shared-name", "rating": -1},
+        {
+            "turn_id": alice_turn,
+            "session_id": "shared-name",
+            "action": "correct",
+            "text": "Please use bullets.",
+        },
+        {"turn_id": alice_turn, "session_id": "shared-name", "action": "reject"},
+        {"turn_id": alice_turn, "session_id": "shared-name", "action": "withdraw"},
     ):
         answer = httpx.post(
             url + "/v1/feedback", headers={"Authorization": f"Bearer {keys['bob']}"}, json=body
         )
-        assert answer.status_code in (400, 404), (body, answer.text)
+        assert answer.status_code == 404, (body, answer.text)
     assert all(t.next_state is None for t in alice.store.queries.iter_turns(include_private=True))
 
     # alice corrects her own turn: the hint is hers alone (bob's judge and teacher never see it)
     answer = httpx.post(
         url + "/v1/feedback",
         headers={"Authorization": f"Bearer {keys['alice']}"},
-        json={"turn_id": alice_turn, "action": "correct", "text": "Please answer as a bulleted list."},
+        json={
+            "turn_id": alice_turn,
+            "session_id": "shared-name",
+            "action": "correct",
+            "text": "Please answer as a bulleted list.",
+        },
     )
     assert answer.status_code == 200, answer.text
-    alice.scorer.wait_idle(timeout=60) if hasattr(alice.scorer, "wait_idle") else None
+    wait_until(lambda: alice.store.queries.recent_hints(16), timeout=60, what="alice's hint")
+    assert any("bullet" in h for h in alice.store.queries.recent_hints(16))
     assert bob.store.queries.recent_hints(16) == []
 
     # status, versions and the learning switch are each user's own
