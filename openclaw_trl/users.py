@@ -76,7 +76,11 @@ def parse_users(raw) -> tuple[UserSpec, ...]:
     specs = []
     for i, entry in enumerate(raw):
         if isinstance(entry, UserSpec):
-            entry = {"name": entry.name, "api_key_env": entry.api_key_env, "simulated_user": entry.simulated_user}
+            entry = {
+                "name": entry.name,
+                "api_key_env": entry.api_key_env,
+                "simulated_user": entry.simulated_user,
+            }
         if not isinstance(entry, dict):
             raise UserError(f"users[{i}] must be a mapping with name and api_key_env, got {entry!r}"[:200])
         unknown = sorted(set(entry) - _FIELDS)
@@ -93,7 +97,9 @@ def parse_users(raw) -> tuple[UserSpec, ...]:
             )
         simulated = entry.get("simulated_user")
         if simulated is not None and (not isinstance(simulated, str) or ":" not in simulated):
-            raise UserError(f"users[{i}].simulated_user must be 'package.module:Class', got {simulated!r}"[:200])
+            raise UserError(
+                f"users[{i}].simulated_user must be 'package.module:Class', got {simulated!r}"[:200]
+            )
         specs.append(UserSpec(name, env.strip(), simulated))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):

@@ -71,7 +71,10 @@ def _check_user(engine, pairs, refs, name, which) -> None:
     """``name``'s policy scores and greedy completion are those of adapter ``which`` (or ``base``)."""
     ps, comps = pairs
     want_scores, want_ids = refs[which]
-    assert _close(engine.score(ps, comps, weights="policy", adapter=name).logprobs, want_scores), (name, which)
+    assert _close(engine.score(ps, comps, weights="policy", adapter=name).logprobs, want_scores), (
+        name,
+        which,
+    )
     greedy = GenerationRequest(ps[0], SamplingParams(temperature=0.0, max_new_tokens=6), adapter=name)
     out = engine.generate([greedy])[0]
     assert out.token_ids == want_ids, (name, which)
@@ -82,7 +85,11 @@ def test_each_user_gets_its_own_adapter_and_version(tiny_model_dir, four_adapter
     with _engine(tiny_model_dir) as eng:
         eng.publish_adapter(four_adapters[0], 7, name="ann")
         eng.publish_adapter(four_adapters[1], 3, name="bob")
-        assert (eng.adapter_version("ann"), eng.adapter_version("bob"), eng.adapter_version("cid")) == (7, 3, 0)
+        assert (eng.adapter_version("ann"), eng.adapter_version("bob"), eng.adapter_version("cid")) == (
+            7,
+            3,
+            0,
+        )
         assert eng.policy_version == eng.adapter_version() == 0  # the unnamed adapter: never published
         for _ in range(2):  # the second round reuses each user's own prefix-cache entries
             _check_user(eng, pairs, refs, "ann", 0)
@@ -103,7 +110,8 @@ def test_each_user_gets_its_own_adapter_and_version(tiny_model_dir, four_adapter
         assert eng.stats["batches"] == batches + 1
         # policy rows of different users never share one
         reqs = [
-            GenerationRequest(ps[0], SamplingParams(max_new_tokens=3, seed=1), adapter=name) for name in ("ann", "bob")
+            GenerationRequest(ps[0], SamplingParams(max_new_tokens=3, seed=1), adapter=name)
+            for name in ("ann", "bob")
         ]
         batches = eng.stats["batches"]
         assert [o.policy_version for o in eng.generate(reqs)] == [7, 3]

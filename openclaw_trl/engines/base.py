@@ -64,7 +64,9 @@ class GenerationRequest:
     prompt_ids: list[int]
     sampling: SamplingParams = field(default_factory=SamplingParams)
     weights: Weights = "policy"
-    adapter: str | None = None  # whose adapter ``policy`` means (a user's name); None = the run's only adapter
+    adapter: str | None = (
+        None  # whose adapter ``policy`` means (a user's name); None = the run's only adapter
+    )
 
 
 @dataclass

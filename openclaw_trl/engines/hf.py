@@ -248,7 +248,12 @@ class HFEngine:
         if not prompt_ids:
             return Scores.from_pairs([], top_k)
         spec = _ScoreSpec(
-            [list(p) for p in prompt_ids], [list(c) for c in completion_ids], weights, top_k, temperature, adapter
+            [list(p) for p in prompt_ids],
+            [list(c) for c in completion_ids],
+            weights,
+            top_k,
+            temperature,
+            adapter,
         )
         job = Job("score", spec, priority=priority)
         return self._worker.submit(job, timeout_s).results[0]

@@ -84,13 +84,17 @@ class SlotTable:
 
     def __init__(self, slots: list[str], max_adapters: int, fill: Callable[[str, Published], None]) -> None:
         if len(slots) < 2 or not 1 <= max_adapters < len(slots):
-            raise ValueError(f"need at least 2 slots and 1 <= max_adapters < slots, got {slots}, {max_adapters}")
+            raise ValueError(
+                f"need at least 2 slots and 1 <= max_adapters < slots, got {slots}, {max_adapters}"
+            )
         self.slots = list(slots)
         self.max_adapters = max_adapters
         self._fill = fill
         self._cond = threading.Condition()
         self._latest: dict[str | None, Published] = {}
-        self._resident: OrderedDict[str | None, str] = OrderedDict()  # name -> slot, least recently used first
+        self._resident: OrderedDict[str | None, str] = (
+            OrderedDict()
+        )  # name -> slot, least recently used first
         self._content: dict[str, Published | None] = dict.fromkeys(self.slots)
         self._pins = dict.fromkeys(self.slots, 0)
         self._reserved: set[str] = set()
