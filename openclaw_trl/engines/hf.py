@@ -96,7 +96,7 @@ def _batch_key(job: Job, index: int):
 
 
 class HFEngine:
-    """Generation and scoring with a Transformers model and (optionally) a LoRA policy adapter.
+    """Generation and scoring with a Transformers model and (optionally) LoRA policy adapters, one per user.
 
     Args:
         model_path: a directory (or Hub id) loadable by ``AutoModelForCausalLM``.

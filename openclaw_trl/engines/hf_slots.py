@@ -59,7 +59,7 @@ REFILL_WAIT_S = 60.0
 """Longest a refill waits for a publisher's copy to finish before failing its work (a copy takes milliseconds)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Published:
     """One publish of one adapter: the authoritative CPU copy of its weights, its version and a unique serial."""
 
@@ -124,7 +124,7 @@ class SlotTable:
             return BASE
         with self._cond:
             content = self._content[selected]
-            return BASE if content is None else content.key
+            return f"{selected}#empty" if content is None else content.key
 
     # ------------------------------------------------------------------ work (the worker thread)
     def pin(self, weights: str, name: str | None) -> tuple[str, int]:
