@@ -20,9 +20,18 @@ Concurrency model: one owner thread runs every computation on the model.
   the next step, a scoring job stops before its next forward; the caller gets ``TimeoutError``.
 * A request that fails on its own (its generator cannot be seeded, its sampling step raises) fails alone: its
   caller gets the error and the other requests of the batch decode on. A failed forward fails its batch.
-* ``publish_adapter`` never touches weights that are in use: the engine owns its own model copy with two
-  adapter slots (a double buffer, ``hf_model.SlottedModel``); work in flight finishes on the weights it
-  started with. The trainer trains its own model copy; nothing is shared with it.
+* ``publish_adapter`` never touches weights that are in use: the engine owns its own model copy with
+  ``max_adapters + 1`` adapter slots (``hf_model.SlottedModel``, rules in ``hf_slots``); work in flight finishes
+  on the weights it started with. The trainer trains its own model copy; nothing is shared with it.
+
+One adapter per user: a request's ``adapter`` names whose adapter ``policy`` means (``None``: the run's only
+adapter; one engine may serve ``None`` next to named users, it is one more name). Every adapter's latest
+publish is kept on the CPU; the ``max_adapters`` most recently used are resident on the device, and work for
+another one first refills a slot from its CPU copy (``hf_slots``: least recently used unpinned slot; the
+worker never waits on a pin). ``policy`` rows of different adapters are never decoded in one batch; ``base``
+rows share a batch whatever their adapter (same weights), each reporting its own adapter's version. An
+adapter with no publish serves the base weights at version 0. The prefix cache keys entries by publish, so a
+user's entries survive an eviction and a refill of the same weights.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from openclaw_trl.engines.base import (
     Priority,
     Scores,
     Weights,
+    check_adapter_name,
     check_generate_args,
     check_score_args,
     expand_candidates,
@@ -65,6 +75,7 @@ class _ScoreSpec:
     weights: Weights
     top_k: int
     temperature: float
+    adapter: str | None = None
 
 
 @dataclass
@@ -76,12 +87,16 @@ class _Task:
 
 
 def _batch_key(job: Job, index: int):
-    """Rows decoded together share their weights; a scoring job is a batch of its own."""
-    return ("gen", job.payload[index].weights) if job.kind == "gen" else ("score", id(job))
+    """Rows decoded together share their weights (``policy`` of one adapter, or ``base``); a scoring job is a
+    batch of its own."""
+    if job.kind != "gen":
+        return ("score", id(job))
+    request = job.payload[index]
+    return ("gen", request.weights, request.adapter if request.weights == "policy" else None)
 
 
 class HFEngine:
-    """Generation and scoring with a Transformers model and (optionally) a LoRA policy adapter.
+    """Generation and scoring with a Transformers model and (optionally) LoRA policy adapters, one per user.
 
     Args:
         model_path: a directory (or Hub id) loadable by ``AutoModelForCausalLM``.
@@ -97,6 +112,8 @@ class HFEngine:
         tokenizer: an already loaded tokenizer (default: loaded from ``model_path``).
         prefix_cache_mb: memory of the prompt KV cache in MiB (0 = off; see ``prefix_cache``).
         prefix_cache_min_tokens: shortest prompt that uses the prefix cache.
+        max_adapters: adapters resident on the device at once (``K``; one slot more is allocated as the double
+            buffer). More users than that share the slots, least recently used first (module docstring).
     """
 
     def __init__(
@@ -113,9 +130,12 @@ class HFEngine:
         tokenizer=None,
         prefix_cache_mb: int = DEFAULT_PREFIX_CACHE_MB,
         prefix_cache_min_tokens: int = DEFAULT_PREFIX_CACHE_MIN_TOKENS,
+        max_adapters: int = 1,
     ) -> None:
         import torch
 
+        if isinstance(max_adapters, bool) or not isinstance(max_adapters, int) or max_adapters < 1:
+            raise ValueError(f"max_adapters must be an integer >= 1, got {max_adapters!r}")
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if dtype is None:
             dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
@@ -123,7 +143,7 @@ class HFEngine:
             dtype = getattr(torch, dtype)
         self.dtype = dtype
         self.model_path = str(model_path)
-        self.model = SlottedModel(self.model_path, self.device, dtype, tokenizer)
+        self.model = SlottedModel(self.model_path, self.device, dtype, tokenizer, max_adapters)
         self.tokenizer = self.model.tokenizer
         if lora_config is not None:
             self.model.wrap(lora_config)
@@ -153,8 +173,17 @@ class HFEngine:
 
     @property
     def policy_version(self) -> int:
-        """The version of the adapter that serves ``policy`` (0 before the first publish)."""
-        return self.model.policy_version
+        """The version of the adapter that serves ``policy`` (0 before the first publish): ``adapter_version()``."""
+        return self.model.adapter_version(None)
+
+    def adapter_version(self, name: str | None = None) -> int:
+        """The version of ``name``'s adapter (0 before its first publish; ``None``: the run's only adapter)."""
+        check_adapter_name(name)
+        return self.model.adapter_version(name)
+
+    @property
+    def max_adapters(self) -> int:
+        return self.model.max_adapters
 
     @property
     def lora_config(self):
@@ -164,10 +193,12 @@ class HFEngine:
     def pad_id(self) -> int:
         return self.model.pad_id
 
-    def publish_adapter(self, adapter, version: int) -> None:
-        """Make ``adapter`` (a PEFT state dict or a ``save_pretrained`` directory) the ``policy`` atomically:
-        blocks until the inactive slot is free (at most the work pinned on it) and the copy is done."""
-        self.model.publish(adapter, version)
+    def publish_adapter(self, adapter, version: int, name: str | None = None) -> None:
+        """Make ``adapter`` (a PEFT state dict or a ``save_pretrained`` directory) the ``policy`` of ``name``
+        atomically. Its CPU copy is taken at once; when ``name`` is resident the weights are also copied into a
+        free slot, which may wait for the work pinned on the slot it needs. Returns once new work uses them."""
+        check_adapter_name(name)
+        self.model.publish(adapter, version, name)
         self.prefix_cache.retain(self.model.served_keys())
 
     # ------------------------------------------------------------------ the callers' side
@@ -203,6 +234,7 @@ class HFEngine:
         temperature: float = 1.0,
         priority: Priority = "learn",
         timeout_s: float | None = None,
+        adapter: str | None = None,
     ) -> Scores:
         """Per-token log-probs of each completion given its prompt (``log_softmax(logits / T)``, full vocab);
         ``top_k > 0`` adds the K most likely ids and their log-probs at every completion position.
@@ -210,13 +242,18 @@ class HFEngine:
         A ``learn`` job yields to serving between two forwards. With the prefix cache, a pair whose prompt uses
         it is run alone on top of the longest cached prefix of its prompt (the teacher's hint-augmented prompt
         shares everything before its last user message with the turns before), and its sequence is cached.
-        ``timeout_s``: as for ``generate``.
+        ``timeout_s``: as for ``generate``. ``adapter``: whose adapter ``policy`` means.
         """
-        check_score_args(prompt_ids, completion_ids, weights, top_k, temperature, priority)
+        check_score_args(prompt_ids, completion_ids, weights, top_k, temperature, priority, adapter)
         if not prompt_ids:
             return Scores.from_pairs([], top_k)
         spec = _ScoreSpec(
-            [list(p) for p in prompt_ids], [list(c) for c in completion_ids], weights, top_k, temperature
+            [list(p) for p in prompt_ids],
+            [list(c) for c in completion_ids],
+            weights,
+            top_k,
+            temperature,
+            adapter,
         )
         job = Job("score", spec, priority=priority)
         return self._worker.submit(job, timeout_s).results[0]
@@ -319,7 +356,12 @@ class HFEngine:
         rows = [row for row in rows if not row.job.cancelled]
         if not rows:
             return
-        selected, version = self.model.pin(rows[0].request.weights)
+        first = rows[0].request
+        selected, version = self.model.pin(first.weights, first.adapter)
+        # ``base`` rows of several adapters share a batch: each reports its own adapter's version
+        versions = {row.request.adapter: version for row in rows}
+        if first.weights != "policy":
+            versions = {name: self.model.adapter_version(name) for name in versions}
         try:
             yield from self._runner.decode(rows, selected)
         finally:
@@ -327,12 +369,13 @@ class HFEngine:
         for row in rows:
             if not row.job.cancelled:
                 finish = row.finish_reason or "length"
-                row.job.finish_one(row.index, Completion(row.tokens, row.logprobs, finish, version))  # type: ignore[arg-type]
+                done = Completion(row.tokens, row.logprobs, finish, versions[row.request.adapter])  # type: ignore[arg-type]
+                row.job.finish_one(row.index, done)
 
     def _score_steps(self, job: Job) -> Steps:
         """Score one job's pairs, one forward per piece."""
         spec: _ScoreSpec = job.payload
-        selected, _ = self.model.pin(spec.weights)
+        selected, _ = self.model.pin(spec.weights, spec.adapter)
         try:
             per_pair = yield from self._runner.score(
                 selected,

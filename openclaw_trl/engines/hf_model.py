@@ -1,10 +1,12 @@
-"""The Transformers engine's model: one frozen causal LM copy with two LoRA slots and the base weights.
+"""The Transformers engine's model: one frozen causal LM copy with ``K + 1`` LoRA slots and the base weights.
 
-Double buffer: the PEFT-wrapped model holds two adapter slots. ``publish`` copies the new weights into the
-inactive slot, then the active slot flips. Work pins the slot that was active when it started (``pin`` /
-``unpin``), and a publisher waits until the slot it wants to overwrite is no longer pinned. So requests in
-flight finish on the weights they started with, and nobody ever sees half-copied weights. ``base`` switches the
-adapters off. Every forward holds ``lock`` and selects its weights right before running.
+Each user's adapter (or the run's only adapter, name ``None``) is kept on the CPU as the authoritative copy of
+its latest publish; up to ``K = max_adapters`` of them are resident in the slots, one more slot serving as the
+double buffer. Which slot holds what, who may overwrite it and when, is ``hf_slots.SlotTable`` (its docstring
+states the rules: work in flight finishes on the weights it started with, nobody sees half-copied weights,
+the worker thread never deadlocks). This module owns the tensors: it injects the slots (``wrap``), takes the
+CPU snapshot of a published state dict and copies snapshots into slots. ``base`` switches the adapters off.
+Every forward holds ``lock`` and selects its weights right before running.
 """
 
 from __future__ import annotations
@@ -16,16 +18,16 @@ from typing import Any
 
 from openclaw_trl.engines.adapters import load_adapter_dir
 from openclaw_trl.engines.base import Weights
+from openclaw_trl.engines.hf_slots import BASE, Published, SlotTable
 
-SLOTS = ("slot0", "slot1")
-BASE = "base"
+SLOT_PREFIX = "slot"
 
 
 class SlottedModel:
     """A frozen causal LM (``AutoModelForCausalLM``) on ``device`` in ``dtype``, with its tokenizer, end ids,
-    padding id, and the double-buffered LoRA slots once a ``lora_config`` is known (``wrap``)."""
+    padding id, and ``max_adapters + 1`` LoRA slots once a ``lora_config`` is known (``wrap``)."""
 
-    def __init__(self, model_path: str, device, dtype, tokenizer=None) -> None:
+    def __init__(self, model_path: str, device, dtype, tokenizer=None, max_adapters: int = 1) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_path)
@@ -42,14 +44,10 @@ class SlottedModel:
         self.pad_id = pad if pad is not None else (sorted(self.eos_ids)[0] if self.eos_ids else 0)
         forward_args = inspect.signature(self.body().forward).parameters
         self.cache_kw = "cache" if "cache" in forward_args else "past_key_values"
-        # Slot bookkeeping (all under _cond): which slot serves `policy`, its version, and pins by running work.
-        self._cond = threading.Condition()
-        self._active: str | None = None  # None = no adapter yet, `policy` serves the base weights
-        self._slot_version = dict.fromkeys(SLOTS, 0)
-        self._slot_serial = dict.fromkeys(SLOTS, 0)  # which publish filled each slot (the prefix cache's key)
-        self._publishes = 0
-        self._pins = dict.fromkeys(SLOTS, 0)
-        self.policy_version = 0
+        self.max_adapters = max_adapters
+        self._slots: SlotTable | None = None  # once wrapped
+        self._device = device
+        self._pin_memory = str(device).startswith("cuda")  # CPU copies in pinned memory: fast uploads
         self._publish_lock = threading.Lock()
         self.lock = threading.RLock()
         self._selected: str | None = None  # weights currently switched on in the model (under lock)
@@ -85,28 +83,33 @@ class SlottedModel:
         return logits.float()
 
     def wrap(self, lora_config) -> None:
-        """Inject two LoRA slots with ``lora_config`` into the model (done once, under the model lock)."""
+        """Inject ``max_adapters + 1`` LoRA slots with ``lora_config`` into the model (once, under the model lock)."""
         from peft import get_peft_model
         from peft.tuners.tuners_utils import BaseTunerLayer
 
         with self.lock:
             if self._peft is not None:
                 return
-            peft_model = get_peft_model(self.lm, lora_config, adapter_name=SLOTS[0])
-            peft_model.add_adapter(SLOTS[1], lora_config)
+            slots = [f"{SLOT_PREFIX}{i}" for i in range(self.max_adapters + 1)]
+            peft_model = get_peft_model(self.lm, lora_config, adapter_name=slots[0])
+            for slot in slots[1:]:
+                peft_model.add_adapter(slot, lora_config)
             peft_model.eval()
             peft_model.requires_grad_(False)
             self._peft = peft_model
             self.lm = peft_model.base_model.model
             self._tuner_layers = [m for m in peft_model.modules() if isinstance(m, BaseTunerLayer)]
             named = dict(peft_model.named_parameters())
-            for slot in SLOTS:
+            for slot in slots:
                 # PEFT state dicts drop the adapter name from parameter names; map those keys to this slot.
                 self._param_maps[slot] = {
-                    name.replace(f".{slot}", ""): param for name, param in named.items() if f".{slot}" in name
+                    name.replace(f".{slot}.", "."): param
+                    for name, param in named.items()
+                    if f".{slot}." in name
                 }
             self.lora_config = lora_config
             self._selected = None
+            self._slots = SlotTable(slots, self.max_adapters, self._fill)
 
     def select(self, weights: str) -> None:
         """Switch the model to ``weights`` (``base`` or a slot). Caller holds the model lock."""
@@ -120,32 +123,42 @@ class SlottedModel:
                 layer.set_adapter(weights)
         self._selected = weights
 
-    def pin(self, weights: Weights) -> tuple[str, int]:
-        """Choose the concrete weights for new work and pin its slot so no publish overwrites it."""
-        with self._cond:
-            slot = self._active if weights == "policy" else None
-            if slot is not None:
-                self._pins[slot] += 1
-            return (slot or BASE), self.policy_version if slot is None else self._slot_version[slot]
-
-    def weights_key(self, selected: str) -> str:
-        """A name of the weights ``selected`` holds now, different for every publish into a slot: what KV
-        states computed with them are valid for (``prefix_cache``). Stable while ``selected`` is pinned."""
-        if selected == BASE:
-            return BASE
-        with self._cond:
-            return f"{selected}#{self._slot_serial[selected]}"
-
-    def served_keys(self) -> set[str]:
-        """The ``weights_key`` of the base weights and of the adapter that serves ``policy`` now."""
-        with self._cond:
-            return {BASE} | ({self.weights_key(self._active)} if self._active is not None else set())
+    def pin(self, weights: Weights, name: str | None = None) -> tuple[str, int]:
+        """Choose the concrete weights for new work on ``weights`` of adapter ``name`` and pin its slot so no
+        publish or refill overwrites it: ``(selected, version)`` (``hf_slots.SlotTable.pin``)."""
+        if self._slots is None:
+            return BASE, 0
+        return self._slots.pin(weights, name)
 
     def unpin(self, selected: str) -> None:
-        if selected != BASE:
-            with self._cond:
-                self._pins[selected] -= 1
-                self._cond.notify_all()
+        if self._slots is not None:
+            self._slots.unpin(selected)
+
+    def adapter_version(self, name: str | None = None) -> int:
+        """The version of ``name``'s latest publish (0 before its first)."""
+        return 0 if self._slots is None else self._slots.version(name)
+
+    @property
+    def policy_version(self) -> int:
+        return self.adapter_version(None)
+
+    def resident(self) -> list[str | None]:
+        """The adapters whose weights are on the device now, least recently used first."""
+        return [] if self._slots is None else self._slots.resident()
+
+    @property
+    def slot_stats(self) -> dict:
+        """Refills (and their seconds), publish copies and evictions so far (``hf_slots.SlotTable.stats``)."""
+        return {} if self._slots is None else dict(self._slots.stats)
+
+    def weights_key(self, selected: str) -> str:
+        """A name of the weights ``selected`` holds now, one per publish (a refill of the same publish keeps it):
+        what KV states computed with them are valid for (``prefix_cache``). Stable while ``selected`` is pinned."""
+        return BASE if self._slots is None else self._slots.key_of(selected)
+
+    def served_keys(self) -> set[str]:
+        """The ``weights_key`` of the base weights and of every adapter's latest publish."""
+        return {BASE} | (set() if self._slots is None else self._slots.latest_keys())
 
     def forward_hidden(self, selected: str, **kwargs):
         """One forward of the transformer body on ``selected`` weights; returns the last hidden states."""
@@ -155,11 +168,12 @@ class SlottedModel:
             self.select(selected)
             return self.body()(**kwargs).last_hidden_state
 
-    def publish(self, adapter, version: int) -> None:
-        """Make ``adapter`` the ``policy`` atomically (the double buffer of the class docstring).
+    def publish(self, adapter, version: int, name: str | None = None) -> None:
+        """Make ``adapter`` the ``policy`` of ``name`` atomically (``hf_slots``: the new weights are kept on the
+        CPU and, when ``name`` is resident, copied into a free slot before its mapping switches).
 
         ``adapter`` is a PEFT state dict (``peft.get_peft_model_state_dict``) or a ``save_pretrained`` directory.
-        Blocks until the inactive slot is free (at most one batch or score chunk) and the copy is done.
+        Blocks until the copy is done (waiting, at most, for the work pinned on the slot it needs).
         """
         config = None
         if isinstance(adapter, (str, Path)):
@@ -174,34 +188,41 @@ class SlottedModel:
                         "directory that contains adapter_config.json"
                     )
                 self.wrap(self.lora_config or config)
-            with self._cond:
-                target = SLOTS[1] if self._active == SLOTS[0] else SLOTS[0]
-                while self._pins[target] > 0:
-                    self._cond.wait()
-            self._copy_into(target, state_dict)
-            with self._cond:
-                self._publishes += 1
-                self._slot_serial[target] = self._publishes
-                self._slot_version[target] = int(version)
-                self._active = target
-                self.policy_version = int(version)
+            self._slots.publish(name, self._snapshot(state_dict), version)  # type: ignore[union-attr]
 
-    def _copy_into(self, slot: str, state_dict: dict) -> None:
-        """Copy a PEFT state dict into the parameters of ``slot`` (checking every key and shape)."""
+    def _snapshot(self, state_dict: dict) -> dict:
+        """The authoritative CPU copy of a PEFT state dict: every slot parameter's tensor by its slot-free name,
+        in the slot's dtype, cloned (the caller may keep training the tensors it passed), in pinned memory when
+        the slots are on CUDA. Every key and shape is checked, and every slot parameter must be given."""
+        import torch
+
+        params = self._param_maps[SLOT_PREFIX + "0"]
+        out, missing = {}, []
+        for key, value in state_dict.items():
+            name = key if key in params else "base_model.model." + key
+            param = params.get(name)
+            if param is None:
+                missing.append(key)
+                continue
+            if param.shape != value.shape:
+                raise ValueError(f"adapter tensor {key}: shape {tuple(value.shape)} != {tuple(param.shape)}")
+            cpu = torch.empty(param.shape, dtype=param.dtype, pin_memory=self._pin_memory)
+            cpu.copy_(value.detach())
+            out[name] = cpu
+        if missing:
+            raise KeyError(f"adapter keys not in the engine's LoRA layout: {missing[:5]} …")
+        absent = sorted(set(params) - set(out))
+        if absent:
+            raise KeyError(f"adapter lacks {len(absent)} tensors of the engine's LoRA layout: {absent[:3]} …")
+        return out
+
+    def _fill(self, slot: str, published: Published) -> None:
+        """Copy a publish's CPU weights into the parameters of ``slot`` (``hf_slots``' fill callback)."""
         import torch
 
         params = self._param_maps[slot]
-        missing = []
         with torch.no_grad():
-            for key, value in state_dict.items():
-                param = params.get(key) if key in params else params.get("base_model.model." + key)
-                if param is None:
-                    missing.append(key)
-                    continue
-                if param.shape != value.shape:
-                    raise ValueError(
-                        f"adapter tensor {key}: shape {tuple(value.shape)} != {tuple(param.shape)}"
-                    )
-                param.copy_(value.to(device=param.device, dtype=param.dtype))
-        if missing:
-            raise KeyError(f"adapter keys not in the engine's LoRA layout: {missing[:5]} …")
+            for name, value in published.weights.items():
+                params[name].copy_(value, non_blocking=self._pin_memory)
+        if self._pin_memory:
+            torch.cuda.current_stream(self._device).synchronize()

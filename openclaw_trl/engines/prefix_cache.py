@@ -9,8 +9,8 @@ what follows the shared history.
 Rules:
 
 * **Weights.** An entry is valid only for the weights it was computed with: its ``key`` names them (``base``,
-  or one published adapter in one slot, see ``SlottedModel.weights_key``). A lookup only considers entries of
-  the same key; ``retain`` drops the entries of weights that are no longer served.
+  or one publish of one user's adapter, whichever slot holds it, see ``SlottedModel.weights_key``). A lookup
+  only considers entries of the same key; ``retain`` drops the entries of weights that are no longer served.
 * **Exactness.** Attention is causal, so the keys and values of the first ``m`` tokens of a sequence depend
   on those tokens alone: running the rest of a prompt on top of a cached prefix gives the same hidden states
   as running the whole prompt (up to float rounding). A lookup returns at most ``limit`` tokens (the caller

@@ -49,6 +49,7 @@ from openclaw_trl.engines.base import (
     Weights,
     check_generate_args,
     check_score_args,
+    check_single_adapter,
 )
 from openclaw_trl.engines.vllm_loras import LoraRegistry
 from openclaw_trl.engines.vllm_requests import (
@@ -182,6 +183,8 @@ class VLLMEngine:
         if not requests:
             return []
         check_generate_args(requests, priority)
+        for request in requests:
+            check_single_adapter(request.adapter, "VLLMEngine")
         job = Job("gen", list(requests), size=len(requests), on_token=on_token, priority=priority)
         results = self._worker.submit(job, timeout_s).results
         # a request with n > 1 candidates fills its slot with the list of its n completions
@@ -196,10 +199,12 @@ class VLLMEngine:
         temperature: float = 1.0,
         priority: Priority = "learn",
         timeout_s: float | None = None,
+        adapter: str | None = None,
     ) -> Scores:
         """Per-token log-probs of each completion given its prompt, from vLLM prompt log-probs (see the module
         docstring for temperatures other than 1 and for the top-K cap); ``timeout_s`` as for ``generate``."""
-        check_score_args(prompt_ids, completion_ids, weights, top_k, temperature, priority)
+        check_score_args(prompt_ids, completion_ids, weights, top_k, temperature, priority, adapter)
+        check_single_adapter(adapter, "VLLMEngine")
         if temperature != 1.0 and not self.full_vocab:
             raise ValueError(
                 "vLLM computes prompt log-probs from raw logits (temperature 1). Scoring at temperature "
@@ -214,9 +219,15 @@ class VLLMEngine:
         job = Job("score", (pairs, weights, top_k, temperature), size=len(pairs), priority=priority)
         return Scores.from_pairs(self._worker.submit(job, timeout_s).results, top_k)
 
-    def publish_adapter(self, adapter, version: int) -> None:
+    def adapter_version(self, name: str | None = None) -> int:
+        """``policy_version``: this engine serves the run's only adapter (``name`` None)."""
+        check_single_adapter(name, "VLLMEngine")
+        return self.policy_version
+
+    def publish_adapter(self, adapter, version: int, name: str | None = None) -> None:
         """Make ``adapter`` the ``policy``: a PEFT state dict / adapter directory (LoRA), or a full state dict
         with ``enable_lora=False``. Returns once new requests use it."""
+        check_single_adapter(name, "VLLMEngine")
         if not self.enable_lora:
             if isinstance(adapter, (str, Path)):
                 from safetensors.torch import load_file

@@ -53,6 +53,7 @@ from openclaw_trl.engines.base import (
     Weights,
     check_generate_args,
     check_score_args,
+    check_single_adapter,
 )
 from openclaw_trl.engines.server_pool import Server, ServerFailure, ServerPool, probe, raise_for_server
 from openclaw_trl.engines.server_requests import (
@@ -174,6 +175,8 @@ class VLLMServerEngine:
         if not requests:
             return []
         check_generate_args(requests, priority)
+        for request in requests:
+            check_single_adapter(request.adapter, "VLLMServerEngine")
         rows = [row for r in requests for row in single_draws(r)]
         pool = self._executors[priority]
         gave_up = threading.Event()
@@ -191,10 +194,12 @@ class VLLMServerEngine:
         temperature: float = 1.0,
         priority: Priority = "learn",
         timeout_s: float | None = None,
+        adapter: str | None = None,
     ) -> Scores:
         """Per-token log-probs (and top-K) of each completion after its prompt, all on one weights version;
         ``timeout_s`` as for ``generate``."""
-        check_score_args(prompt_ids, completion_ids, weights, top_k, temperature, priority)
+        check_score_args(prompt_ids, completion_ids, weights, top_k, temperature, priority, adapter)
+        check_single_adapter(adapter, "VLLMServerEngine")
         with self._pin(weights) as version:
             pool = self._executors[priority]
             futures = [
@@ -203,9 +208,15 @@ class VLLMServerEngine:
             ]
             return Scores.from_pairs(results_in_order(futures, timeout_s, threading.Event()), top_k)
 
-    def publish_adapter(self, adapter, version: int) -> None:
+    def adapter_version(self, name: str | None = None) -> int:
+        """``policy_version``: this engine serves the run's only adapter (``name`` None)."""
+        check_single_adapter(name, "VLLMServerEngine")
+        return self.policy_version
+
+    def publish_adapter(self, adapter, version: int, name: str | None = None) -> None:
         """Write ``adapter`` (PEFT state dict or adapter directory), load it on every healthy server, then
         serve it; on any refusal the previous version stays active and the error is raised."""
+        check_single_adapter(name, "VLLMServerEngine")
         with self._publish_lock:
             self._seq += 1
             name = f"{self._prefix}-v{int(version)}-{self._seq}"
