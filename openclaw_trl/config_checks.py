@@ -256,6 +256,14 @@ def check_users(config) -> None:
     for bad, what in refused:
         if bad:
             raise ValueError(f"users cannot be combined with {what}")
+    trackers = [config.report_to] if isinstance(config.report_to, str) else list(config.report_to or [])
+    global_run = [t for t in trackers if t not in ("none", "tensorboard")]
+    if global_run:
+        raise ValueError(
+            f"users cannot be combined with report_to: {global_run} (these trackers keep one run per process, "
+            "which would mix the users' metrics): use none or tensorboard; each user's metrics are in "
+            "<output_dir>/users/<name>/metrics.jsonl"
+        )
     if config.max_adapters is None:
         config.max_adapters = min(len(specs), MAX_ADAPTERS_DEFAULT)
     if (

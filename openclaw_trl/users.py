@@ -133,6 +133,7 @@ def user_config(config, spec: UserSpec):
     out.store_path = str(folder / "openclaw.sqlite")
     out.users = None
     out.user_name = spec.name
+    out.run_name = f"{config.run_name}-{spec.name}" if config.run_name else spec.name
     if spec.simulated_user:
         out.simulated_user = spec.simulated_user
     return out

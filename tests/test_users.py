@@ -17,7 +17,7 @@ TWO = [{"name": "alice", "api_key_env": "ALICE_KEY"}, {"name": "bob", "api_key_e
 def _config(tmp_path, **fields):
     from openclaw_trl.config import OpenClawConfig
 
-    return OpenClawConfig(output_dir=str(tmp_path / "run"), report_to="none", **fields)
+    return OpenClawConfig(output_dir=str(tmp_path / "run"), **{"report_to": "none", **fields})
 
 
 # ------------------------------------------------------------------------------------------ the recipe
@@ -29,7 +29,7 @@ def test_users_get_their_own_folder_and_store(tmp_path):
     alice = user_config(config, config.user_specs[0])
     assert alice.output_dir == str(tmp_path / "run" / "users" / "alice")
     assert alice.store_path == str(tmp_path / "run" / "users" / "alice" / "openclaw.sqlite")
-    assert alice.users is None and alice.user_name == "alice"
+    assert alice.users is None and alice.user_name == "alice" and alice.run_name == "run-alice"
     assert (
         config.output_dir == str(tmp_path / "run") and config.user_name is None
     )  # the recipe's is untouched
@@ -64,6 +64,9 @@ def test_bad_users_are_refused(tmp_path, users, match):
         ({"source": "replay", "replay_path": "x.jsonl"}, "replay"),
         ({"max_adapters": 0}, "max_adapters"),
         ({"max_adapters": 65}, "max_adapters"),
+        ({"report_to": "trackio"}, "one run per process"),
+        ({"report_to": ["tensorboard", "wandb"]}, "one run per process"),
+        ({"report_to": "all"}, "one run per process"),
     ],
 )
 def test_what_would_mix_users_is_refused(tmp_path, fields, match):

@@ -41,7 +41,7 @@ def _load(argv):
     return load_recipe(argv)
 
 
-def test_two_users_train_their_own_adapters_and_continue_after_a_restart(tmp_path, keys):
+def test_two_users_train_their_own_adapters_and_continue_after_a_restart(tmp_path, keys, capsys):
     from openclaw_trl.runtime import build_runtime, run
 
     config, model_args, recipe = _load(_argv(tmp_path, "--max_steps", "2"))
@@ -69,12 +69,16 @@ def test_two_users_train_their_own_adapters_and_continue_after_a_restart(tmp_pat
     assert a.keys() == b.keys() and any(not (a[k] == b[k]).all() for k in a)
 
     # the same command with a higher max_steps continues each user from their checkpoint
-    config, model_args, recipe = _load(_argv(tmp_path, "--max_steps", "3"))
-    runtime = build_runtime(config, model_args, recipe)
-    for user in runtime.users:
-        assert runtime.engine.adapter_version(user.name) == 2  # published before anything is served
-    metrics = run(runtime)
-    assert {name: m["policy_version"] for name, m in metrics.items()} == {"alice": 3, "bob": 3}
+    from openclaw_trl.commands.train import run_argv
+
+    capsys.readouterr()
+    assert run_argv(_argv(tmp_path, "--max_steps", "3")) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["users"]
+    assert {name: s["policy_version"] for name, s in summary.items()} == {"alice": 3, "bob": 3}
+    for name in ("alice", "bob"):
+        path = tmp_path / "run" / "users" / name / "metrics.jsonl"
+        logged = [json.loads(line) for line in path.read_text().splitlines()]
+        assert sorted({m["step"] for m in logged if "loss" in m}) == [1, 2, 3]  # continued, not restarted
 
 
 @pytest.fixture

@@ -183,7 +183,15 @@ def run_argv(argv: list[str], prog: str = "openclaw-trl train") -> int:
         return 1
     # the run's summary as one JSON line on stdout for scripts (stdout piped or redirected); a person at a
     # terminal has the stop line already
-    if runtime.trainer.accelerator.is_main_process and not sys.stdout.isatty():
+    if sys.stdout.isatty():
+        return 0
+    if runtime.users:  # one entry per user: {"users": {name: {"policy_version", "metrics"}}}
+        summary = {
+            u.name: {"policy_version": u.trainer.state.global_step, "metrics": metrics.get(u.name, {})}
+            for u in runtime.users
+        }
+        print(json.dumps({"users": summary}, default=str))
+    elif runtime.trainer.accelerator.is_main_process:
         print(
             json.dumps({"policy_version": runtime.trainer.state.global_step, "metrics": metrics}, default=str)
         )
