@@ -148,13 +148,30 @@ def _mount_ui(
 ):
     """The Gradio UI at ``/``. With an API key the UI asks for it too (any user name): it trains the model
     as much as the API does."""
+    auth = (lambda _user, password: same_secret(password, api_key)) if api_key else None
+    message = "This server's API key is the password." if api_key else None
+    return _mount_blocks(app, {None: Tenant(None, service, collector, learning)}, settings, auth, message)
+
+
+USERS_LOGIN_MESSAGE = "Log in with your user name; your API key is the password."
+
+
+def _mount_users_ui(app, tenants: dict, user_keys: UserKeys, settings: ServerSettings):
+    """The Gradio UI at ``/`` for several users: the login asks for the user's name and key
+    (``UserKeys.check``), and every event of the page acts for the logged-in user only (their conversations,
+    feedback, versions and learning panel; ``serving.ui_tenants``)."""
+    return _mount_blocks(app, tenants, settings, user_keys.check, USERS_LOGIN_MESSAGE)
+
+
+def _mount_blocks(app, tenants: dict, settings: ServerSettings, auth, auth_message: str | None):
+    """``build_ui(tenants)`` mounted at ``/`` behind ``auth`` (Gradio's login: ``auth(name, password)``, or
+    None: no login); ``app.state.blocks`` is the page."""
     import gradio as gr
 
     from openclaw_trl.serving.ui import build_ui
     from openclaw_trl.serving.ui_chat import UI_CSS
 
-    blocks = build_ui(service, collector, learning=learning)
-    auth = (lambda _user, password: same_secret(password, api_key)) if api_key else None
+    blocks = build_ui(tenants)
     app = gr.mount_gradio_app(
         app,
         blocks,
@@ -162,16 +179,11 @@ def _mount_ui(
         server_name=settings.host,
         server_port=settings.port,
         auth=auth,
-        auth_message="This server's API key is the password." if api_key else None,
+        auth_message=auth_message,
         css=UI_CSS,
     )
     app.state.blocks = blocks
     return app
-
-
-def _mount_users_ui(app, tenants: dict, user_keys: UserKeys, settings: ServerSettings):
-    """The Gradio UI at ``/`` for several users: the login asks for the user's name and key."""
-    raise NotImplementedError
 
 
 def _port_taken(host: str, port: int) -> bool:

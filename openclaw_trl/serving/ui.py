@@ -17,7 +17,9 @@ message belongs to (the server-side rules are in ``openclaw_trl.sessions.signals
 
 Under each answer a muted line names the policy version that wrote it (display only: never part of the
 conversation or the stored turn). The UI calls the server's ``ChatService`` in-process for its turns and the
-collector for its per-turn signals: the same template, engine, collector and store as the OpenAI API.
+collector for its per-turn signals: the same template, engine, collector and store as the OpenAI API. On a
+server with several users the page is behind a login (name + API key) and every handler acts for the
+logged-in user's own service, collector, learning control and panel (``serving.ui_tenants``).
 
 The page's words (title, header, examples, what each control teaches) come from ``serving.ui_guide``
 (the offline toy model gets its own), the learning panel's from ``serving.ui_panel``.
@@ -30,10 +32,12 @@ here: Gradio reads the ``gr.LikeData`` annotation at runtime to inject the event
 
 import asyncio
 import html
+from collections.abc import Mapping
 from typing import Any
 
 import gradio as gr
 
+from openclaw_trl.serving.api_base import Tenant
 from openclaw_trl.serving.chat_service import ChatService
 from openclaw_trl.serving.errors import ApiError
 from openclaw_trl.serving.feedback_schema import check_feedback_text, signal_errors
@@ -52,7 +56,9 @@ from openclaw_trl.serving.ui_chat import (
 )
 from openclaw_trl.serving.ui_guide import Guide, correction_prompt, guide_for
 from openclaw_trl.serving.ui_layout import Components, layout
-from openclaw_trl.serving.ui_panel import PanelViews, WhatChanged, has_points
+from openclaw_trl.serving.ui_panel import has_points
+from openclaw_trl.serving.ui_tenants import TenantLookup, TenantViews
+from openclaw_trl.serving.ui_tenants import correction_window_s as correction_window_s  # re-exported
 from openclaw_trl.serving.ui_versions import VersionControls
 
 STATUS_EVERY_S = 2.0
@@ -67,61 +73,66 @@ FOCUS_CORRECTION_JS = """() => {
 """After a 👎: bring the correction box into view and focus it (the prompt line is shown only then)."""
 
 
-def correction_window_s(service: ChatService) -> float | None:
-    """How long the server keeps a rating from training while a correction may follow (the session config's
-    ``correction_window_s``); ``None`` when it keeps none."""
-    for config in (getattr(service.collector, "config", None), service.settings):
-        window = getattr(config, "correction_window_s", None)
-        if isinstance(window, int | float) and window > 0:
-            return float(window)
-    return None
-
-
 def _chat(history: list, conv: dict):
     """The chat with each answer's 👍/👎 as recorded: Gradio clears the thumbs whenever its value changes."""
     return gr.Chatbot(value=history, feedback_value=feedback_values(conv))
 
 
 class UiHandlers:
-    """The UI's events, each a method: turns on the shared ``ChatService``, per-turn signals and the session
-    switches on the collector (``sessions``); the conversation is Gradio state."""
+    """The UI's events, each a method: turns on the user's ``ChatService``, per-turn signals and the session
+    switches on their collector (``sessions``); the conversation is Gradio state.
+
+    ``UiHandlers(service, sessions, guide, learning)``: the UI of a server with one user.
+    ``UiHandlers.per_request(lookup, guide)``: each event acts for the user ``lookup(request)`` returns
+    (``serving.ui_tenants``): every handler declares the ``gr.Request`` Gradio passes it (None when called
+    directly, which only the one-user lookup accepts)."""
 
     def __init__(self, service: ChatService, sessions, guide: Guide, learning=None):
-        self.service, self.sessions, self.guide = service, sessions, guide
-        self.model = service.settings.model_names[0]
-        self.window_s = correction_window_s(service)
-        self.panel = PanelViews(service.store, learning)
-        self.changed = WhatChanged(service) if guide.toy else None
+        only = TenantViews(Tenant(None, service, sessions, learning), toy=guide.toy)
+        self.lookup, self.guide = (lambda _request: only), guide
 
-    async def respond(self, text: str, history: list, conv: dict, private: bool):
+    @classmethod
+    def per_request(cls, lookup, guide: Guide) -> "UiHandlers":
+        """The handlers of a UI whose events act for ``lookup(request)`` (a ``TenantViews``)."""
+        handlers = cls.__new__(cls)
+        handlers.lookup, handlers.guide = lookup, guide
+        return handlers
+
+    async def respond(self, text: str, history: list, conv: dict, private: bool, request: gr.Request = None):
         """Send a message; the answer streams into the chat, then the conversation records its turn."""
+        on = self.lookup(request)
         text = (text or "").strip()
         if not text:
             yield gr.skip(), history, conv, gr.skip()
             return
         messages = conv["messages"] + [{"role": "user", "content": text}]
         history = history + [{"role": "user", "content": text}]
-        async for update in self._answer(messages, history, conv, private, restore=text):
+        async for update in self._answer(on, messages, history, conv, private, restore=text):
             yield update
 
-    async def on_example(self, history: list, conv: dict, private: bool, data: gr.SelectData):
+    async def on_example(
+        self, history: list, conv: dict, private: bool, data: gr.SelectData, request: gr.Request = None
+    ):
         """A clicked example prompt: sent as if typed."""
         text = (data.value or {}).get("text", "") if isinstance(data.value, dict) else str(data.value or "")
-        async for update in self.respond(text, history, conv, private):
+        async for update in self.respond(text, history, conv, private, request):
             yield update
 
-    async def _answer(self, messages: list[dict], history: list, conv: dict, private: bool, restore: str):
-        """Sample the answer to ``messages`` (the last one a user message, the last one in ``history`` too):
-        stream it into the chat, then record its turn. On failure the user message goes back into the box
-        (``restore``) and leaves the chat. Yields (box, chat, conversation, notice)."""
-        prep = await self._prepare(messages, conv, private)
+    async def _answer(
+        self, on: TenantViews, messages: list[dict], history: list, conv: dict, private: bool, restore: str
+    ):
+        """Sample the answer to ``messages`` (the last one a user message, the last one in ``history`` too)
+        on the user ``on``'s chat service: stream it into the chat, then record its turn. On failure the user
+        message goes back into the box (``restore``) and leaves the chat. Yields (box, chat, conversation,
+        notice)."""
+        prep = await self._prepare(on, messages, conv, private)
         if prep is None:
             yield restore, _chat(history[:-1], conv), conv, gr.skip()
             return
         partial: dict[str, Any] = {"role": "assistant", "content": "", "reasoning_content": ""}
         yield "", _chat(history + shown(partial), conv), conv, gr.skip()
         try:
-            async with self.service.stream(prep) as turn:
+            async with on.service.stream(prep) as turn:
                 async for delta in turn:
                     for key in ("content", "reasoning_content"):
                         if delta.get(key):
@@ -134,16 +145,17 @@ class UiHandlers:
         chat, conv, note = self._recorded(history, conv, messages, turn.result)
         yield gr.skip(), _chat(chat, conv), conv, note
 
-    async def _prepare(self, messages: list[dict], conv: dict, private: bool):
+    @staticmethod
+    async def _prepare(on: TenantViews, messages: list[dict], conv: dict, private: bool):
         """The turn of ``messages`` in this conversation's session, or ``None`` (with a warning) when refused."""
         headers = {
             "x-session-id": conv["session_id"],
             "x-turn-type": "main",
             "x-session-private": "true" if private else "false",
         }
-        payload = {"model": self.model, "messages": messages}
+        payload = {"model": on.model, "messages": messages}
         try:
-            return await asyncio.to_thread(self.service.prepare, payload, headers)
+            return await asyncio.to_thread(on.service.prepare, payload, headers)
         except ApiError as err:
             gr.Warning(err.message)
             return None
@@ -161,10 +173,11 @@ class UiHandlers:
         note = f"Answer recorded as turn {result.turn_id} (policy v{result.policy_version})."
         return history + [m for _, m in shown], conv, note
 
-    def on_like(self, conv: dict, data: gr.LikeData):
+    def on_like(self, conv: dict, data: gr.LikeData, request: gr.Request = None):
         """👍/👎 on any answer: the explicit next state of its turn. After a 👎 the correction box is offered
         (the prompt line; ``FOCUS_CORRECTION_JS`` then focuses the box). Returns (conversation, notice,
         correction prompt)."""
+        on = self.lookup(request)
         turn = conv["turn_of"].get(str(event_index(data)))
         if turn is None:
             return conv, "That message has no recorded turn.", ""
@@ -172,7 +185,7 @@ class UiHandlers:
             return conv, f"The rating recorded for turn {turn} stays; rate again to change it.", ""
         rating = 1 if data.liked else -1
         try:
-            result = self._signal(self.sessions.feedback, turn, rating, None, session=conv["session_id"])
+            result = self._signal(on.sessions.feedback, turn, rating, None, session=conv["session_id"])
         except ApiError as err:
             return conv, f"Feedback not recorded: {err.message}", ""
         thumb = "👍" if rating > 0 else "👎"
@@ -182,7 +195,7 @@ class UiHandlers:
             return conv, f"{thumb} recorded for turn {turn} (not learned from: {result.reason}).", ""
         if rating > 0:
             return conv, f"👍 recorded for turn {turn}.", ""
-        return conv, f"👎 recorded for turn {turn}.", correction_prompt(turn, self._seconds_left(result))
+        return conv, f"👎 recorded for turn {turn}.", correction_prompt(turn, self._seconds_left(on, result))
 
     @staticmethod
     def _signal(operation, turn, *args, session: str):
@@ -190,15 +203,17 @@ class UiHandlers:
         with signal_errors():
             return operation(turn, *args, session=session)
 
-    def _seconds_left(self, result) -> float | None:
+    @staticmethod
+    def _seconds_left(on, result) -> float | None:
         """How long this 👎 waits for its correction: what the result reports (``correction_seconds_left``,
-        a method or a value), else the configured window; None when the server keeps none."""
+        a method or a value), else the user ``on``'s configured window; None when the server keeps none."""
         left = getattr(result, "correction_seconds_left", None)
         left = left() if callable(left) else left
-        return left if isinstance(left, int | float) and left > 0 else self.window_s
+        return left if isinstance(left, int | float) and left > 0 else on.window_s
 
-    def on_edit(self, history: list, conv: dict, data: gr.EditData):
+    def on_edit(self, history: list, conv: dict, data: gr.EditData, request: gr.Request = None):
         """An edited answer is a correction of its turn; edits of anything else are put back."""
+        on = self.lookup(request)
         index = event_index(data)
         text, before = message_text(data.value).strip(), message_text(data.previous_value)
         if text == before.strip():
@@ -215,13 +230,13 @@ class UiHandlers:
                 "your message, undo the exchange and send it again.",
             )
         try:
-            check_feedback_text(self.service.settings.limits, text)
-            result = self._signal(self.sessions.correct, turn, text, "edit", session=conv["session_id"])
+            check_feedback_text(on.service.settings.limits, text)
+            result = self._signal(on.sessions.correct, turn, text, "edit", session=conv["session_id"])
         except ApiError as err:
             return put_back, conv, f"Edit not recorded: {err.message}"
         footer = part_index(conv, turn, "version")
         if footer is not None:
-            version = self.service.store.conversations.get_turn(turn).policy_version
+            version = on.service.store.conversations.get_turn(turn).policy_version
             history = with_content(history, footer, version_line(version, edited=True))
         if not result.attached:
             note = f"✍️ Edit recorded for turn {turn} (not learned from: {result.reason})."
@@ -229,9 +244,10 @@ class UiHandlers:
             note = f"✍️ Edit recorded as the correction of turn {turn}: the model will learn from it."
         return _chat(history, conv), conv, note
 
-    def on_correct(self, text: str, conv: dict):
+    def on_correct(self, text: str, conv: dict, request: gr.Request = None):
         """A typed correction of the answer rated last (else the latest answer). Returns (box, conversation,
         notice, correction prompt: cleared once a correction is recorded)."""
+        on = self.lookup(request)
         text = (text or "").strip()
         turn = conv.get("target") or conv.get("last_turn")
         if not text:
@@ -239,8 +255,8 @@ class UiHandlers:
         if turn is None:
             return gr.skip(), conv, "There is no answer to correct yet.", gr.skip()
         try:
-            check_feedback_text(self.service.settings.limits, text)
-            result = self._signal(self.sessions.correct, turn, text, session=conv["session_id"])
+            check_feedback_text(on.service.settings.limits, text)
+            result = self._signal(on.sessions.correct, turn, text, session=conv["session_id"])
         except ApiError as err:
             return gr.skip(), conv, f"Correction not recorded: {err.message}", gr.skip()
         if not result.attached:
@@ -249,15 +265,18 @@ class UiHandlers:
             note = f"✍️ Correction recorded for turn {turn}: it is what the model learns from that answer."
         return "", conv, note, ""
 
-    async def on_retry(self, history: list, conv: dict, private: bool, data: gr.RetryData):
+    async def on_retry(
+        self, history: list, conv: dict, private: bool, data: gr.RetryData, request: gr.Request = None
+    ):
         """Retry the last answer: its turn is rejected, and a new answer (a new turn) takes its place."""
+        on = self.lookup(request)
         user_index = event_index(data)
         turn = last_exchange_turn(conv, user_index)
         if turn is None:
             yield gr.skip(), gr.skip(), conv, "There is no recorded answer to retry."
             return
         try:
-            self._signal(self.sessions.reject, turn, session=conv["session_id"])
+            self._signal(on.sessions.reject, turn, session=conv["session_id"])
             note = f"↻ Turn {turn} rejected (a 👎 without text)."
         except ApiError as err:
             note = f"Rejection not recorded: {err.message}."
@@ -265,18 +284,19 @@ class UiHandlers:
         conv = dict(without_after(conv, user_index), messages=messages[:-1])
         restore = message_text(data.value)
         async for box, chat, state, notice in self._answer(
-            messages, history[: user_index + 1], conv, private, restore
+            on, messages, history[: user_index + 1], conv, private, restore
         ):
             yield box, chat, state, (f"{note} {notice}" if isinstance(notice, str) else notice)
 
-    def on_undo(self, history: list, conv: dict, data: gr.UndoData):
+    def on_undo(self, history: list, conv: dict, data: gr.UndoData, request: gr.Request = None):
         """Undo the last exchange: its turn is withdrawn (never judged or trained), the message goes back."""
+        on = self.lookup(request)
         user_index = event_index(data)
         turn = last_exchange_turn(conv, user_index)
         if turn is None:
             return gr.skip(), gr.skip(), conv, "There is no recorded answer to undo."
         try:
-            done = self._signal(self.sessions.withdraw, turn, session=conv["session_id"])
+            done = self._signal(on.sessions.withdraw, turn, session=conv["session_id"])
         except ApiError as err:
             return gr.skip(), gr.skip(), conv, f"Undo not recorded: {err.message}"
         conv = without_after(conv, user_index)
@@ -289,34 +309,36 @@ class UiHandlers:
         note = f"↶ Turn {turn} withdrawn: it will not be judged or trained on.{trained}"
         return message_text(data.value), _chat(history[:user_index], conv), conv, note
 
-    def on_new(self, conv: dict):
+    def on_new(self, conv: dict, request: gr.Request = None):
         """End the session (its last answer keeps only explicit feedback) and start a fresh one.
 
         The "don't learn" switch is per conversation, so it resets too.
         """
+        on = self.lookup(request)
         try:
-            self.sessions.end_session(conv["session_id"])
+            on.sessions.end_session(conv["session_id"])
         except Exception as exc:  # ending is bookkeeping; a new conversation must still start
             gr.Warning(f"could not close the previous session: {exc}")
         return [], new_conversation(), False, "New conversation.", ""
 
-    def on_private(self, private: bool, conv: dict):
-        self.sessions.set_private(conv["session_id"], bool(private))
+    def on_private(self, private: bool, conv: dict, request: gr.Request = None):
+        self.lookup(request).sessions.set_private(conv["session_id"], bool(private))
         return (
             "🔒 This conversation will not be learned from."
             if private
             else "This conversation is learned from."
         )
 
-    def refresh(self):
-        """The learning panel's views (``ui_layout.Components.panel``), refreshed every ``STATUS_EVERY_S``: a chart
-        shows once it has data."""
+    def refresh(self, request: gr.Request = None):
+        """The learning panel's views (``ui_layout.Components.panel``) of the user's own learning, refreshed
+        every ``STATUS_EVERY_S``: a chart shows once it has data."""
+        on = self.lookup(request)
         try:
-            status = self.service.status()
-            summary, hints, rewards, hint_rates = self.panel(status)
+            status = on.service.status()
+            summary, hints, rewards, hint_rates = on.panel(status)
         except Exception as exc:  # a status hiccup must not spam error toasts every tick
             return [f"_Learning status unavailable: {html.escape(str(exc))}_"] + [gr.skip()] * (
-                3 + (self.changed is not None)
+                3 + (on.changed is not None)
             )
         views = [
             summary,
@@ -326,8 +348,8 @@ class UiHandlers:
             gr.update(value=rewards, visible=has_points(rewards)),
             gr.update(value=hint_rates, visible=not hint_rates.empty),
         ]
-        if self.changed is not None:
-            views.append(self.changed.markdown(int(status.get("policy_version") or 0)))
+        if on.changed is not None:
+            views.append(on.changed.markdown(int(status.get("policy_version") or 0)))
         return views
 
 
@@ -356,18 +378,24 @@ def _wire(demo, c: Components, on: UiHandlers) -> None:
     demo.load(on.refresh, outputs=c.panel)
 
 
-def build_ui(service: ChatService, sessions, title: str | None = None, learning=None):
-    """The ``gr.Blocks`` app (mounted at ``/`` by ``openclaw_trl.serving.app.create_app``); ``sessions`` (the
-    ``TurnCollector``) takes the per-turn signals and the session switches; ``learning`` (a
-    ``LearningControl``) backs the panel's version controls (``serving.ui_versions``). ``title``: the
-    browser tab's title (default: the guide's, ``serving.ui_guide``)."""
-    status = service.status()
+def build_ui(tenants: Mapping[str | None, Tenant], title: str | None = None):
+    """The ``gr.Blocks`` app (mounted at ``/`` by ``openclaw_trl.serving.app``). ``tenants``: ``{None: tenant}``
+    on a server with one user, ``{name: tenant}`` on one with several (behind Gradio's login: each event acts
+    for the logged-in user, ``serving.ui_tenants``). A tenant's chat service answers, its collector takes the
+    per-turn signals and the session switches, its learning control (a ``LearningControl`` or None) backs the
+    panel's version controls (``serving.ui_versions``). ``title``: the browser tab's title (default: the
+    guide's, ``serving.ui_guide``; every user shares the model, so any user's settings and status name it)."""
+    first = next(iter(tenants.values()), None)
+    if first is None:
+        raise ValueError("the UI needs at least one tenant")
+    service = first.service
     guide = guide_for(
         service.settings.model_id or getattr(service.engine, "model_path", None),
-        status.get("batch_size"),
+        service.status().get("batch_size"),
     )
-    handlers = UiHandlers(service, sessions, guide, learning)
-    versions = VersionControls(service, learning)
+    lookup = TenantLookup(tenants, toy=guide.toy)
+    handlers = UiHandlers.per_request(lookup, guide)
+    versions = VersionControls(lookup, lookup.only)
     with gr.Blocks(title=title or guide.title) as demo:
         _wire(demo, layout(guide, versions), handlers)
         versions.wire(demo)

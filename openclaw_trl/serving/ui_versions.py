@@ -4,6 +4,8 @@ learn for me?" (your recent prompts answered by the base model and by the curren
 ``VersionControls.build`` lays the components out inside the panel column; ``wire`` connects their events.
 They call the same ``LearningControl`` as ``/v1/adapters``, ``/v1/adapters/rollback`` and ``/v1/learning``
 (``None`` on a server that does not train: the version part then says so; the comparison still works).
+Each event acts for the user ``lookup(request)`` returns (``serving.ui_tenants``): on a server with several
+users, the logged-in user's versions, rollback, pause and prompts only.
 """
 
 import asyncio
@@ -14,7 +16,7 @@ import gradio as gr
 
 from openclaw_trl.compare import compare_base_and_policy, distinct_prompt_turns, markdown_table
 from openclaw_trl.engines.base import SamplingParams
-from openclaw_trl.serving.chat_service import ChatService
+from openclaw_trl.serving.ui_tenants import TenantViews
 from openclaw_trl.trainer.control import (
     LearningUnavailable,
     NotRestorable,
@@ -60,16 +62,21 @@ def versions_markdown(versions: list, paused: bool, trainer_state: str | None, w
 
 
 class VersionControls:
-    """The components and their handlers (one method per event)."""
+    """The components and their handlers (one method per event). ``lookup(request)``: the ``TenantViews``
+    (chat service, learning control) an event acts for; ``initial``: the views the page is first drawn with
+    (the only user's; None with several users, whose lists the page's load then fills in)."""
 
-    def __init__(self, service: ChatService, learning=None):
-        self.service, self.learning = service, learning
+    def __init__(self, lookup, initial: TenantViews | None = None):
+        self.lookup, self.initial = lookup, initial
 
     # -- layout ------------------------------------------------------------------------------------
 
     def build(self) -> None:
         gr.Markdown("### Adapter versions")
-        table, choices, _ = self.refresh()
+        if self.initial is not None:
+            table, choices, _ = self._listing(self.initial)
+        else:
+            table, choices = "_Loading your versions…_", {}
         self.table = gr.Markdown(table, elem_id="versions")
         with gr.Row(equal_height=True):
             self.choice = gr.Dropdown(
@@ -108,14 +115,18 @@ class VersionControls:
 
     # -- events ------------------------------------------------------------------------------------
 
-    def refresh(self, chosen=None):
-        """The version list, the rollback choices (restorable versions but the serving one, newest first)
-        with ``chosen`` kept while it is one of them, else the newest (one update back), and the switch."""
-        if self.learning is None:
+    def refresh(self, chosen=None, request: gr.Request = None):
+        """The user's version list, the rollback choices (restorable versions but the serving one, newest
+        first) with ``chosen`` kept while it is one of them, else the newest (one update back), and the switch."""
+        return self._listing(self.lookup(request), chosen)
+
+    def _listing(self, on: TenantViews, chosen=None):
+        learning = on.learning
+        if learning is None:
             note = "_This server does not train: no versions to list, roll back or pause._"
             return note, gr.update(choices=[], interactive=False), gr.update(interactive=False)
         try:
-            versions, paused = self.learning.versions(), self.learning.paused
+            versions, paused = learning.versions(), learning.paused
         except Exception as exc:  # a hiccup must not spam error toasts every tick
             return f"_Versions unavailable: {html.escape(str(exc))}_", gr.skip(), gr.skip()
         choices = [
@@ -123,55 +134,59 @@ class VersionControls:
             for v in versions
             if v.restorable and not v.serving
         ]
-        waiting = self.service.store.queue.count_waiting()
-        table = versions_markdown(versions, paused, self.learning.trainer_state, waiting)
+        waiting = on.service.store.queue.count_waiting()
+        table = versions_markdown(versions, paused, learning.trainer_state, waiting)
         values = [value for _, value in choices]
-        value = chosen if chosen in values else self._one_update_back(values)
+        value = chosen if chosen in values else self._one_update_back(on, values)
         return table, gr.update(choices=choices, value=value), gr.update(value=paused)
 
-    def _one_update_back(self, values: list[int]) -> int | None:
+    @staticmethod
+    def _one_update_back(on: TenantViews, values: list[int]) -> int | None:
         """The newest of ``values`` whose weights the serving version's were trained from (at least one update
         back on its lineage: after a rollback to v1, v0 rather than the undone v2); None when there is none."""
-        back = self.service.store.lineage.lineage().path(self.learning.serving_version)
+        back = on.service.store.lineage.lineage().path(on.learning.serving_version)
         return next((v for v in values if back.get(v, 0) >= 1), None)
 
-    async def on_rollback(self, version):
-        if self.learning is None:
-            return "This server does not train.", *self.refresh()
+    async def on_rollback(self, version, request: gr.Request = None):
+        on = self.lookup(request)
+        if on.learning is None:
+            return "This server does not train.", *self._listing(on)
         if version is None:
-            return "Choose a version to roll back to first.", *self.refresh()
+            return "Choose a version to roll back to first.", *self._listing(on)
         try:
-            result = await asyncio.to_thread(self.learning.rollback, int(version))
+            result = await asyncio.to_thread(on.learning.rollback, int(version))
         except (UnknownVersion, NotRestorable, LearningUnavailable, RollbackTimeout) as err:
-            return f"Not rolled back: {html.escape(str(err))}", *self.refresh()
+            return f"Not rolled back: {html.escape(str(err))}", *self._listing(on)
         note = (
             f"Rolled back to v{result.restored_from}: its weights now serve as v{result.policy_version}, and "
             f"training continues from them. {result.samples_rolled_back} samples of the undone updates will not "
             "be trained on again."
         )
-        return note, *self.refresh()
+        return note, *self._listing(on)
 
-    def on_pause(self, paused: bool):
-        if self.learning is None:
+    def on_pause(self, paused: bool, request: gr.Request = None):
+        learning = self.lookup(request).learning
+        if learning is None:
             return "This server does not train."
-        self.learning.set_paused(bool(paused))
+        learning.set_paused(bool(paused))
         if paused:
             return "Learning paused: keep chatting and rating; the trainer waits (an update already running ends)."
         return "Learning resumed: the next batch of judged samples updates the adapter."
 
-    async def on_compare(self):
-        turns = await asyncio.to_thread(distinct_prompt_turns, self.service.store, COMPARE_PROMPTS)
+    async def on_compare(self, request: gr.Request = None):
+        service = self.lookup(request).service
+        turns = await asyncio.to_thread(distinct_prompt_turns, service.store, COMPARE_PROMPTS)
         if not turns:
             return '_No prompts yet: chat first (conversations marked "don\'t learn" are left out)._'
-        settings = self.service.settings
+        settings = service.settings
         sampling = SamplingParams(
             temperature=settings.train_temperature,
             max_new_tokens=min(settings.default_max_tokens, COMPARE_MAX_TOKENS),
             seed=0,
         )
-        version = getattr(self.service.engine, "policy_version", 0)
+        version = getattr(service.engine, "policy_version", 0)
         try:
-            pairs = await asyncio.to_thread(compare_base_and_policy, self.service.engine, turns, sampling)
+            pairs = await asyncio.to_thread(compare_base_and_policy, service.engine, turns, sampling)
         except Exception as exc:
             return f"_The comparison failed: {html.escape(str(exc))}_"
         return markdown_table(pairs, "Base model", f"Current adapter (v{version})")
