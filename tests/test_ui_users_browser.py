@@ -9,9 +9,8 @@ his learning panel shows his own hints and feedback. Without a browser: the logi
 over HTTP, and each handler acts for the user its request names (pause, privacy, refusing a request without a
 logged-in user). Screenshot: ``tests/artifacts/ui_users_bob.png``.
 
-The engine double ``SharedWeights`` drops the adapter name of every call: the HF engine answers every user with
-the same weights here, which is all these tests need, since they check which user's service, store and
-collector the UI reaches, not what an adapter generates.
+Each user is served through their ``AdapterView`` of one HF engine (no adapter is published here: both are
+served the base weights); the tests check which user's service, store and collector the UI reaches.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from dataclasses import replace
 from types import SimpleNamespace
 
 import httpx
@@ -31,31 +29,6 @@ from tests.test_ui_browser import ARTIFACTS, CHROME_FLAGS, CHROMEDRIVER, CHROMIU
 KEYS = {"alice": "alice-key-1", "bob": "bob-key-2"}
 ENVIRON = {"ALICE_KEY": KEYS["alice"], "BOB_KEY": KEYS["bob"]}
 HAS_BROWSER = os.path.exists(CHROMEDRIVER) and os.path.exists(CHROMIUM)
-
-
-class SharedWeights:
-    """The shared engine with the adapter names dropped (module docstring): ``adapter_version`` is the engine's
-    one ``policy_version``, ``generate`` / ``score`` / ``publish_adapter`` ignore the name."""
-
-    def __init__(self, engine) -> None:
-        self.engine = engine
-        self.tokenizer = engine.tokenizer
-
-    def adapter_version(self, name=None) -> int:
-        return self.engine.policy_version
-
-    def generate(self, requests, on_token=None, priority="serve", timeout_s=None):
-        plain = [replace(r, adapter=None) for r in requests]
-        return self.engine.generate(plain, on_token=on_token, priority=priority, timeout_s=timeout_s)
-
-    def score(self, *args, adapter=None, **kwargs):
-        return self.engine.score(*args, **kwargs)
-
-    def publish_adapter(self, adapter, version: int, name=None) -> None:
-        self.engine.publish_adapter(adapter, version)
-
-    def __getattr__(self, attribute):
-        return getattr(self.engine, attribute)
 
 
 class PausableLearning:
@@ -89,7 +62,6 @@ def users_server(engine, root, learning=None):
     from openclaw_trl.store import Store
     from openclaw_trl.users import UserKeys, UserSpec
 
-    shared = SharedWeights(engine)
     stores, parts = {}, []
     for name in KEYS:
         (root / name).mkdir(parents=True)
@@ -98,7 +70,7 @@ def users_server(engine, root, learning=None):
         parts.append(
             UserParts(
                 name,
-                AdapterView(shared, name),
+                AdapterView(engine, name),
                 TurnCollector(store),
                 store,
                 status=status,

@@ -44,23 +44,23 @@ def _load(argv):
 def test_two_users_train_their_own_adapters_and_continue_after_a_restart(tmp_path, keys, capsys):
     from openclaw_trl.runtime import build_runtime, run
 
-    config, model_args, recipe = _load(_argv(tmp_path, "--max_steps", "2"))
+    config, model_args, recipe = _load(_argv(tmp_path, "--max_steps", "1"))
     runtime = build_runtime(config, model_args, recipe)
     assert [u.name for u in runtime.users] == ["alice", "bob"] and runtime.trainer is None
     metrics = run(runtime)
     assert set(metrics) == {"alice", "bob"}
     for user in runtime.users:
-        assert metrics[user.name]["policy_version"] == 2
-        assert runtime.engine.adapter_version(user.name) == 2
+        assert metrics[user.name]["policy_version"] == 1
+        assert runtime.engine.adapter_version(user.name) == 1
         folder = tmp_path / "run" / "users" / user.name
         assert (folder / "adapter_model.safetensors").exists() and (folder / "openclaw.sqlite").exists()
-        assert (folder / "checkpoint-2").is_dir()
+        assert (folder / "checkpoint-1").is_dir()
         sessions = {t.session_key for t in user.store.queries.iter_turns(include_private=True)}
         assert sessions and all(s and s.startswith("sim") for s in sessions)
     assert not (tmp_path / "run" / "openclaw.sqlite").exists()  # no shared store
-    # the trainers took turns: both updated, neither twice in a row while the other had a batch waiting
+    # the trainers took turns on the device: each updated once
     order = runtime.users[0].trainer.update_turns.order
-    assert sorted(order) == ["alice", "alice", "bob", "bob"]
+    assert sorted(order) == ["alice", "bob"]
     # the two adapters differ (each learned from its own turns)
     import safetensors.torch as st
 
@@ -72,13 +72,13 @@ def test_two_users_train_their_own_adapters_and_continue_after_a_restart(tmp_pat
     from openclaw_trl.commands.train import run_argv
 
     capsys.readouterr()
-    assert run_argv(_argv(tmp_path, "--max_steps", "3")) == 0
+    assert run_argv(_argv(tmp_path, "--max_steps", "2")) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["users"]
-    assert {name: s["policy_version"] for name, s in summary.items()} == {"alice": 3, "bob": 3}
+    assert {name: s["policy_version"] for name, s in summary.items()} == {"alice": 2, "bob": 2}
     for name in ("alice", "bob"):
         path = tmp_path / "run" / "users" / name / "metrics.jsonl"
         logged = [json.loads(line) for line in path.read_text().splitlines()]
-        assert sorted({m["step"] for m in logged if "loss" in m}) == [1, 2, 3]  # continued, not restarted
+        assert sorted({m["step"] for m in logged if "loss" in m}) == [1, 2]  # continued, not restarted
 
 
 @pytest.fixture
