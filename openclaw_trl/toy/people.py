@@ -7,25 +7,24 @@ different things (``recipes/toy_two_users.yaml``: alice wants bulleted answers, 
 
 from __future__ import annotations
 
-from openclaw_trl.simulation import PreferenceUser
 from openclaw_trl.toy.world import make_user
 
 
-def bullets() -> PreferenceUser:
+def bullets():
     """Wants answers as a bulleted list."""
     return make_user("bullets")
 
 
-def brief() -> PreferenceUser:
+def brief():
     """Wants brief answers: one fact."""
     return make_user("brief")
 
 
-def formal() -> PreferenceUser:
+def formal():
     """Wants formal answers."""
     return make_user("formal")
 
 
-def numbered() -> PreferenceUser:
+def numbered():
     """Wants answers as a numbered list."""
     return make_user("numbered")
