@@ -209,6 +209,7 @@ def test_two_users_each_see_only_their_own_ui(hf_engine, tmp_path, browsers):
         wait = WebDriverWait(alice, 60)
         box = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#msg textarea"))
         wait.until(lambda d: "the hint alice taught" in text(d, "hints"))  # her own panel
+        wait.until(lambda d: "Signed in as alice" in text(d, "signed-in"))
         box.send_keys("hello from alice")
         alice.find_element(By.ID, "send").click()
         wait.until(lambda d: "recorded as turn" in text(d, "notice"))
@@ -228,6 +229,7 @@ def test_two_users_each_see_only_their_own_ui(hf_engine, tmp_path, browsers):
         bob_box = bob_wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#msg textarea"))
         bob_wait.until(lambda d: "the hint bob taught" in text(d, "hints"))
         bob_wait.until(lambda d: "0 👍" in text(d, "learning-status"))
+        bob_wait.until(lambda d: "Signed in as bob" in text(d, "signed-in"))
         page = bob.find_element(By.TAG_NAME, "body").text
         assert "hello from alice" not in page and "alice taught" not in page
         bob_box.send_keys("hello from bob")

@@ -378,6 +378,11 @@ def _wire(demo, c: Components, on: UiHandlers) -> None:
     demo.load(on.refresh, outputs=c.panel)
 
 
+def _signed_in(request: gr.Request) -> str:
+    """The line that names the logged-in user (a server with several users)."""
+    return f"Signed in as **{request.username}**: what you teach here shapes your own adapter only."
+
+
 def build_ui(tenants: Mapping[str | None, Tenant], title: str | None = None):
     """The ``gr.Blocks`` app (mounted at ``/`` by ``openclaw_trl.serving.app``). ``tenants``: ``{None: tenant}``
     on a server with one user, ``{name: tenant}`` on one with several (behind Gradio's login: each event acts
@@ -399,5 +404,8 @@ def build_ui(tenants: Mapping[str | None, Tenant], title: str | None = None):
     with gr.Blocks(title=title or guide.title) as demo:
         _wire(demo, layout(guide, versions), handlers)
         versions.wire(demo)
+        if lookup.only is None:  # several users: say whose adapter this page teaches
+            signed_in = gr.Markdown(elem_id="signed-in")
+            demo.load(_signed_in, outputs=signed_in)
     demo.queue(default_concurrency_limit=16)
     return demo
