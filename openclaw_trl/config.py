@@ -237,6 +237,9 @@ class OpenClawConfig(GRPOConfig):
         --logprobs-mode processed_logprobs --enable-prefix-caching` on the recipe's `model_name_or_path`
         (checked at start, prefix caching aside: it only saves work). Requests
         go to the server with the fewest in flight; a failing one is out of rotation and retried every 5 s.
+        With `users`, each user's adapter is loaded on the servers under a name of its own: start them with
+        `--max-loras` of at least `max_adapters` (by default the number of users, up to 8; one more lets a
+        new version run beside the old one), which is checked at start from their `/metrics`.
     vllm_server_api_key_env (`str` or `None`, defaults to `None`):
         Name of the environment variable holding the servers' bearer key (`vllm serve --api-key`).
     vllm_server_adapter_dir (`str` or `None`, defaults to `None`):
@@ -800,6 +803,7 @@ class OpenClawConfig(GRPOConfig):
                 "request_timeout": self.vllm_server_request_timeout,
                 "startup_timeout": self.vllm_server_timeout,
                 "max_learn_requests": self.vllm_server_max_learn_requests,
+                **({"max_adapters": self.max_adapters} if self.users else {}),
             }
         if self.engine == "hf":
             return {
@@ -815,6 +819,7 @@ class OpenClawConfig(GRPOConfig):
             "gpu_memory_utilization": self.vllm_gpu_memory_utilization,
             "enable_sleep_mode": self.vllm_enable_sleep_mode,
             "max_logprobs": max(20, self.kd_topk),
+            **({"max_adapters": self.max_adapters} if self.users else {}),
         }
         if (self.vllm_max_model_length or self.max_context_len) is not None:
             kwargs["max_model_len"] = self.vllm_max_model_length or self.max_context_len
