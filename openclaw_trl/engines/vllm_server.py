@@ -170,9 +170,8 @@ class VLLMServerEngine:
             self._pool.close()
             raise
         self._base = _Version(0, self.base_model)
-        self._active: dict[
-            str | None, _Version
-        ] = {}  # per adapter name; absent = the base weights (version 0)
+        # the active version per adapter name (None: the run's only adapter); absent = the base weights
+        self._active: dict[str | None, _Version] = {}
         self._published: list[_Version] = []
         self._seq = 0
         self.policy_version = 0
@@ -235,22 +234,21 @@ class VLLMServerEngine:
         serve it as the ``policy`` of ``name`` (a user's name; None = the run's only adapter); on any refusal
         the previous version stays active and the error is raised."""
         check_adapter_name(name)
-        owner = name
         with self._publish_lock:
             self._seq += 1
-            user = "" if owner is None else f"-{owner}"
-            name = f"{self._prefix}{user}-v{int(version)}-{self._seq}"
-            path = self._write_adapter(adapter, self.adapter_dir / name)
+            user = "" if name is None else f"-{name}"
+            model = f"{self._prefix}{user}-v{int(version)}-{self._seq}"  # unique per (user, version, publish)
+            path = self._write_adapter(adapter, self.adapter_dir / model)
             try:
-                self._load_everywhere(name, path)
+                self._load_everywhere(model, path)
             except BaseException:
                 shutil.rmtree(path, ignore_errors=True)
                 raise
-            new = _Version(int(version), name, path, owner=owner)
+            new = _Version(int(version), model, path, owner=name)
             with self._lock:
                 self._published.append(new)
-                self._active[owner] = new
-                if owner is None:
+                self._active[name] = new
+                if name is None:
                     self.policy_version = new.version
             self.stats["publishes"] += 1
         self._collect()
