@@ -319,12 +319,14 @@ class OpenClawConfig(GRPOConfig):
         step, lineage and checkpoints are their own, and the users take turns to update (round-robin among
         those with a full batch). `None`: one implicit user, the layout of `output_dir` as without users.
         Refused with `store_path`, `api_key_env` (each user has a key), `source: replay`, several processes,
-        an engine other than `hf`, and `report_to` trackers that keep one run per process (`trackio`,
+        and `report_to` trackers that keep one run per process (`trackio`,
         `wandb`, ...: they would mix the users' metrics; `none` and `tensorboard` are fine).
     max_adapters (`int`, defaults to the number of users, at most 8):
         Users' adapters held on the device at once by the serving engine (`hf`: device slots, the least
-        recently used idle adapter is moved out to CPU memory when another user's is needed). Fewer slots than
-        active users saves memory and costs a copy of an adapter per switch. Only with `users`.
+        recently used idle adapter is moved out to CPU memory when another user's is needed; `vllm`: the
+        adapters vLLM batches together, its `max_loras` is `max_adapters + 1`; `vllm_server`: every server
+        must run `--max-loras` of at least this, checked at start). Fewer slots than active users saves memory
+        and costs a copy of an adapter per switch (vLLM: requests wait for a slot). Only with `users`.
 
     > Parameters that control where a run starts
 
