@@ -237,6 +237,9 @@ class OpenClawConfig(GRPOConfig):
         --logprobs-mode processed_logprobs --enable-prefix-caching` on the recipe's `model_name_or_path`
         (checked at start, prefix caching aside: it only saves work). Requests
         go to the server with the fewest in flight; a failing one is out of rotation and retried every 5 s.
+        With `users`, each user's adapter is loaded on the servers under a name of its own: start them with
+        `--max-loras` of at least `max_adapters` (by default the number of users, up to 8; one more lets a
+        new version run beside the old one), which is checked at start from their `/metrics`.
     vllm_server_api_key_env (`str` or `None`, defaults to `None`):
         Name of the environment variable holding the servers' bearer key (`vllm serve --api-key`).
     vllm_server_adapter_dir (`str` or `None`, defaults to `None`):
@@ -316,12 +319,14 @@ class OpenClawConfig(GRPOConfig):
         step, lineage and checkpoints are their own, and the users take turns to update (round-robin among
         those with a full batch). `None`: one implicit user, the layout of `output_dir` as without users.
         Refused with `store_path`, `api_key_env` (each user has a key), `source: replay`, several processes,
-        an engine other than `hf`, and `report_to` trackers that keep one run per process (`trackio`,
+        and `report_to` trackers that keep one run per process (`trackio`,
         `wandb`, ...: they would mix the users' metrics; `none` and `tensorboard` are fine).
     max_adapters (`int`, defaults to the number of users, at most 8):
         Users' adapters held on the device at once by the serving engine (`hf`: device slots, the least
-        recently used idle adapter is moved out to CPU memory when another user's is needed). Fewer slots than
-        active users saves memory and costs a copy of an adapter per switch. Only with `users`.
+        recently used idle adapter is moved out to CPU memory when another user's is needed; `vllm`: the
+        adapters vLLM batches together, its `max_loras` is `max_adapters + 1`; `vllm_server`: every server
+        must run `--max-loras` of at least this, checked at start). Fewer slots than active users saves memory
+        and costs a copy of an adapter per switch (vLLM: requests wait for a slot). Only with `users`.
 
     > Parameters that control where a run starts
 
@@ -800,6 +805,7 @@ class OpenClawConfig(GRPOConfig):
                 "request_timeout": self.vllm_server_request_timeout,
                 "startup_timeout": self.vllm_server_timeout,
                 "max_learn_requests": self.vllm_server_max_learn_requests,
+                **({"max_adapters": self.max_adapters} if self.users else {}),
             }
         if self.engine == "hf":
             return {
@@ -815,6 +821,7 @@ class OpenClawConfig(GRPOConfig):
             "gpu_memory_utilization": self.vllm_gpu_memory_utilization,
             "enable_sleep_mode": self.vllm_enable_sleep_mode,
             "max_logprobs": max(20, self.kd_topk),
+            **({"max_adapters": self.max_adapters} if self.users else {}),
         }
         if (self.vllm_max_model_length or self.max_context_len) is not None:
             kwargs["max_model_len"] = self.vllm_max_model_length or self.max_context_len

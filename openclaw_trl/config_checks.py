@@ -215,8 +215,10 @@ MAX_ADAPTERS_DEFAULT = 8
 
 def check_users(config) -> None:
     """``users`` and ``max_adapters``: valid user entries (``users.parse_users``), and nothing that would
-    mix the users' runs (one ``store_path`` or one ``api_key_env`` for all, a replay without identities, a
-    serving engine that cannot hold an adapter per user). Sets ``max_adapters``' default."""
+    mix the users' runs (one ``store_path`` or one ``api_key_env`` for all, a replay without identities).
+    Sets ``max_adapters``' default. Every engine serves an adapter per user: ``hf`` keeps ``max_adapters`` of
+    them resident, ``vllm`` batches ``max_adapters`` (+1) of them at once, and the ``vllm_server`` servers must
+    run ``--max-loras`` >= ``max_adapters`` (checked when the engine starts)."""
     from openclaw_trl.errors import UserError
     from openclaw_trl.users import MAX_USERS, parse_users
 
@@ -246,11 +248,6 @@ def check_users(config) -> None:
             config.source == "replay",
             "source: replay (recorded conversations name no user: replay them in a "
             "run without users, one per person)",
-        ),
-        (
-            config.engine != "hf",
-            f"engine: {config.engine} (one adapter per user is served by the hf engine "
-            "in this version: use engine: hf)",
         ),
     ]
     for bad, what in refused:

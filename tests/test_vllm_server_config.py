@@ -57,6 +57,41 @@ def test_engine_kwargs_are_named_parameters_of_the_engine(tmp_path):
     assert set(_config(tmp_path).engine_kwargs()) <= named
 
 
+USERS = [{"name": "alice", "api_key_env": "ALICE_KEY"}, {"name": "bob", "api_key_env": "BOB_KEY"}]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "vllm_server"])
+def test_users_pass_max_adapters_to_the_vllm_engines(tmp_path, engine):
+    """Both vLLM engines serve an adapter per user: ``max_adapters`` (default: the users) reaches them."""
+    fields = {"vllm_server_urls": ["http://127.0.0.1:8000"]} if engine == "vllm_server" else {}
+    config = OpenClawConfig(
+        output_dir=str(tmp_path), report_to="none", engine=engine, temperature=1.0, users=USERS, **fields
+    )
+    assert config.engine_kwargs()["max_adapters"] == 2
+    config = OpenClawConfig(
+        output_dir=str(tmp_path), report_to="none", engine=engine, users=USERS, max_adapters=5, **fields
+    )
+    assert config.engine_kwargs()["max_adapters"] == 5
+    without = OpenClawConfig(output_dir=str(tmp_path), report_to="none", engine=engine, **fields)
+    assert "max_adapters" not in without.engine_kwargs()  # no users: the engines' default, one adapter
+
+
+def test_max_adapters_is_a_parameter_of_both_vllm_engines():
+    from openclaw_trl.engines.vllm import VLLMEngine
+    from openclaw_trl.engines.vllm_server import VLLMServerEngine
+
+    for engine in (VLLMEngine, VLLMServerEngine):
+        assert inspect.signature(engine.__init__).parameters["max_adapters"].default == 1
+
+
+def test_server_engine_refuses_a_bad_max_adapters():
+    from openclaw_trl.engines.vllm_server import VLLMServerEngine
+
+    for bad in (0, -2, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="max_adapters"):
+            VLLMServerEngine("model", urls=["http://127.0.0.1:1"], max_adapters=bad)
+
+
 @pytest.mark.parametrize(
     "fields, message",
     [

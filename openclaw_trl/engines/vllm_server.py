@@ -22,6 +22,15 @@ needs no vLLM installed; what it does:
   (``POST /v1/load_lora_adapter``), and switches ``policy`` to it only when all of them have it. Each request
   keeps the version it started on, so a reply never mixes versions; a version that is neither active nor used
   by a request in flight is unloaded (``POST /v1/unload_lora_adapter``) and its directory removed.
+* **One adapter per user** (``GenerationRequest.adapter``, ``score(adapter=)``, ``publish_adapter(name=)``).
+  Each user's versions are loaded under names of their own (``<engine prefix>-<user>-v<version>-<n>``; a
+  request's ``model`` is that name), with an active version per user (``adapter_version(name)``; 0 and the
+  base weights before the user's first publish). ``None`` is the run's only adapter, as before. A vLLM server
+  runs at most ``--max-loras`` different adapters in one batch; requests on further adapters wait there for a
+  slot, so the servers must be started with ``--max-loras`` of at least ``max_adapters`` (the users whose
+  adapters serve at once; ``OpenClawConfig.max_adapters``, by default the number of users up to 8), plus one
+  so that a new version can run beside the old one during a publish. The engine reads each server's
+  ``--max-loras`` from its ``/metrics`` (``vllm:lora_requests_info``) at start and refuses a smaller one.
 * **Several servers** (``server_pool``): least outstanding requests, at most ``max_learn_requests`` learning
   requests per server (``priority``), a failing server out of rotation and retried later. A request on a
   server that fails is retried on another; a generation that already streamed tokens continues from them
@@ -51,9 +60,9 @@ from openclaw_trl.engines.base import (
     Priority,
     Scores,
     Weights,
+    check_adapter_name,
     check_generate_args,
     check_score_args,
-    check_single_adapter,
 )
 from openclaw_trl.engines.server_pool import Server, ServerFailure, ServerPool, probe, raise_for_server
 from openclaw_trl.engines.server_requests import (
@@ -65,7 +74,12 @@ from openclaw_trl.engines.server_requests import (
     single_draws,
     take_chunk,
 )
-from openclaw_trl.engines.server_setup import check_server, served_base_model, wait_for_servers
+from openclaw_trl.engines.server_setup import (
+    check_max_loras,
+    check_server,
+    served_base_model,
+    wait_for_servers,
+)
 from openclaw_trl.errors import UserError
 from openclaw_trl.openai_client import sse_events
 
@@ -82,6 +96,7 @@ class _Version:
     model: str  # the ``model`` field of its requests: the base model name or the adapter's name
     adapter: Path | None = None
     users: int = 0
+    owner: str | None = None  # the user whose adapter it is (None: the run's only adapter)
 
 
 class VLLMServerEngine:
@@ -102,6 +117,8 @@ class VLLMServerEngine:
         max_learn_requests: learning requests (judge votes, teacher pairs) in flight per server.
         retry_s: seconds between probes of a server out of rotation.
         max_workers: threads that wait for HTTP answers, per priority.
+        max_adapters: users' adapters served at once (``OpenClawConfig.max_adapters``); each server's
+            ``--max-loras`` must be at least this (checked at start; 1 = the run's only adapter, unchecked).
         tokenizer: an already loaded tokenizer (default: loaded from ``model_path``).
     """
 
@@ -118,8 +135,12 @@ class VLLMServerEngine:
         max_learn_requests: int = 4,
         retry_s: float = 5.0,
         max_workers: int = 64,
+        max_adapters: int = 1,
         tokenizer=None,
     ) -> None:
+        if isinstance(max_adapters, bool) or not isinstance(max_adapters, int) or max_adapters < 1:
+            raise ValueError(f"max_adapters must be an integer >= 1, got {max_adapters!r}")
+        self.max_adapters = max_adapters
         self.model_path = str(model_path)
         self.lora_config = lora_config
         api_key = None
@@ -143,11 +164,14 @@ class VLLMServerEngine:
             self.base_model, self.max_model_len = served_base_model(models)
             for server in self._pool.healthy_servers():
                 check_server(server, self.base_model)
+                if max_adapters > 1:
+                    check_max_loras(server, max_adapters)
         except BaseException:
             self._pool.close()
             raise
         self._base = _Version(0, self.base_model)
-        self._active = self._base  # version 0 = the base weights until an adapter is published
+        # the active version per adapter name (None: the run's only adapter); absent = the base weights
+        self._active: dict[str | None, _Version] = {}
         self._published: list[_Version] = []
         self._seq = 0
         self.policy_version = 0
@@ -175,8 +199,6 @@ class VLLMServerEngine:
         if not requests:
             return []
         check_generate_args(requests, priority)
-        for request in requests:
-            check_single_adapter(request.adapter, "VLLMServerEngine")
         rows = [row for r in requests for row in single_draws(r)]
         pool = self._executors[priority]
         gave_up = threading.Event()
@@ -197,10 +219,9 @@ class VLLMServerEngine:
         adapter: str | None = None,
     ) -> Scores:
         """Per-token log-probs (and top-K) of each completion after its prompt, all on one weights version;
-        ``timeout_s`` as for ``generate``."""
+        ``timeout_s`` as for ``generate``; ``adapter``: whose adapter ``policy`` means."""
         check_score_args(prompt_ids, completion_ids, weights, top_k, temperature, priority, adapter)
-        check_single_adapter(adapter, "VLLMServerEngine")
-        with self._pin(weights) as version:
+        with self._pin(weights, adapter) as version:
             pool = self._executors[priority]
             futures = [
                 pool.submit(self._score_row, version, list(p), list(c), top_k, temperature, priority)
@@ -208,31 +229,36 @@ class VLLMServerEngine:
             ]
             return Scores.from_pairs(results_in_order(futures, timeout_s, threading.Event()), top_k)
 
-    def adapter_version(self, name: str | None = None) -> int:
-        """``policy_version``: this engine serves the run's only adapter (``name`` None)."""
-        check_single_adapter(name, "VLLMServerEngine")
-        return self.policy_version
-
     def publish_adapter(self, adapter, version: int, name: str | None = None) -> None:
         """Write ``adapter`` (PEFT state dict or adapter directory), load it on every healthy server, then
-        serve it; on any refusal the previous version stays active and the error is raised."""
-        check_single_adapter(name, "VLLMServerEngine")
+        serve it as the ``policy`` of ``name`` (a user's name; None = the run's only adapter); on any refusal
+        the previous version stays active and the error is raised."""
+        check_adapter_name(name)
         with self._publish_lock:
             self._seq += 1
-            name = f"{self._prefix}-v{int(version)}-{self._seq}"
-            path = self._write_adapter(adapter, self.adapter_dir / name)
+            user = "" if name is None else f"-{name}"
+            model = f"{self._prefix}{user}-v{int(version)}-{self._seq}"  # unique per (user, version, publish)
+            path = self._write_adapter(adapter, self.adapter_dir / model)
             try:
-                self._load_everywhere(name, path)
+                self._load_everywhere(model, path)
             except BaseException:
                 shutil.rmtree(path, ignore_errors=True)
                 raise
-            new = _Version(int(version), name, path)
+            new = _Version(int(version), model, path, owner=name)
             with self._lock:
                 self._published.append(new)
-                self._active = new
-                self.policy_version = new.version
+                self._active[name] = new
+                if name is None:
+                    self.policy_version = new.version
             self.stats["publishes"] += 1
         self._collect()
+
+    def adapter_version(self, name: str | None = None) -> int:
+        """The version serving ``policy`` for ``name`` (0 before its first publish); None: ``policy_version``."""
+        check_adapter_name(name)
+        with self._lock:
+            active = self._active.get(name)
+        return 0 if active is None else active.version
 
     def close(self) -> None:
         """Unload this engine's adapters from the servers and remove their directories."""
@@ -257,10 +283,12 @@ class VLLMServerEngine:
 
     # ------------------------------------------------------------------ versions
     @contextmanager
-    def _pin(self, weights: str):
-        """The version ``weights`` names now, counted as in use until the block ends."""
+    def _pin(self, weights: str, adapter: str | None = None):
+        """The version ``weights`` names now for adapter ``adapter`` (the base weights for ``base``, or before
+        the adapter's first publish), counted as in use until the block ends."""
         with self._lock:
-            version = self._active if weights == "policy" else self._base
+            active = self._active.get(adapter)
+            version = active if weights == "policy" and active is not None else self._base
             version.users += 1
         try:
             yield version
@@ -272,7 +300,8 @@ class VLLMServerEngine:
     def _collect(self) -> None:
         """Unload (on every server) and delete the adapters that are neither active nor in use."""
         with self._lock:
-            retired = [v for v in self._published if v is not self._active and v.users == 0]
+            active = list(self._active.values())
+            retired = [v for v in self._published if all(v is not a for a in active) and v.users == 0]
             self._published = [v for v in self._published if v not in retired]
         for version in retired:
             for server in self._pool.healthy_servers():
@@ -330,7 +359,10 @@ class VLLMServerEngine:
         """Before ``server`` returns to rotation: load the adapters in use, unload this engine's others."""
         with self._publish_lock:
             with self._lock:
-                needed = {v.model: v.adapter for v in self._published if v is self._active or v.users > 0}
+                active = list(self._active.values())
+                needed = {
+                    v.model: v.adapter for v in self._published if v.users > 0 or any(v is a for a in active)
+                }
             present = {m["id"] for m in probe(server).get("data", [])}
             for name, path in needed.items():
                 if name not in present:
@@ -359,7 +391,7 @@ class VLLMServerEngine:
     def _generate_row(
         self, index: int, request: GenerationRequest, on_token, priority: Priority, gave_up: threading.Event
     ) -> Completion:
-        with self._pin(request.weights) as version:
+        with self._pin(request.weights, request.adapter) as version:
             sampled = Sampled(gave_up=gave_up)
             self._on_any_server(
                 priority, lambda s: self._sample(s, version, request, sampled, index, on_token)

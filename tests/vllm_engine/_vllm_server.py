@@ -56,7 +56,12 @@ class VLLMServer:
 
     @classmethod
     def start(
-        cls, model_dir, log_dir: Path, max_lora_rank: int = 16, extra: list[str] | None = None
+        cls,
+        model_dir,
+        log_dir: Path,
+        max_lora_rank: int = 16,
+        extra: list[str] | None = None,
+        max_loras: int = 2,
     ) -> VLLMServer:
         port = free_port()
         log_path = Path(log_dir) / f"vllm-server-{port}.log"
@@ -66,6 +71,7 @@ class VLLMServer:
             port,
             max_lora_rank=max_lora_rank,
             max_logprobs=-1,
+            max_loras=max_loras,
             extra=["--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN), *(extra or [])],
         )
         env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True")

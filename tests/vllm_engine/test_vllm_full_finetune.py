@@ -6,7 +6,7 @@ import engine_contract as contract
 import pytest
 from test_vllm_engine import HAVE_VLLM
 
-from openclaw_trl.engines import create_engine
+from openclaw_trl.engines import GenerationRequest, create_engine
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not HAVE_VLLM, reason="vllm is not importable here")]
 
@@ -48,6 +48,14 @@ def test_full_weight_push(tiny_model_dir, tiny_tokenizer, perturbed):
         assert max(abs(a - b) for x, y in zip(ref, base) for a, b in zip(x, y)) < 1e-4
         with pytest.raises(ValueError, match="max_logprobs=-1"):
             eng.score(ps, comps, temperature=0.7)  # capped max_logprobs: no silent raw (T=1) values
+        # one set of weights for the run: no per-user adapters
+        with pytest.raises(ValueError, match="no per-user adapters"):
+            eng.publish_adapter(state_dict, 8, name="alice")
+        with pytest.raises(ValueError, match="no per-user adapters"):
+            eng.score(ps, comps, adapter="alice")
+        with pytest.raises(ValueError, match="no per-user adapters"):
+            eng.generate([GenerationRequest(ps[0], adapter="alice")])
+        assert eng.policy_version == 7
     finally:
         eng.close()
         hf.close()

@@ -65,8 +65,8 @@ def test_old_versions_are_unloaded_and_removed(engine, vllm_server, adapters):
     for adapter in adapters:
         engine.publish_adapter(adapter, contract.next_version())
     ours = {m for m in _served_models(vllm_server.url) if m.startswith(engine._prefix)}
-    assert ours == {engine._active.model}
-    assert [p.name for p in engine.adapter_dir.iterdir()] == [engine._active.model]
+    assert ours == {engine._active[None].model}
+    assert [p.name for p in engine.adapter_dir.iterdir()] == [engine._active[None].model]
 
 
 def test_truncated_sampling_returns_convention_logprobs(engine, tiny_tokenizer):
@@ -256,7 +256,7 @@ def test_a_server_that_comes_back_rejoins_the_rotation(
             while not eng._pool.servers[0].healthy and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert eng._pool.servers[0].healthy, eng._pool.describe_errors()
-            assert eng._active.model in eng._pool.servers[0].loaded
+            assert eng._active[None].model in eng._pool.servers[0].loaded
             before = proxy.sent
             ps = contract.prompts(tiny_tokenizer, 3)
             outs = eng.generate(
