@@ -50,7 +50,7 @@ def test_smoke_runs_both_users_and_writes_the_report(bench, tmp_path, one_thread
         assert user["versions"] == [0, 1] and user["policy_version"] == 1
         assert len(user["own_rates"]) == len(user["other_rates"]) == len(user["fidelity"]) == 2
         assert all(0.0 <= r <= 1.0 for r in user["own_rates"] + user["other_rates"])
-        assert user["conversations"][-1] >= 1 and user["samples_used"] >= 2
+        assert user["samples_used"] >= 2  # (a batch can fill before its first conversation ends)
         for which in ("last", "kept"):
             assert set(run["final"][which][name]) >= {"bullets", "brief", "fidelity"}
         assert run["acceptance_kept"][name]["pass"] in (True, False)

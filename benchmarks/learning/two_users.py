@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from evaluation import LEARNING_TOPICS, evaluate_many
-from lockstep import BudgetExhausted, LockstepUser, budgeted_store, probe_callback
+from lockstep import LockstepUser, budgeted_store, probe_callback
 from run import BO4_UPDATE_FACTOR, RESULTS, ROOT, BenchSettings, RunResult, bo4
 
 RECIPE = ROOT / "recipes" / "toy_two_users.yaml"
@@ -336,7 +336,9 @@ def markdown(report: dict) -> str:
         for name, u in r["users"].items():
             pts = [
                 f"v{v} {a:.2f}/{b:.2f}/{f:.2f}"
-                for v, a, b, f in zip(u["versions"], u["own_rates"], u["other_rates"], u["fidelity"], strict=True)
+                for v, a, b, f in zip(
+                    u["versions"], u["own_rates"], u["other_rates"], u["fidelity"], strict=True
+                )
             ]
             lines.append(f"- seed {r['seed']} {name}: " + ", ".join(pts))
     lines.append("")
