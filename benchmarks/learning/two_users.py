@@ -1,14 +1,15 @@
 """Two users, one base model: does each user's adapter learn their own preference and nothing of the other's?
 
-    python benchmarks/learning/two_users.py                  # 1 seed, 32 updates per user (~10-20 min)
+    python benchmarks/learning/two_users.py                  # 1 seed, 48 updates per user (~5-10 min, 2 cores)
     python benchmarks/learning/two_users.py --seeds 0 1      # two seeds
+    python benchmarks/learning/two_users.py --seeds 2 --append   # add a seed to the report in --out
     python benchmarks/learning/two_users.py --smoke          # the tiny toy model, 1 update each: that it runs
 
 One run of ``recipes/toy_two_users.yaml`` (``users``: alice wants bulleted answers, bob brief ones, as the
 recipe's ``simulated_user`` of each says) with the learning benchmark's best settings without an oracle
 (``run.py``'s ``combine+bo4+memory`` row: Combine, Best-of-4 with the ``memory`` quick judge, ``scale_rewards:
-group``, lr 2e-3, ``max_grad_norm`` 0.1, LoRA r 8, batches of 8, judge noise 0, twice the updates of a
-one-sample row). Everything goes through the multi-user path (``openclaw_trl.users_runtime``): one engine
+group``, lr 2e-3, ``max_grad_norm`` 0.1, LoRA r 8, batches of 8, judge noise 0), for :data:`UPDATES`
+updates per user. Everything goes through the multi-user path (``openclaw_trl.users_runtime``): one engine
 serving both adapters, one shared copy of the base weights, one training thread per user taking turns on
 the device, each user's store, scorer and Best-of-N picker; each simulated user talks to the one server with
 their own bearer key, paced as in ``run.py`` (``lockstep.py``: a user talks only while their trainer waits
@@ -20,12 +21,13 @@ against *both* preferences: the user's own (``own``) and the other user's (``oth
 fraction of well-formed on-topic answers. At the end the last adapters and the base model are evaluated
 again on twice as many openings against both preferences.
 
-Acceptance (:func:`acceptance`), per user, on the version kept: the user's best evaluated version (highest
+Acceptance (``two_users_report.acceptance``), per user, on the version kept: the user's best evaluated version (highest
 own score, then highest fidelity, then the earliest), since this toy model's fidelity can collapse after
-10-25 updates (a rollback to that version is what a user would do). The version kept must have an own score
->= :data:`OWN_MIN` and, on the other user's preference, a score within :data:`LEAK_TOL` of the base model's
-(``|other - base| <= LEAK_TOL``: no leak of the other's preference, and no large side effect either). The
-same verdict is also given for the last versions (``final``).
+10-25 updates (rolling back to that version is what a user would do: the final evaluation republishes it
+to the user's adapter). The version kept must have an own score >= ``OWN_MIN`` (0.9) and, on the other
+user's preference, a score within ``LEAK_TOL`` (0.15) of the base model's on the same openings (``|other -
+base| <= LEAK_TOL``: no leak of the other's preference, and no large side effect either). The same verdict
+is also given for the last versions.
 
 Output: ``<out>/two_users.json`` (every curve, the final evaluations, update order, wall time, verdicts) and
 ``<out>/two_users.md`` (``two_users_smoke.*`` with ``--smoke``).
@@ -48,13 +50,13 @@ from pathlib import Path
 
 from evaluation import LEARNING_TOPICS, evaluate_many
 from lockstep import LockstepUser, budgeted_store, probe_callback
-from run import BO4_UPDATE_FACTOR, RESULTS, ROOT, BenchSettings, RunResult, bo4
+from run import RESULTS, ROOT, BenchSettings, RunResult, bo4
+from two_users_report import LEAK_TOL, OWN_MIN, acceptance, earlier_runs, markdown
 
 RECIPE = ROOT / "recipes" / "toy_two_users.yaml"
-OWN_MIN = 0.9
-"""A user's own-preference score the version kept must reach."""
-LEAK_TOL = 0.15
-"""How far a user's adapter may move the *other* user's preference score from the base model's."""
+UPDATES = 48
+"""Updates per user: the learning benchmark's Best-of-4 rows make 32, after which one of two users measured
+here still stood at 0.86 (seed 0); with 48 both passed (``benchmarks/results/two_users.md``)."""
 log = logging.getLogger("learning-bench")
 
 
@@ -255,25 +257,6 @@ def _rates(points: dict) -> dict:
     return {pref: round(p.rate, 4) for pref, p in points.items()} | {"fidelity": round(fidelity, 4)}
 
 
-def acceptance(evals: dict, base: dict, prefs: dict) -> dict:
-    """Per user: own score >= OWN_MIN and |other - base rate of other| <= LEAK_TOL (module docstring)."""
-    out = {}
-    for name, own in prefs.items():
-        other = next(p for n, p in prefs.items() if n != name)
-        own_score, other_score = evals[name][own], evals[name][other]
-        shift = other_score - base[other]
-        out[name] = {
-            "own": own_score,
-            "other": other_score,
-            "other_base": base[other],
-            "other_shift": round(shift, 4),
-            "own_ok": own_score >= OWN_MIN,
-            "no_leak": abs(shift) <= LEAK_TOL,
-        }
-        out[name]["pass"] = out[name]["own_ok"] and out[name]["no_leak"]
-    return out | {"pass": all(v["pass"] for v in out.values())}
-
-
 def record(seed, prefs, curves, final, order, train_seconds, seconds) -> dict:
     users = {}
     for name, curve in curves.items():
@@ -300,69 +283,18 @@ def record(seed, prefs, curves, final, order, train_seconds, seconds) -> dict:
     }
 
 
-def markdown(report: dict) -> str:
-    s = report["settings"]
-    lines = [
-        "# Two users, one base: results",
-        "",
-        f"`{report['command']}`: `recipes/toy_two_users.yaml` with the learning benchmark's "
-        f"`combine+bo4+memory` settings (lr {s['learning_rate']:g}, max_grad_norm {s['max_grad_norm']:g}, "
-        f"LoRA r {s['lora_r']}, batch {s['batch_size']}, {s['updates']} updates per user, judge noise 0); "
-        f"model `{report['model']}`. Scores: fraction of answers meeting a preference on the evaluation "
-        f"openings (per update: {s['eval_per_topic']} per topic; final: {2 * s['eval_per_topic']} per topic).",
-        "",
-        f"Acceptance rule: own score >= {OWN_MIN} and |score on the other's preference - base rate| <= "
-        f"{LEAK_TOL}, on the version kept (the best evaluated version per user; the last version's verdict "
-        "is given too).",
-        "",
-        "| seed | user | wants | kept version | own | other's pref. | base rate of other's | fidelity | "
-        "pass (kept) | last version: own / other / fidelity | pass (last) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for r in report["runs"]:
-        for name, u in r["users"].items():
-            kept, last = r["final"]["kept"][name], r["final"]["last"][name]
-            own, other = u["preference"], u["other_preference"]
-            lines.append(
-                f"| {r['seed']} | {name} | {own} | v{kept['version']} | {kept[own]:.2f} | {kept[other]:.2f} | "
-                f"{r['final']['base'][other]:.2f} | {kept['fidelity']:.2f} | "
-                f"{'yes' if r['acceptance_kept'][name]['pass'] else 'no'} | "
-                f"{last[own]:.2f} / {last[other]:.2f} / {last['fidelity']:.2f} | "
-                f"{'yes' if r['acceptance_last'][name]['pass'] else 'no'} |"
-            )
-    lines += ["", "Base model: " + ", ".join(_base_line(r) for r in report["runs"]), ""]
-    lines += ["Per update (own score / other's preference / fidelity):", ""]
-    for r in report["runs"]:
-        for name, u in r["users"].items():
-            pts = [
-                f"v{v} {a:.2f}/{b:.2f}/{f:.2f}"
-                for v, a, b, f in zip(
-                    u["versions"], u["own_rates"], u["other_rates"], u["fidelity"], strict=True
-                )
-            ]
-            lines.append(f"- seed {r['seed']} {name}: " + ", ".join(pts))
-    lines.append("")
-    for r in report["runs"]:
-        order = "".join(n[0] for n in r["update_order"])
-        lines.append(
-            f"Seed {r['seed']}: wall time {r['seconds']:.0f} s (training {r['train_seconds']:.0f} s); "
-            f"update order `{order}`; verdict kept: {'PASS' if r['acceptance_kept']['pass'] else 'FAIL'}, "
-            f"last: {'PASS' if r['acceptance_last']['pass'] else 'FAIL'}."
-        )
-    return "\n".join(lines) + "\n"
-
-
-def _base_line(r: dict) -> str:
-    return f"seed {r['seed']} " + " ".join(f"{k} {v:.2f}" for k, v in r["final"]["base"].items())
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--updates", type=int, default=None, help="per user (default: 16 x 2, Best-of-4)")
+    parser.add_argument("--updates", type=int, default=None, help=f"per user (default: {UPDATES})")
     parser.add_argument("--smoke", action="store_true", help="the tiny toy model, 1 update of 2 samples each")
     parser.add_argument("--out", default=str(RESULTS), help="where two_users.json / .md go")
     parser.add_argument("--work-dir", default=None, help="the runs' folders (default: a temporary folder)")
+    parser.add_argument(
+        "--append",
+        action="store_true",
+        help="keep the runs of the report already in --out (same settings and model) and add these seeds",
+    )
     args = parser.parse_args(argv)
     if args.updates is not None and args.updates < 1:
         parser.error("--updates must be at least 1")
@@ -377,8 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("httpx", "openclaw_trl", "transformers", "trl", "accelerate"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    settings = BenchSettings()
-    settings.updates *= BO4_UPDATE_FACTOR
+    settings = BenchSettings(updates=UPDATES)
     model = None  # the recipe's: the toy model shipped with the package
     if args.smoke:
         settings.updates, settings.batch_size, settings.eval_per_topic, settings.max_tokens = 1, 2, 1, 12
@@ -390,13 +321,16 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     stem = "two_users_smoke" if args.smoke else "two_users"
     report = {
-        "command": " ".join(["python benchmarks/learning/two_users.py", *(argv or sys.argv[1:])]),
+        "commands": [" ".join(["python benchmarks/learning/two_users.py", *(argv or sys.argv[1:])])],
         "model": model or "openclaw-trl/toy",
         "smoke": args.smoke,
         "settings": asdict(settings) | {"final_eval_per_topic": 2 * settings.eval_per_topic},
         "rule": {"own_min": OWN_MIN, "leak_tolerance": LEAK_TOL},
         "runs": [],
     }
+    if args.append:
+        report["runs"], commands = earlier_runs(out / f"{stem}.json", report, args.seeds)
+        report["commands"] = commands + report["commands"]
     for seed in args.seeds:
         log.info("seed %d: two users, %d updates each", seed, settings.updates)
         report["runs"].append(run_two_users(settings, seed, work / f"seed{seed}", model))
