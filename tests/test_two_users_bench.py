@@ -85,3 +85,13 @@ def test_bad_arguments_are_refused(bench, capsys):
     with pytest.raises(SystemExit):
         bench.main(["--updates", "0"])
     assert "at least 1" in capsys.readouterr().err
+
+
+def test_append_keeps_other_seeds_and_refuses_other_settings(bench, tmp_path):
+    report = {"settings": {"updates": 48}, "model": "m", "smoke": False, "rule": {"own_min": 0.9}}
+    path = tmp_path / "two_users.json"
+    assert bench.earlier_runs(path, report, [0]) == ([], [])  # nothing there yet
+    path.write_text(json.dumps(report | {"runs": [{"seed": 0}, {"seed": 1}], "commands": ["first"]}))
+    assert bench.earlier_runs(path, report, [1]) == ([{"seed": 0}], ["first"])  # a seed run again replaces
+    with pytest.raises(ValueError, match="another settings"):
+        bench.earlier_runs(path, report | {"settings": {"updates": 32}}, [2])

@@ -204,6 +204,8 @@ def run_two_users(settings: BenchSettings, seed: int, out_dir: Path, model: str 
             trainer.store = budgeted_store(user.store, talker.exhausted)
             measure = make_measure(user, curves[user.name], mine, started)
             trainer.add_callback(probe_callback(talker, curves[user.name].run, measure))
+        # the training threads of ``run_users`` (which would also start the recipe's free-running simulated
+        # users: here each user talks in lock-step with their trainer instead)
         threads = [
             threading.Thread(target=_train_user, args=(u, results), name=f"train-{u.name}", daemon=True)
             for u in runtime.users

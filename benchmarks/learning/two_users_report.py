@@ -86,7 +86,8 @@ def markdown(report: dict) -> str:
             shift = max((x - u["other_rates"][0] for x in u["other_rates"]), key=abs)
             curve = " ".join(f"{x:.2f}" for x in rates[::8])
             lines.append(
-                f"- seed {r['seed']} {name}: >= 0.9 at {reached}; other's shift {shift:+.2f}; "
+                f"- seed {r['seed']} {name}: {u['policy_version']}/{s['updates']} updates; >= 0.9 at {reached}; "
+                f"other's shift {shift:+.2f}; "
                 f"lowest fidelity {min(u['fidelity']):.2f}; own {curve}"
             )
     lines.append("")
