@@ -77,11 +77,23 @@ def _fraction(flags: list[bool]) -> float:
     return sum(flags) / len(flags) if flags else 0.0
 
 
-def evaluate(engine, settings, preference: str) -> EvalPoint:
-    """The evaluation of the current policy adapter for a user who wants ``preference``."""
-    wants = toy_world.preference(preference)
+def evaluate(engine, settings, preference: str, weights: str = "policy") -> EvalPoint:
+    """The evaluation of the current policy adapter (``weights``: ``policy``, or ``base`` for the base
+    model) for a user who wants ``preference``."""
+    return evaluate_many(engine, settings, (preference,), weights)[preference]
+
+
+def evaluate_many(engine, settings, preferences, weights: str = "policy") -> dict[str, EvalPoint]:
+    """:func:`evaluate` for several preferences at once, from one set of answers (the same texts scored
+    against each preference: what one adapter does for users who want different things)."""
     topics = [topic for topic, _ in eval_items(settings)]
-    _, texts = sample(engine, settings, 0)
+    _, texts = sample(engine, settings, 0, weights)
+    return {p: score_texts(topics, texts, p) for p in preferences}
+
+
+def score_texts(topics: list[str], texts: list[str], preference: str) -> EvalPoint:
+    """The :class:`EvalPoint` of answers ``texts`` to the openings about ``topics`` (one topic per answer)."""
+    wants = toy_world.preference(preference)
     unseen = [t in HELD_OUT_TOPICS for t in topics]
     hits = [wants.matches(text) for text in texts]
     faithful = [toy_world.answer_fidelity(topic, text) for topic, text in zip(topics, texts, strict=True)]

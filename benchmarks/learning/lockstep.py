@@ -21,11 +21,23 @@ log = logging.getLogger("learning-bench")
 class LockstepUser:
     """Drives conversations over HTTP while the trainer waits for its next batch, then pauses.
 
+    ``runtime`` needs ``config``, ``store`` and ``scorer``: a run's ``Runtime``, or one user's
+    ``UserRuntime`` of a run with users (with that user's ``api_key``).
+
     After each conversation it wakes the scorer and waits until every ready turn is judged, so the count
     of waiting samples is exact when it decides whether the batch is full.
     """
 
-    def __init__(self, runtime, url: str, settings, seed: int, feedback: bool, topics: tuple[str, ...]):
+    def __init__(
+        self,
+        runtime,
+        url: str,
+        settings,
+        seed: int,
+        feedback: bool,
+        topics: tuple[str, ...],
+        api_key: str | None = None,
+    ):
         self.runtime, self.url, self.settings, self.seed, self.feedback = (
             runtime,
             url,
@@ -33,6 +45,7 @@ class LockstepUser:
             seed,
             feedback,
         )
+        self.api_key = api_key  # the bearer key its requests carry (on a server with users: whose turns)
         self.topics = topics  # what the user asks about (the evaluation also covers topics held out of it)
         self.gate = threading.Event()  # set = the trainer is waiting: talk
         self.stop = threading.Event()
@@ -51,6 +64,7 @@ class LockstepUser:
             max_tokens=self.settings.max_tokens,
             model=self.runtime.config.served_model_name,
             should_stop=self.stop.is_set,
+            api_key=self.api_key,
         )
         if self.feedback:
             user = FeedbackUser(
