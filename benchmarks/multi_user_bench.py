@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     torch.set_num_threads(args.threads)
     load = os.getloadavg()
-    results = []
+    results, out = [], args.out
     for label in models:
         path = model_dir(label)
         geometry = GEOMETRY["smoke" if args.smoke else label]
@@ -268,19 +268,19 @@ def main(argv: list[str] | None = None) -> dict:
         results.append(
             {"model": label, "updates": updates, "serving": serving, "seconds": time.perf_counter() - t0}
         )
-    print_report(results, load)
-    report = {
-        "meta": {
-            "torch": torch.__version__,
-            "threads": torch.get_num_threads(),
-            "cores": os.cpu_count(),
-            "load_average_start": load,
-            "load_average_end": os.getloadavg(),
-            "args": vars(args),
-        },
-        "results": results,
-    }
-    write_results(report, "multi_user", args.out)
+        print_report(results[-1:], load)
+        report = {
+            "meta": {
+                "torch": torch.__version__,
+                "threads": torch.get_num_threads(),
+                "cores": os.cpu_count(),
+                "load_average_start": load,
+                "load_average_end": os.getloadavg(),
+                "args": vars(args),
+            },
+            "results": results,
+        }
+        out = write_results(report, "multi_user", out)  # after each model: a later failure keeps these
     return report
 
 
