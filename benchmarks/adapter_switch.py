@@ -6,7 +6,7 @@
 Measured, per model, with a rank-``--lora-r`` LoRA on every linear projection:
 
 * **switch**: a refill of a device slot from a user's CPU copy (``hf_slots``: pinned memory on CUDA), the mean
-  of the engine's own refill timer over alternating requests of 2 users on 1 slot.
+  of the engine's own refill timer over alternating requests of 2 users on 1 slot (``switch_times``).
 * **serving latency**: greedy chat turns (``--prompt-len`` prompt tokens, ``--new-tokens`` new ones), one after
   the other, round-robin over the users: 1 user (always resident), 4 users on 2 slots (every turn refills a
   slot: the worst case of LRU) and 4 users on 4 slots (all resident). The ratios to the 1-user latency are the
@@ -98,6 +98,22 @@ def _concurrent(engine, users, prompt, new_tokens, repeats) -> float:
     return best
 
 
+def switch_times(model_dir: Path, lora_cfg, states: dict, prompt, switches: int) -> list[float]:
+    """Seconds of each slot refill (the engine's own refill timer, read around each call): 2 users on 1
+    slot, alternating one-token scores, so that every call refills; the first 2 calls are left out."""
+    engine = _engine(model_dir, lora_cfg, 1, {n: states[n] for n in USERS[:2]})
+    times = []
+    try:
+        for i in range(switches + 2):
+            before = engine.model.slot_stats.get("refill_s", 0.0)
+            engine.score([prompt[:8]], [[5]], weights="policy", adapter=USERS[i % 2])
+            if i >= 2:
+                times.append(engine.model.slot_stats["refill_s"] - before)
+    finally:
+        engine.close()
+    return times
+
+
 def bench(model_dir: Path, label: str, args) -> dict:
     states = {}
     lora_cfg = None
@@ -107,15 +123,7 @@ def bench(model_dir: Path, label: str, args) -> dict:
     mb = sum(t.numel() * t.element_size() for t in states["u0"].values()) / 2**20
     prompt = _prompts(1, args.prompt_len, 2048)[0]
 
-    # switch: 2 users on 1 slot, alternating one-token scores (every call refills)
-    engine = _engine(model_dir, lora_cfg, 1, {n: states[n] for n in USERS[:2]})
-    try:
-        for i in range(args.switches + 2):
-            engine.score([prompt[:8]], [[5]], weights="policy", adapter=USERS[i % 2])
-        stats = engine.model.slot_stats
-        switch_ms = 1000 * stats["refill_s"] / stats["refills"]
-    finally:
-        engine.close()
+    switch_ms = 1000 * statistics.mean(switch_times(model_dir, lora_cfg, states, prompt, args.switches))
 
     rows = {}
     for case, users, slots in [

@@ -13,8 +13,9 @@ when that venv exists and ``vllm`` does not import here), ``server_bench.py`` (`
 condition), ``trainer_bench.py`` (update time vs TRL's ``GRPOTrainer``, peak memory, publish vs
 merge-and-push), ``serving_bench.py`` (p50/p95 latency idle vs during LoRA updates), ``judge_bench.py`` (judge
 cost per turn, scorer turns/s with m = 1 and 3), ``priority_bench.py`` (chat latency behind queued learning
-work), ``best_of_n_bench.py`` (a Best-of-4 turn in one request vs 4) and ``help_bench.py`` (the slowest
-``--help`` against its 2 s target). ``--gpu`` adds
+work), ``best_of_n_bench.py`` (a Best-of-4 turn in one request vs 4), ``help_bench.py`` (the slowest
+``--help`` against its 2 s target) and ``multi_user_bench.py`` (4 users of one base: one user's update time
+with 4 training vs alone, serving p95 with 4 adapters on 4 and 2 slots vs 1, memory per extra user). ``--gpu`` adds
 ``combine_4b_bench.py`` (one Combine update of a Qwen3-4B-shaped model beside the colocated engine: seconds and
 peak memory; its QLoRA variant where bitsandbytes imports) and ``learning/run.py --quick``; a stage whose
 package (vllm, bitsandbytes) is missing is skipped with one line.
@@ -39,6 +40,7 @@ import json
 import os
 import platform
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -61,6 +63,11 @@ TARGETS = {
     "agent_turn2_reuse": ("<=", 0.25),  # agent turn-2 prefill with prefix reuse / without (HF)
     "agent_teacher_prefill_over_score": (">=", 0.9),  # a plain prefill / teacher scoring of the same tokens
     "help_over_target": ("<=", 1.0),  # the slowest --help (app.py, every openclaw-trl command) / 2 s
+    "multi_user_update_ratio": (
+        "<=",
+        1.1,
+    ),  # one user's update with 4 users training / alone (turn wait apart)
+    "multi_user_serving_p95_ratio": ("<=", 1.3),  # serving p95, 4 users' adapters / 1 (4 and 2 slots)
 }
 
 
@@ -262,6 +269,8 @@ def plan(args, tmp: Path) -> list[tuple[str, list[str] | None, Path | str, int]]
     # --- agent scale (agent_bench.py): the 40,000-character size needs a GPU; CPU runs take --quick
     stage("agent", "agent_bench.py", [], ["--quick"], 1200)
     stage("help", "help_bench.py", [], ["--repeats", "3"], 300)
+    # one base, one adapter per user: --quick measures the tiny model only (the 0.6B shape takes ~10 min)
+    stage("multi_user", "multi_user_bench.py", [], ["--models", "tiny"] if quick else [], 1800)
     return stages
 
 
@@ -594,6 +603,7 @@ def summarize(reports: dict, check_targets: bool = True) -> list[dict]:
             "help_over_target",
             f"median of {helps['repeats']}; a bare python start takes {helps['python_start_s']:.2f} s",
         )
+    multi_user_rows(reports.get("multi_user"), row)
     learning = reports.get("learning") or {}
     for name, a in learning.get("aggregate", {}).items():
         row(
@@ -644,6 +654,46 @@ def agent_rows(agent: dict | None, row) -> None:
         f"checkpointing; scaled to 28 layers {t['agent_step_s_scaled_28_layers']:.1f} s vs "
         f"{t['short_step_s_scaled_28_layers']:.1f} s",
     )
+
+
+def multi_user_rows(report: dict | None, row) -> None:
+    """The figures of ``multi_user_bench.py``: what 4 users of one base cost each other."""
+    for r in (report or {}).get("results", []):
+        u, s, m = r["updates"], r["serving"], r["updates"]["memory"]
+        alone, shared = (statistics.median(u[k]) for k in ("alone_update_s", "shared_update_s"))
+        row(
+            f"one user's update time, {u['users']} users training / alone (time/update_s, turn wait apart)",
+            r["model"],
+            f"{shared:.3f} s",
+            f"{alone:.3f} s",
+            u["update_ratio"],
+            "multi_user_update_ratio",
+            f"throughput {u['updates_per_s']['shared']:.2f} vs {u['updates_per_s']['alone']:.2f} updates/s "
+            f"(ratio {u['throughput_ratio']:.2f}); mean turn wait {u['turn_wait_s_mean']:.3f} s; max consecutive "
+            f"updates of one user while others were ready: {u['max_consecutive']}",
+        )
+        one = s["cases"]["1 user"]
+        for case in ("4 users / 4 slots", "4 users / 2 slots"):
+            c = s["cases"][case]
+            row(
+                f"serving p95, {case} / 1 user (HF)",
+                r["model"],
+                f"{c['p95_s']:.3f} s",
+                f"{one['p95_s']:.3f} s",
+                c["p95_ratio"],
+                "multi_user_serving_p95_ratio",
+                f"{s['turns']} turns each, interleaved; {c['refills']} slot refills; refill p95 "
+                f"{s['switch_p95_ms']:.2f} ms",
+            )
+        row(
+            "memory per extra user: trainer (LoRA + grads + Adam) / engine (slot + CPU copy)",
+            r["model"],
+            f"{m['trainer_tensor_bytes'] / 2**20:.1f} MiB / {m['engine_bytes'] / 2**20:.1f} MiB",
+            f"base {m['base_bytes'] / 2**20:.0f} MiB",
+            m["trainer_tensor_over_base"],
+            note=f"ratio: trainer tensors / base; engine / base {m['engine_over_base']:.4f}; RSS per trainer "
+            f"built {(m['trainer_rss_delta_bytes'] or 0) / 2**20:.1f} MiB",
+        )
 
 
 def markdown(info: dict, rows: list[dict], args, wall: float, stages: dict, skipped: dict) -> str:

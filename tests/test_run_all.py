@@ -5,6 +5,7 @@ benchmarks/ in which they replace a stage script.
 """
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -136,3 +137,66 @@ def test_a_stage_past_its_timeout_fails_and_its_children_end_with_it(tmp_path):
     assert "--- judge FAILED (timed out after 6s)" in proc.stdout  # 300 s x 0.02
     child = int((tmp_path / "benchmarks" / "child.pid").read_text())
     assert not Path(f"/proc/{child}").exists() or "zombie" in Path(f"/proc/{child}/status").read_text()
+
+
+# ------------------------------------------------------------------------------------ the multi_user stage
+def test_multi_user_stage_smoke_runs_and_is_summarized(tmp_path):
+    out = tmp_path / "multi_user.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "multi_user_bench.py"), "--smoke", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": str(ROOT),
+            "HOME": str(tmp_path),
+            "OPENCLAW_BENCH_MODELS": str(tmp_path / "models"),
+            "HF_HUB_OFFLINE": "1",
+        },
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    (result,) = report["results"]
+    updates, serving = result["updates"], result["serving"]
+    k = updates["batches_per_phase"]
+    for order in updates["shared_orders"]:  # every user trained its k batches in each shared phase
+        assert sorted(order) == sorted(f"u{i}" for i in range(updates["users"]) for _ in range(k))
+    assert len(updates["alone_update_s"]) == len(updates["shared_update_s"]) == updates["rounds"] * k
+    assert serving["cases"]["4 users / 2 slots"]["refills"] == serving["turns"]  # LRU round-robin: every turn
+    assert serving["cases"]["4 users / 4 slots"]["refills"] == 0  # all resident after the warm-up
+    memory = updates["memory"]
+    assert 2 <= memory["adam_bytes"] / memory["lora_param_bytes"] < 2.01  # AdamW: two moments (+ its steps)
+    assert memory["engine_cpu_copy_bytes"] == memory["engine_slot_bytes"] == memory["lora_param_bytes"]
+    rows = [r for r in run_all.summarize({"multi_user": report}, check_targets=False)]
+    assert len(rows) == 4 and all(r["model"] == "tiny" for r in rows)
+    assert [r["result"] for r in rows] == ["not checked", "not checked", "not checked", "info"]
+
+
+def test_multi_user_bench_refuses_bad_sizes_and_models():
+    import multi_user_bench
+
+    for argv in (
+        ["--users", "1"],
+        ["--rounds", "0"],
+        ["--turns", "-3"],
+        ["--models", "gpt9"],
+        ["--models", ","],
+    ):
+        with pytest.raises(SystemExit) as exc:
+            multi_user_bench.main(argv)
+        assert exc.value.code == 2, argv
+
+
+def test_multi_user_fairness_and_p95():
+    import _multi_user_train as mt
+    import multi_user_bench
+
+    fed = {"a": 2, "b": 2}
+    assert mt.max_streak(["a", "b", "a", "b"], fed) == 1
+    assert mt.max_streak(["a", "a", "b", "b"], fed) == 2  # a ran twice while b waited
+    assert mt.max_streak(["a", "b", "b", "a"], fed) == 2
+    assert mt.max_streak(["a", "a"], {"a": 2}) == 0  # nobody else was waiting: no unfairness
+    assert mt.max_streak([], fed) == 0
+    assert multi_user_bench.p95([1.0]) == 1.0
+    assert multi_user_bench.p95([float(x) for x in range(101)]) == 95.0
