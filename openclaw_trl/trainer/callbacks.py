@@ -63,7 +63,6 @@ class PublishAndConsume(TrainerCallback):
         trainer.log_metric("time/update_s", seconds)
         if consumed and trainer.accelerator.is_main_process:
             trainer.store.queue.mark_consumed(consumed, state.global_step)
-        trainer.end_turn()
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.trainer.accelerator.is_main_process:

@@ -10,10 +10,11 @@ their LoRA weights, its gradients and optimizer state (about three times the ada
 
 ``UpdateTurns``: one update at a time, in the order the users' batches became ready (a FIFO ticket). A user
 who just updated queues behind every user already waiting, so among users with a ready batch the updates go
-round-robin and one user's backlog never starves another. A trainer holds its turn from the moment its
-batch is taken until its optimizer step is done and published (``OpenClawTrainer.get_batch_samples`` takes
-the turn, ``end_turn`` gives it back), so two users' forward/backward passes never run at the same time (the
-device's memory and the optimizer-step bookkeeping that accelerate shares between trainers in a process).
+round-robin and one user's backlog never starves another. A trainer queues once its batch is taken and
+holds its turn until its update is stepped, published, logged and checkpointed (``OpenClawTrainer.
+get_batch_samples`` gives the previous turn back and takes the next one), so two users' updates never run at
+the same time (the device's memory, the optimizer-step bookkeeping that accelerate shares between trainers in
+a process, and the CPU time of writing a checkpoint, which would otherwise slow the next user's update).
 """
 
 from __future__ import annotations

@@ -147,6 +147,7 @@ class OpenClawTrainer(TrainerVersions, GRPOTrainer):
         on when it needs a new one (TRL regenerates every ``steps_per_generation * num_iterations``
         micro-steps), then, with several users, wait for this user's turn (``sharing.UpdateTurns``). The wait
         for samples thus happens between steps, never while holding the turn."""
+        self.end_turn()  # the previous update's step, log and checkpoint are done
         if self.stop_requested:
             raise StopTraining(f"training of {self.user_name or 'the adapter'} stopped")
         generate_every = self.args.steps_per_generation * self.num_iterations
@@ -159,7 +160,7 @@ class OpenClawTrainer(TrainerVersions, GRPOTrainer):
         return super().get_batch_samples(epoch_iterator, num_batches, device)
 
     def end_turn(self) -> None:
-        """The optimizer step is done and published: another user's update may run."""
+        """The update is done (stepped, published, logged and checkpointed): another user's may run."""
         if self.update_turns is not None:
             self.update_turns.give_back(self.user_name)
 
