@@ -7,6 +7,16 @@ states the rules: work in flight finishes on the weights it started with, nobody
 the worker thread never deadlocks). This module owns the tensors: it injects the slots (``wrap``), takes the
 CPU snapshot of a published state dict and copies snapshots into slots. ``base`` switches the adapters off.
 Every forward holds ``lock`` and selects its weights right before running.
+
+Mixed batches. ``forward_hidden`` also takes one selection per batch row (slots and ``BASE`` mixed): every
+LoRA layer then computes its base projection once for the whole batch and adds, to each row, the delta of that
+row's own slot (nothing for ``BASE`` rows): PEFT's mixed-adapter forward (``lora.Linear._mixed_batch_forward``),
+reached through its ``adapter_names`` forward argument, which a pre-forward hook registered once on every LoRA
+layer injects while such a forward runs (PEFT's ``_enable_peft_forward_hooks`` does the same per call, walking
+the whole model each time). Row ``b`` gets ``base(x_b) + B_s(A_s(x_b)) * scaling_s``, the same sum as a forward
+on slot ``s`` alone, up to float rounding. Requirements, checked once at ``wrap`` (``mixable``): eval mode (no
+dropout; PEFT refuses ``adapter_names`` in training mode), no merged weights, plain LoRA only (no DoRA or other
+variant, no ``modules_to_save``, no LoRA on attention modules or raw parameters, which PEFT cannot mix).
 """
 
 from __future__ import annotations
@@ -21,6 +31,8 @@ from openclaw_trl.engines.base import Weights
 from openclaw_trl.engines.hf_slots import BASE, Published, SlotTable
 
 SLOT_PREFIX = "slot"
+PEFT_BASE_ROW = "__base__"
+"""PEFT's ``adapter_names`` marker for a row that gets no LoRA delta (the base weights)."""
 
 
 class SlottedModel:
@@ -51,6 +63,8 @@ class SlottedModel:
         self._publish_lock = threading.Lock()
         self.lock = threading.RLock()
         self._selected: str | None = None  # weights currently switched on in the model (under lock)
+        self._row_adapters: list[str] | None = None  # PEFT adapter name per batch row while mixing (under lock)
+        self.mixable = True  # rows of different weights may share a forward (decided at ``wrap``)
 
     @property
     def vocab_size(self) -> int:
@@ -99,6 +113,10 @@ class SlottedModel:
             self._peft = peft_model
             self.lm = peft_model.base_model.model
             self._tuner_layers = [m for m in peft_model.modules() if isinstance(m, BaseTunerLayer)]
+            self.mixable = _can_mix(peft_model, self._tuner_layers)
+            if self.mixable:
+                for layer in self._tuner_layers:
+                    layer.register_forward_pre_hook(self._inject_row_adapters, with_kwargs=True)
             named = dict(peft_model.named_parameters())
             for slot in slots:
                 # PEFT state dicts drop the adapter name from parameter names; map those keys to this slot.
@@ -123,12 +141,13 @@ class SlottedModel:
                 layer.set_adapter(weights)
         self._selected = weights
 
-    def pin(self, weights: Weights, name: str | None = None) -> tuple[str, int]:
+    def pin(self, weights: Weights, name: str | None = None, spare: int | None = None) -> tuple[str, int] | None:
         """Choose the concrete weights for new work on ``weights`` of adapter ``name`` and pin its slot so no
-        publish or refill overwrites it: ``(selected, version)`` (``hf_slots.SlotTable.pin``)."""
+        publish or refill overwrites it: ``(selected, version)``, or ``None`` when a ``spare`` pin is refused
+        (``hf_slots.SlotTable.pin``)."""
         if self._slots is None:
             return BASE, 0
-        return self._slots.pin(weights, name)
+        return self._slots.pin(weights, name, spare)
 
     def unpin(self, selected: str) -> None:
         if self._slots is not None:
@@ -160,13 +179,41 @@ class SlottedModel:
         """The ``weights_key`` of the base weights and of every adapter's latest publish."""
         return {BASE} | (set() if self._slots is None else self._slots.latest_keys())
 
-    def forward_hidden(self, selected: str, **kwargs):
-        """One forward of the transformer body on ``selected`` weights; returns the last hidden states."""
+    def forward_hidden(self, selected: str | list[str], **kwargs):
+        """One forward of the transformer body on ``selected`` weights (one selection for the whole batch, or
+        one per batch row: a mixed batch, module docstring); returns the last hidden states."""
         import torch
 
+        rows = None
+        if not isinstance(selected, str):
+            distinct = set(selected)
+            if not distinct:
+                raise ValueError("forward_hidden needs one selection per batch row, got none")
+            if len(distinct) == 1:
+                selected = next(iter(distinct))
+            else:
+                if not self.mixable:
+                    raise ValueError(
+                        "this LoRA configuration cannot mix adapters in one batch (DoRA, a LoRA variant, "
+                        "modules_to_save, or LoRA on attention modules / parameters)"
+                    )
+                rows = [PEFT_BASE_ROW if s == BASE else s for s in selected]
+                selected = next(s for s in selected if s != BASE)  # switches the LoRA layers on
         with self.lock, torch.inference_mode():
             self.select(selected)
-            return self.body()(**kwargs).last_hidden_state
+            self._row_adapters = rows
+            try:
+                return self.body()(**kwargs).last_hidden_state
+            finally:
+                self._row_adapters = None
+
+    def _inject_row_adapters(self, module, args, kwargs):
+        """Forward pre-hook of every LoRA layer: during a mixed forward, pass each row's adapter name (PEFT's
+        ``adapter_names`` argument); otherwise leave the call alone."""
+        if self._row_adapters is None:
+            return None
+        kwargs["adapter_names"] = self._row_adapters
+        return args, kwargs
 
     def publish(self, adapter, version: int, name: str | None = None) -> None:
         """Make ``adapter`` the ``policy`` of ``name`` atomically (``hf_slots``: the new weights are kept on the
@@ -226,3 +273,24 @@ class SlottedModel:
                 params[name].copy_(value, non_blocking=self._pin_memory)
         if self._pin_memory:
             torch.cuda.current_stream(self._device).synchronize()
+
+
+def _can_mix(peft_model, tuner_layers: list) -> bool:
+    """Whether PEFT can run rows of different slots in one forward (module docstring): the model is in eval mode,
+    every tuner layer is a plain LoRA ``Linear``, ``Embedding`` or convolution with no variant (DoRA, …), and no
+    ``modules_to_save`` / trainable-token wrappers exist."""
+    from peft.tuners.lora import layer as lora
+    from peft.utils.other import AuxiliaryTrainingWrapper
+
+    if peft_model.training or not tuner_layers:
+        return False
+    if any(isinstance(m, AuxiliaryTrainingWrapper) for m in peft_model.modules()):
+        return False
+    kinds = (lora.Linear, lora.Embedding, lora.Conv1d, lora.Conv2d, lora.Conv3d)
+    return all(
+        isinstance(layer, kinds)
+        and not isinstance(layer, (lora.MultiheadAttention, lora.ParamWrapper))
+        and not getattr(layer, "lora_variant", None)
+        and not getattr(layer, "merged_adapters", None)
+        for layer in tuner_layers
+    )
