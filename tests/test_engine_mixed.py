@@ -85,7 +85,9 @@ def test_mixed_batch_gives_each_row_what_it_gets_alone(
         assert [eng.adapter_version(n) for n in USERS] == [20, 21, 22]
 
 
-def test_more_adapters_than_free_slots_wait_for_the_next_batch(tiny_model_dir, tiny_tokenizer, three_adapters):
+def test_more_adapters_than_free_slots_wait_for_the_next_batch(
+    tiny_model_dir, tiny_tokenizer, three_adapters
+):
     """One slot resident (2 in all) for 3 users: a batch takes what the slots hold, the other rows run next."""
     reqs = _requests(tiny_tokenizer, greedy=True)
     with _engine(tiny_model_dir, three_adapters, mix_adapters=False) as eng:
@@ -126,7 +128,9 @@ def test_a_lora_setup_peft_cannot_mix_falls_back(tiny_model_dir, tiny_tokenizer)
 def _table(max_adapters: int):
     held: dict[str, object] = {}
     slots = [f"s{i}" for i in range(max_adapters + 1)]
-    return SlotTable(slots, max_adapters, lambda slot, published: held.update({slot: published.weights})), held
+    return SlotTable(
+        slots, max_adapters, lambda slot, published: held.update({slot: published.weights})
+    ), held
 
 
 def test_spare_pins_never_wait_and_keep_slots_free():

@@ -388,7 +388,9 @@ class HFEngine:
         try:
             kept = [row for row in rows if _group(row) in pins]
             deferred = [(row.job, row.index) for row in rows if _group(row) not in pins]
-            if deferred:  # their adapters get a slot in the next batch (its first row is pinned unconditionally)
+            if (
+                deferred
+            ):  # their adapters get a slot in the next batch (its first row is pinned unconditionally)
                 self.stats["deferred_rows"] = self.stats.get("deferred_rows", 0) + len(deferred)
                 self._pending.rows[priority].extendleft(reversed(deferred))
             yield from self._runner.decode(kept, [pins[_group(row)][0] for row in kept])

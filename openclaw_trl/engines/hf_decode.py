@@ -36,7 +36,9 @@ def shared_prefill(prompts: list[list[int]], weights: list | None = None) -> tup
     with distinct prompt ``u`` (the rows that are prefilled).
     """
     distinct: dict[tuple, int] = {}
-    keys = [tuple(p) for p in prompts] if weights is None else [(w, tuple(p)) for w, p in zip(weights, prompts)]
+    keys = (
+        [tuple(p) for p in prompts] if weights is None else [(w, tuple(p)) for w, p in zip(weights, prompts)]
+    )
     owner = [distinct.setdefault(key, len(distinct)) for key in keys]
     first = [owner.index(u) for u in range(len(distinct))]
     return owner, first

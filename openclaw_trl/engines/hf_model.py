@@ -63,7 +63,9 @@ class SlottedModel:
         self._publish_lock = threading.Lock()
         self.lock = threading.RLock()
         self._selected: str | None = None  # weights currently switched on in the model (under lock)
-        self._row_adapters: list[str] | None = None  # PEFT adapter name per batch row while mixing (under lock)
+        self._row_adapters: list[str] | None = (
+            None  # PEFT adapter name per batch row while mixing (under lock)
+        )
         self.mixable = True  # rows of different weights may share a forward (decided at ``wrap``)
 
     @property
@@ -141,7 +143,9 @@ class SlottedModel:
                 layer.set_adapter(weights)
         self._selected = weights
 
-    def pin(self, weights: Weights, name: str | None = None, spare: int | None = None) -> tuple[str, int] | None:
+    def pin(
+        self, weights: Weights, name: str | None = None, spare: int | None = None
+    ) -> tuple[str, int] | None:
         """Choose the concrete weights for new work on ``weights`` of adapter ``name`` and pin its slot so no
         publish or refill overwrites it: ``(selected, version)``, or ``None`` when a ``spare`` pin is refused
         (``hf_slots.SlotTable.pin``)."""
