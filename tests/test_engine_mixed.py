@@ -156,3 +156,22 @@ def test_spare_pins_never_wait_and_keep_slots_free():
     for bad in (-1, 1.5, True, "1"):
         with pytest.raises(ValueError, match="spare"):
             table.pin("policy", "a", spare=bad)
+
+
+def test_refused_adapters_and_setups_that_cannot_mix(tiny_model_dir, three_adapters):
+    """A non-finite tensor would poison the other rows of a mixed batch (``0 * inf``): refused at publish. A LoRA
+    bias is not mixed (the engine then decodes one batch per weights)."""
+    import math
+
+    from peft import LoraConfig
+
+    with _engine(tiny_model_dir, three_adapters) as eng:
+        for bad in (math.inf, math.nan):
+            broken = {k: v.clone() for k, v in three_adapters[0].items()}
+            next(iter(broken.values())).view(-1)[0] = bad
+            with pytest.raises(ValueError, match="non-finite"):
+                eng.publish_adapter(broken, 99, name="ann")
+        assert eng.adapter_version("ann") == 10
+    biased = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_bias=True)
+    with create_engine("hf", tiny_model_dir, dtype="float32", lora_config=biased) as eng:
+        assert eng.model.mixable is False

@@ -8,15 +8,9 @@ the worker thread never deadlocks). This module owns the tensors: it injects the
 CPU snapshot of a published state dict and copies snapshots into slots. ``base`` switches the adapters off.
 Every forward holds ``lock`` and selects its weights right before running.
 
-Mixed batches. ``forward_hidden`` also takes one selection per batch row (slots and ``BASE`` mixed): every
-LoRA layer then computes its base projection once for the whole batch and adds, to each row, the delta of that
-row's own slot (nothing for ``BASE`` rows): PEFT's mixed-adapter forward (``lora.Linear._mixed_batch_forward``),
-reached through its ``adapter_names`` forward argument, which a pre-forward hook registered once on every LoRA
-layer injects while such a forward runs (PEFT's ``_enable_peft_forward_hooks`` does the same per call, walking
-the whole model each time). Row ``b`` gets ``base(x_b) + B_s(A_s(x_b)) * scaling_s``, the same sum as a forward
-on slot ``s`` alone, up to float rounding. Requirements, checked once at ``wrap`` (``mixable``): eval mode (no
-dropout; PEFT refuses ``adapter_names`` in training mode), no merged weights, plain LoRA only (no DoRA or other
-variant, no ``modules_to_save``, no LoRA on attention modules or raw parameters, which PEFT cannot mix).
+Mixed batches. ``forward_hidden`` also takes one selection per batch row (slots and ``BASE`` mixed): the base
+projections run once for the whole batch and each row gets its own slot's LoRA delta (``hf_mixed``: the math,
+and which LoRA setups qualify, ``mixable``).
 """
 
 from __future__ import annotations
@@ -28,11 +22,10 @@ from typing import Any
 
 from openclaw_trl.engines.adapters import load_adapter_dir
 from openclaw_trl.engines.base import Weights
+from openclaw_trl.engines.hf_mixed import MixedLora, supported
 from openclaw_trl.engines.hf_slots import BASE, Published, SlotTable
 
 SLOT_PREFIX = "slot"
-PEFT_BASE_ROW = "__base__"
-"""PEFT's ``adapter_names`` marker for a row that gets no LoRA delta (the base weights)."""
 
 
 class SlottedModel:
@@ -63,9 +56,7 @@ class SlottedModel:
         self._publish_lock = threading.Lock()
         self.lock = threading.RLock()
         self._selected: str | None = None  # weights currently switched on in the model (under lock)
-        self._row_adapters: list[str] | None = (
-            None  # PEFT adapter name per batch row while mixing (under lock)
-        )
+        self._mixer: MixedLora | None = None  # once wrapped, when the LoRA setup can be mixed
         self.mixable = True  # rows of different weights may share a forward (decided at ``wrap``)
 
     @property
@@ -115,10 +106,9 @@ class SlottedModel:
             self._peft = peft_model
             self.lm = peft_model.base_model.model
             self._tuner_layers = [m for m in peft_model.modules() if isinstance(m, BaseTunerLayer)]
-            self.mixable = _can_mix(peft_model, self._tuner_layers)
+            self.mixable = supported(peft_model, self._tuner_layers, slots)
             if self.mixable:
-                for layer in self._tuner_layers:
-                    layer.register_forward_pre_hook(self._inject_row_adapters, with_kwargs=True)
+                self._mixer = MixedLora(self._tuner_layers, slots)
             named = dict(peft_model.named_parameters())
             for slot in slots:
                 # PEFT state dicts drop the adapter name from parameter names; map those keys to this slot.
@@ -198,26 +188,20 @@ class SlottedModel:
             else:
                 if not self.mixable:
                     raise ValueError(
-                        "this LoRA configuration cannot mix adapters in one batch (DoRA, a LoRA variant, "
-                        "modules_to_save, or LoRA on attention modules / parameters)"
+                        "this LoRA configuration cannot mix adapters in one batch (only plain LoRA Linear layers "
+                        "without DoRA, variants, bias or modules_to_save can, see hf_mixed)"
                     )
-                rows = [PEFT_BASE_ROW if s == BASE else s for s in selected]
-                selected = next(s for s in selected if s != BASE)  # switches the LoRA layers on
+                rows = [None if s == BASE else s for s in selected]
+                selected = BASE  # the base projections, once; each row's delta is added (``hf_mixed``)
         with self.lock, torch.inference_mode():
             self.select(selected)
-            self._row_adapters = rows
+            if rows is None:
+                return self.body()(**kwargs).last_hidden_state
+            self._mixer.begin(rows)  # type: ignore[union-attr]
             try:
                 return self.body()(**kwargs).last_hidden_state
             finally:
-                self._row_adapters = None
-
-    def _inject_row_adapters(self, module, args, kwargs):
-        """Forward pre-hook of every LoRA layer: during a mixed forward, pass each row's adapter name (PEFT's
-        ``adapter_names`` argument); otherwise leave the call alone."""
-        if self._row_adapters is None:
-            return None
-        kwargs["adapter_names"] = self._row_adapters
-        return args, kwargs
+                self._mixer.end()  # type: ignore[union-attr]
 
     def publish(self, adapter, version: int, name: str | None = None) -> None:
         """Make ``adapter`` the ``policy`` of ``name`` atomically (``hf_slots``: the new weights are kept on the
@@ -259,6 +243,8 @@ class SlottedModel:
                 raise ValueError(f"adapter tensor {key}: shape {tuple(value.shape)} != {tuple(param.shape)}")
             cpu = torch.empty(param.shape, dtype=param.dtype, pin_memory=self._pin_memory)
             cpu.copy_(value.detach())
+            if not torch.isfinite(cpu).all():  # a mixed batch multiplies every slot's weights (``hf_mixed``)
+                raise ValueError(f"adapter tensor {key} has non-finite values (inf or NaN)")
             out[name] = cpu
         if missing:
             raise KeyError(f"adapter keys not in the engine's LoRA layout: {missing[:5]} …")
@@ -277,24 +263,5 @@ class SlottedModel:
                 params[name].copy_(value, non_blocking=self._pin_memory)
         if self._pin_memory:
             torch.cuda.current_stream(self._device).synchronize()
-
-
-def _can_mix(peft_model, tuner_layers: list) -> bool:
-    """Whether PEFT can run rows of different slots in one forward (module docstring): the model is in eval mode,
-    every tuner layer is a plain LoRA ``Linear``, ``Embedding`` or convolution with no variant (DoRA, …), and no
-    ``modules_to_save`` / trainable-token wrappers exist."""
-    from peft.tuners.lora import layer as lora
-    from peft.utils.other import AuxiliaryTrainingWrapper
-
-    if peft_model.training or not tuner_layers:
-        return False
-    if any(isinstance(m, AuxiliaryTrainingWrapper) for m in peft_model.modules()):
-        return False
-    kinds = (lora.Linear, lora.Embedding, lora.Conv1d, lora.Conv2d, lora.Conv3d)
-    return all(
-        isinstance(layer, kinds)
-        and not isinstance(layer, (lora.MultiheadAttention, lora.ParamWrapper))
-        and not getattr(layer, "lora_variant", None)
-        and not getattr(layer, "merged_adapters", None)
-        for layer in tuner_layers
-    )
+        if self._mixer is not None:
+            self._mixer.changed()
