@@ -33,7 +33,7 @@ worker never waits on a pin). Rows of different adapters, and ``base`` rows, are
 adapter would need a wait for a slot goes back to the head of the queue, for the next batch), every forward
 runs the base projections once for all rows and adds each row's own LoRA delta (``hf_model``: mixed batches),
 and each row reports its own adapter's version. Rows with the same prompt share a prefill only on the same
-weights. With a LoRA configuration PEFT cannot mix (DoRA, …) or ``mix_adapters=False``, each batch has one
+weights. With a LoRA setup ``hf_mixed`` does not mix (DoRA, a LoRA bias, …) or ``mix_adapters=False``, each batch has one
 set of weights (``base`` rows of several adapters still share one). An adapter with no publish serves the base
 weights at version 0. The prefix cache keys entries by publish, so a user's entries survive an eviction and a
 refill of the same weights, and a row only reuses prompt KV computed on its own weights.
@@ -130,7 +130,7 @@ class HFEngine:
         max_adapters: adapters resident on the device at once (``K``; one slot more is allocated as the double
             buffer). More users than that share the slots, least recently used first (module docstring).
         mix_adapters: decode rows of different adapters (and ``base`` rows) in one batch (module docstring);
-            ``False``: one batch per weights. Ignored (one batch per weights) for LoRA setups PEFT cannot mix.
+            ``False``: one batch per weights. Ignored (one batch per weights) for LoRA setups ``hf_mixed`` does not mix.
     """
 
     def __init__(
@@ -154,7 +154,6 @@ class HFEngine:
 
         if not isinstance(mix_adapters, bool):
             raise ValueError(f"mix_adapters must be True or False, got {mix_adapters!r}")
-
         if isinstance(max_adapters, bool) or not isinstance(max_adapters, int) or max_adapters < 1:
             raise ValueError(f"max_adapters must be an integer >= 1, got {max_adapters!r}")
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -390,8 +389,8 @@ class HFEngine:
             deferred = [(row.job, row.index) for row in rows if _group(row) not in pins]
             if (
                 deferred
-            ):  # their adapters get a slot in the next batch (its first row is pinned unconditionally)
-                self.stats["deferred_rows"] = self.stats.get("deferred_rows", 0) + len(deferred)
+            ):  # their adapters get a slot in the next batch (whose first row is pinned unconditionally)
+                self.stats["deferred_rows"] += len(deferred)
                 self._pending.rows[priority].extendleft(reversed(deferred))
             yield from self._runner.decode(kept, [pins[_group(row)][0] for row in kept])
         finally:

@@ -7,7 +7,7 @@ drop work whose caller gave up (``Job.cancelled``).
 
 Decoding (``decode``): a left-padded batch with a KV cache (attention mask + explicit position ids), so one step
 serves every row. Each row names its own weights (``base`` or a slot): a batch may mix users' adapters, each
-forward then adds every row's own LoRA delta to one shared base projection (``hf_model``, mixed batches). Rows
+forward then adds every row's own LoRA delta to one shared base projection (``hf_mixed``). Rows
 with the same prompt and the same weights share one prefill (``shared_prefill``). Every sampled token's
 log-prob is ``log_softmax(logits / T)`` over the full vocabulary (``engines/base.py``). A row whose own
 sampling raises fails alone; the other rows decode on.
@@ -98,6 +98,7 @@ class HFRunner:
             "prefill_rows": 0,
             "prefill_tokens": 0,  # prompt tokens run through the model (prefills and scoring forwards)
             "mixed_batches": 0,  # decode batches whose rows use more than one set of weights
+            "deferred_rows": 0,  # rows sent back to wait for a slot for their adapter (``hf._pin_rows``)
         }
 
     def new_cache(self):
