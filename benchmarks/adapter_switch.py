@@ -2,6 +2,7 @@
 
     python benchmarks/adapter_switch.py                  # tiny model + a Qwen3-0.6B-bodied model (tiny vocabulary)
     python benchmarks/adapter_switch.py --smoke          # the tiny model only, that it runs
+    python benchmarks/adapter_switch.py --only-serving   # just the serving p95 comparison below
 
 Measured, per model, with a rank-``--lora-r`` LoRA on every linear projection:
 
@@ -11,8 +12,15 @@ Measured, per model, with a rank-``--lora-r`` LoRA on every linear projection:
   the other, round-robin over the users: 1 user (always resident), 4 users on 2 slots (every turn refills a
   slot: the worst case of LRU) and 4 users on 4 slots (all resident). The ratios to the 1-user latency are the
   cost of sharing the engine.
-* **concurrent**: 4 callers at once, all one user (one batch) or one per user (4 batches, since rows of
-  different adapters never share one): the wall time of the 4 turns, and its ratio.
+* **concurrent**: 4 callers at once, all one user or one per user (one mixed batch: each row on its own
+  adapter): the best wall time of the 4 turns, and its ratio.
+* **serving p95**: 4 callers chatting at once, each turn after the previous one returned, for
+  ``--serve-turns`` turns per caller per round, over ``--rounds`` rounds; the three engines below take turns
+  round by round (order rotated), so a slow moment of a shared machine hits them alike. ``1 adapter``: all 4
+  callers are one user; ``4 adapters mixed``: one user each, decoded in one batch (``mix_adapters=True``, the
+  default); ``4 adapters separate``: one user each, one batch per adapter (``mix_adapters=False``, the engine's
+  former behaviour). Per-turn latency p50 / p95, and each p95's ratio to the ``1 adapter`` one. 4 slots (all
+  resident), prompts differ per caller (no shared prefill), prefix cache off.
 
 Random-init models: the figures measure compute and copies, not text quality. Results go to
 ``benchmarks/results/adapter_switch_<time>.json`` (git-ignored) or ``--out``.
@@ -50,10 +58,12 @@ def _body_0_6b(path: Path) -> Path:
     return build_model_dir(path, build_tiny_tokenizer(), qwen3_0_6b_config_kwargs())
 
 
-def _engine(model_dir: Path, lora_cfg, slots: int, states: dict):
+def _engine(model_dir: Path, lora_cfg, slots: int, states: dict, **kwargs):
     from openclaw_trl.engines import create_engine
 
-    engine = create_engine("hf", model_dir, lora_config=lora_cfg, max_adapters=slots, prefix_cache_mb=0)
+    engine = create_engine(
+        "hf", model_dir, lora_config=lora_cfg, max_adapters=slots, prefix_cache_mb=0, **kwargs
+    )
     for version, (name, state) in enumerate(states.items(), start=1):
         engine.publish_adapter(state, version, name=name)
     return engine
@@ -114,6 +124,76 @@ def switch_times(model_dir: Path, lora_cfg, states: dict, prompt, switches: int)
     return times
 
 
+def _callers(engine, users, prompts, turns, new_tokens) -> list[float]:
+    """Seconds of every turn of 4 callers chatting at once (caller ``k`` as ``users[k % len(users)]`` with
+    ``prompts[k]``), each starting its next turn when the previous one returned."""
+    latencies: list[float] = []
+    barrier = threading.Barrier(4)
+
+    def caller(k):
+        barrier.wait()
+        for _ in range(turns):
+            t0 = time.perf_counter()
+            _turn(engine, prompts[k], users[k % len(users)], new_tokens)
+            latencies.append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=caller, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return latencies
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile, linear between order statistics."""
+    xs = sorted(values)
+    pos = q * (len(xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def serving(model_dir: Path, lora_cfg, states: dict, args) -> dict:
+    """The serving p95 comparison of the module docstring."""
+    prompts = _prompts(4, args.prompt_len, 2048, seed=1)
+    cases = {
+        "1 adapter": (USERS[:1], True),
+        "4 adapters mixed": (USERS, True),
+        "4 adapters separate": (USERS, False),
+    }
+    engines = {
+        case: _engine(model_dir, lora_cfg, 4, {n: states[n] for n in users}, mix_adapters=mix)
+        for case, (users, mix) in cases.items()
+    }
+    latencies: dict[str, list[float]] = {case: [] for case in cases}
+    try:
+        for case, engine in engines.items():  # warm-up
+            _callers(engine, cases[case][0], prompts, 1, args.new_tokens)
+        names = list(cases)
+        for r in range(args.rounds):
+            for case in names[r % 3 :] + names[: r % 3]:
+                users = cases[case][0]
+                latencies[case] += _callers(engines[case], users, prompts, args.serve_turns, args.new_tokens)
+        stats = {case: dict(engine.stats) for case, engine in engines.items()}
+    finally:
+        for engine in engines.values():
+            engine.close()
+    out = {}
+    for case, xs in latencies.items():
+        out[case] = {
+            "turns": len(xs),
+            "p50_s": _quantile(xs, 0.5),
+            "p95_s": _quantile(xs, 0.95),
+            "mean_s": statistics.mean(xs),
+            "batches": stats[case]["batches"],
+            "mixed_batches": stats[case].get("mixed_batches", 0),
+        }
+    for row in out.values():
+        row["p95_ratio"] = row["p95_s"] / out["1 adapter"]["p95_s"]
+    return out
+
+
 def bench(model_dir: Path, label: str, args) -> dict:
     states = {}
     lora_cfg = None
@@ -122,6 +202,8 @@ def bench(model_dir: Path, label: str, args) -> dict:
         states[name] = state
     mb = sum(t.numel() * t.element_size() for t in states["u0"].values()) / 2**20
     prompt = _prompts(1, args.prompt_len, 2048)[0]
+    if args.only_serving:
+        return {"model": label, "adapter_mb": mb, "serving": serving(model_dir, lora_cfg, states, args)}
 
     switch_ms = 1000 * statistics.mean(switch_times(model_dir, lora_cfg, states, prompt, args.switches))
 
@@ -144,7 +226,9 @@ def bench(model_dir: Path, label: str, args) -> dict:
     for row in rows.values():
         row["turn_ratio"] = row["turn_s"] / one["turn_s"]
         row["concurrent_ratio"] = row["concurrent_4_s"] / one["concurrent_4_s"]
-    return {"model": label, "adapter_mb": mb, "switch_ms": switch_ms, "cases": rows}
+    result = {"model": label, "adapter_mb": mb, "switch_ms": switch_ms, "cases": rows}
+    result["serving"] = serving(model_dir, lora_cfg, states, args)
+    return result
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -157,10 +241,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--turns", type=int, default=12)
     ap.add_argument("--switches", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--serve-turns", type=int, default=4, help="turns per caller per round (serving p95)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (serving p95)")
+    ap.add_argument("--only-serving", action="store_true", help="run the serving p95 comparison alone")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--out", default=None)
-    args = parse_args(ap, argv, smoke=dict(models="tiny", turns=4, switches=2, repeats=1, new_tokens=2))
+    args = parse_args(
+        ap,
+        argv,
+        smoke=dict(models="tiny", turns=4, switches=2, repeats=1, new_tokens=2, serve_turns=1, rounds=1),
+    )
+    if args.serve_turns < 1 or args.rounds < 1 or args.threads < 0:
+        ap.error("--serve-turns and --rounds must be >= 1, --threads >= 0")
 
     import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     from openclaw_trl.testing import build_tiny_model
 
@@ -173,12 +270,20 @@ def main(argv: list[str] | None = None) -> None:
         print(f"benchmarking {label} ...", flush=True)
         results.append(bench(path, label, args))
 
+    print("\n| model | 4 callers | turns | p50 s | p95 s | p95 ratio | batches (mixed) |")
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        for case, row in r["serving"].items():
+            print(
+                f"| {r['model']} | {case} | {row['turns']} | {row['p50_s']:.3f} | {row['p95_s']:.3f} | "
+                f"{row['p95_ratio']:.2f} | {row['batches']} ({row['mixed_batches']}) |"
+            )
     print(
         f"\n| model | LoRA r={args.lora_r} MB | switch ms | case | turn s (ratio) | 4 concurrent s (ratio) |"
     )
     print("|---|---|---|---|---|---|")
     for r in results:
-        for case, row in r["cases"].items():
+        for case, row in r.get("cases", {}).items():
             print(
                 f"| {r['model']} | {r['adapter_mb']:.1f} | {r['switch_ms']:.2f} | {case} | "
                 f"{row['turn_s']:.3f} ({row['turn_ratio']:.2f}) | "

@@ -10,8 +10,8 @@ Concurrency model: one owner thread runs every computation on the model.
 
 * ``generate`` and ``score`` may be called from any thread. Each call becomes a job on the engine's queue
   (``worker.EngineWorker``) and the caller waits for it. The owner thread collects what arrives within a short
-  window (``batch_wait_s``, up to ``max_batch_size`` rows), groups generation rows by ``weights`` and decodes
-  each group as one batch; a scoring job runs on its own.
+  window (``batch_wait_s``, up to ``max_batch_size`` rows) and decodes the generation rows as one batch, whatever
+  their weights (see below); a scoring job runs on its own.
 * Serving goes ahead of learning (``priority``, see ``engines/base.py``). ``serve`` work runs to its end.
   ``learn`` work (judge votes, teacher scoring) runs one bounded piece at a time — one decode step of its batch,
   or one scoring forward — and before each piece the thread takes in new jobs and runs every waiting ``serve``
@@ -28,10 +28,15 @@ One adapter per user: a request's ``adapter`` names whose adapter ``policy`` mea
 adapter; one engine may serve ``None`` next to named users, it is one more name). Every adapter's latest
 publish is kept on the CPU; the ``max_adapters`` most recently used are resident on the device, and work for
 another one first refills a slot from its CPU copy (``hf_slots``: least recently used unpinned slot; the
-worker never waits on a pin). ``policy`` rows of different adapters are never decoded in one batch; ``base``
-rows share a batch whatever their adapter (same weights), each reporting its own adapter's version. An
-adapter with no publish serves the base weights at version 0. The prefix cache keys entries by publish, so a
-user's entries survive an eviction and a refill of the same weights.
+worker never waits on a pin). Rows of different adapters, and ``base`` rows, are decoded in one batch
+(``mix_adapters``): each row pins its own adapter's slot (``hf_slots``: several pins per task; a row whose
+adapter would need a wait for a slot goes back to the head of the queue, for the next batch), every forward
+runs the base projections once for all rows and adds each row's own LoRA delta (``hf_model``: mixed batches),
+and each row reports its own adapter's version. Rows with the same prompt share a prefill only on the same
+weights. With a LoRA setup ``hf_mixed`` does not mix (DoRA, a LoRA bias, …) or ``mix_adapters=False``, each batch has one
+set of weights (``base`` rows of several adapters still share one). An adapter with no publish serves the base
+weights at version 0. The prefix cache keys entries by publish, so a user's entries survive an eviction and a
+refill of the same weights, and a row only reuses prompt KV computed on its own weights.
 """
 
 from __future__ import annotations
@@ -78,6 +83,11 @@ class _ScoreSpec:
     adapter: str | None = None
 
 
+def _group(row: Row) -> tuple:
+    """The weights a row asks for: ``(weights, adapter)``; its pin gives the slot and the version it reports."""
+    return row.request.weights, row.request.adapter
+
+
 @dataclass
 class _Task:
     """Work in progress on the owner thread: ``steps`` runs one piece per ``next()``; ``jobs`` fail with it."""
@@ -93,6 +103,11 @@ def _batch_key(job: Job, index: int):
         return ("score", id(job))
     request = job.payload[index]
     return ("gen", request.weights, request.adapter if request.weights == "policy" else None)
+
+
+def _mixed_batch_key(job: Job, index: int):
+    """Generation rows are decoded together whatever their weights; a scoring job is a batch of its own."""
+    return ("gen",) if job.kind == "gen" else ("score", id(job))
 
 
 class HFEngine:
@@ -114,6 +129,8 @@ class HFEngine:
         prefix_cache_min_tokens: shortest prompt that uses the prefix cache.
         max_adapters: adapters resident on the device at once (``K``; one slot more is allocated as the double
             buffer). More users than that share the slots, least recently used first (module docstring).
+        mix_adapters: decode rows of different adapters (and ``base`` rows) in one batch (module docstring);
+            ``False``: one batch per weights. Ignored (one batch per weights) for LoRA setups ``hf_mixed`` does not mix.
     """
 
     def __init__(
@@ -131,9 +148,12 @@ class HFEngine:
         prefix_cache_mb: int = DEFAULT_PREFIX_CACHE_MB,
         prefix_cache_min_tokens: int = DEFAULT_PREFIX_CACHE_MIN_TOKENS,
         max_adapters: int = 1,
+        mix_adapters: bool = True,
     ) -> None:
         import torch
 
+        if not isinstance(mix_adapters, bool):
+            raise ValueError(f"mix_adapters must be True or False, got {mix_adapters!r}")
         if isinstance(max_adapters, bool) or not isinstance(max_adapters, int) or max_adapters < 1:
             raise ValueError(f"max_adapters must be an integer >= 1, got {max_adapters!r}")
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -147,6 +167,7 @@ class HFEngine:
         self.tokenizer = self.model.tokenizer
         if lora_config is not None:
             self.model.wrap(lora_config)
+        self.mix_adapters = mix_adapters
         self.max_batch_size = max(1, int(max_batch_size))
         self.batch_wait_s = batch_wait_s
         self._runner = HFRunner(
@@ -315,13 +336,18 @@ class HFEngine:
     def _next_task(self, priority: Priority) -> _Task | None:
         """The next batch of ``priority``: the first pending row's weights, up to ``max_batch_size`` rows, or
         the first pending scoring job; None when nothing (alive) waits."""
-        batch = self._pending.take(priority, self.max_batch_size, key=_batch_key)
+        key = _mixed_batch_key if self._mixing else _batch_key
+        batch = self._pending.take(priority, self.max_batch_size, key=key)
         if not batch:
             return None
         job = batch[0][0]
         if job.kind == "score":
             return _Task(self._score_steps(job), [job])
-        return _Task(self._decode_steps(batch), list({id(j): j for j, _ in batch}.values()))
+        return _Task(self._decode_steps(batch, priority), list({id(j): j for j, _ in batch}.values()))
+
+    @property
+    def _mixing(self) -> bool:
+        return self.mix_adapters and self.model.mixable
 
     def _advance(self, task: _Task) -> bool:
         """Run one piece of ``task``; False once it is finished (or failed: its jobs then get the error)."""
@@ -345,8 +371,9 @@ class HFEngine:
     def _make_generator(self, seed: int | None):
         return self._runner.make_generator(seed)
 
-    def _decode_steps(self, items: list[tuple[Job, int]]) -> Steps:
-        """Decode one batch (rows of the same weights), then hand every row's completion to its job."""
+    def _decode_steps(self, items: list[tuple[Job, int]], priority: Priority = "serve") -> Steps:
+        """Decode one batch, each row on its own adapter's weights (``_pin_rows``), then hand every row's
+        completion to its job."""
         rows = []
         for job, i in items:
             try:
@@ -356,21 +383,66 @@ class HFEngine:
         rows = [row for row in rows if not row.job.cancelled]
         if not rows:
             return
-        first = rows[0].request
-        selected, version = self.model.pin(first.weights, first.adapter)
-        # ``base`` rows of several adapters share a batch: each reports its own adapter's version
-        versions = {row.request.adapter: version for row in rows}
-        if first.weights != "policy":
-            versions = {name: self.model.adapter_version(name) for name in versions}
+        pins = self._pin_rows(rows, priority)
         try:
-            yield from self._runner.decode(rows, selected)
+            kept = [row for row in rows if _group(row) in pins]
+            deferred = [(row.job, row.index) for row in rows if _group(row) not in pins]
+            if (
+                deferred
+            ):  # their adapters get a slot in the next batch (whose first row is pinned unconditionally)
+                self.stats["deferred_rows"] += len(deferred)
+                self._pending.rows[priority].extendleft(reversed(deferred))
+            yield from self._runner.decode(kept, [pins[_group(row)][0] for row in kept])
         finally:
-            self.model.unpin(selected)
-        for row in rows:
+            for selected, _ in pins.values():
+                self.model.unpin(selected)
+        for row in kept:
             if not row.job.cancelled:
                 finish = row.finish_reason or "length"
-                done = Completion(row.tokens, row.logprobs, finish, versions[row.request.adapter])  # type: ignore[arg-type]
+                done = Completion(row.tokens, row.logprobs, finish, pins[_group(row)][1])  # type: ignore[arg-type]
                 row.job.finish_one(row.index, done)
+
+    def _pin_rows(self, rows: list[Row], priority: Priority) -> dict[tuple, tuple[str, int]]:
+        """``(selected, version)`` per ``(weights, adapter)`` group of ``rows``, each slot pinned; the groups left
+        out wait for the next batch.
+
+        The first row's group is pinned unconditionally (as a lone batch would be: it may refill a slot, and
+        waits only for a publisher's copy). The others are pinned only when that needs no wait and, for
+        ``learn`` work, leaves a slot unpinned for a ``serve`` batch that starts meanwhile (``hf_slots``: several
+        pins per task). Resident adapters are pinned before any refill, so a refill never evicts an adapter
+        this batch is about to use. Without mixing, only groups on the first group's weights are kept.
+        """
+        groups = list(dict.fromkeys(_group(row) for row in rows))
+        resident = set(self.model.resident())
+        first, spare = groups[0], (0 if priority == "serve" else 1)
+
+        def needs_refill(group) -> bool:
+            weights, name = group
+            return weights == "policy" and name not in resident and self.model.adapter_version(name) > 0
+
+        plan = [(g, spare) for g in groups[1:] if not needs_refill(g)]
+        if not self._mixing:
+            plan = [(first, None)] + [(g, spare) for g in groups[1:]]
+        elif needs_refill(first):  # the resident ones first, leaving a slot for the first group's refill
+            plan = [(g, max(spare, 1)) for g, _ in plan] + [(first, None)]
+        else:
+            plan.insert(0, (first, None))
+        plan += [(g, spare) for g in groups[1:] if needs_refill(g) and self._mixing]
+        pins: dict[tuple, tuple[str, int]] = {}
+        try:
+            for group, keep in plan:
+                got = self.model.pin(*group, spare=keep)
+                if got is None:
+                    continue
+                if group != first and not self._mixing and got[0] != pins[first][0]:
+                    self.model.unpin(got[0])
+                    continue
+                pins[group] = got
+        except BaseException:
+            for selected, _ in pins.values():
+                self.model.unpin(selected)
+            raise
+        return pins
 
     def _score_steps(self, job: Job) -> Steps:
         """Score one job's pairs, one forward per piece."""

@@ -28,14 +28,18 @@ def padded_batch(seqs: list[list[int]], pad_id: int, device, left: bool):
     return ids.to(device), mask.to(device)
 
 
-def shared_prefill(prompts: list[list[int]]) -> tuple[list[int], list[int]]:
-    """Rows with the same prompt (the votes of one judged turn) share one prefill.
+def shared_prefill(prompts: list[list[int]], weights: list | None = None) -> tuple[list[int], list[int]]:
+    """Rows with the same prompt (the votes of one judged turn) share one prefill; with ``weights`` (one per
+    row, a mixed batch) only rows that also have the same weights do.
 
     Returns ``(owner, first)``: ``owner[b]`` is the distinct prompt of row ``b``, ``first[u]`` the first row
     with distinct prompt ``u`` (the rows that are prefilled).
     """
     distinct: dict[tuple, int] = {}
-    owner = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+    keys = (
+        [tuple(p) for p in prompts] if weights is None else [(w, tuple(p)) for w, p in zip(weights, prompts)]
+    )
+    owner = [distinct.setdefault(key, len(distinct)) for key in keys]
     first = [owner.index(u) for u in range(len(distinct))]
     return owner, first
 

@@ -7,6 +7,10 @@ states the rules: work in flight finishes on the weights it started with, nobody
 the worker thread never deadlocks). This module owns the tensors: it injects the slots (``wrap``), takes the
 CPU snapshot of a published state dict and copies snapshots into slots. ``base`` switches the adapters off.
 Every forward holds ``lock`` and selects its weights right before running.
+
+Mixed batches. ``forward_hidden`` also takes one selection per batch row (slots and ``BASE`` mixed): the base
+projections run once for the whole batch and each row gets its own slot's LoRA delta (``hf_mixed``: the math,
+and which LoRA setups qualify, ``mixable``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 
 from openclaw_trl.engines.adapters import load_adapter_dir
 from openclaw_trl.engines.base import Weights
+from openclaw_trl.engines.hf_mixed import MixedLora, supported
 from openclaw_trl.engines.hf_slots import BASE, Published, SlotTable
 
 SLOT_PREFIX = "slot"
@@ -51,6 +56,8 @@ class SlottedModel:
         self._publish_lock = threading.Lock()
         self.lock = threading.RLock()
         self._selected: str | None = None  # weights currently switched on in the model (under lock)
+        self._mixer: MixedLora | None = None  # once wrapped, when the LoRA setup can be mixed
+        self.mixable = True  # rows of different weights may share a forward (decided at ``wrap``)
 
     @property
     def vocab_size(self) -> int:
@@ -99,6 +106,9 @@ class SlottedModel:
             self._peft = peft_model
             self.lm = peft_model.base_model.model
             self._tuner_layers = [m for m in peft_model.modules() if isinstance(m, BaseTunerLayer)]
+            self.mixable = supported(peft_model, self._tuner_layers, slots)
+            if self.mixable:
+                self._mixer = MixedLora(self._tuner_layers, slots)
             named = dict(peft_model.named_parameters())
             for slot in slots:
                 # PEFT state dicts drop the adapter name from parameter names; map those keys to this slot.
@@ -123,12 +133,15 @@ class SlottedModel:
                 layer.set_adapter(weights)
         self._selected = weights
 
-    def pin(self, weights: Weights, name: str | None = None) -> tuple[str, int]:
+    def pin(
+        self, weights: Weights, name: str | None = None, spare: int | None = None
+    ) -> tuple[str, int] | None:
         """Choose the concrete weights for new work on ``weights`` of adapter ``name`` and pin its slot so no
-        publish or refill overwrites it: ``(selected, version)`` (``hf_slots.SlotTable.pin``)."""
+        publish or refill overwrites it: ``(selected, version)``, or ``None`` when a ``spare`` pin is refused
+        (``hf_slots.SlotTable.pin``)."""
         if self._slots is None:
             return BASE, 0
-        return self._slots.pin(weights, name)
+        return self._slots.pin(weights, name, spare)
 
     def unpin(self, selected: str) -> None:
         if self._slots is not None:
@@ -160,13 +173,35 @@ class SlottedModel:
         """The ``weights_key`` of the base weights and of every adapter's latest publish."""
         return {BASE} | (set() if self._slots is None else self._slots.latest_keys())
 
-    def forward_hidden(self, selected: str, **kwargs):
-        """One forward of the transformer body on ``selected`` weights; returns the last hidden states."""
+    def forward_hidden(self, selected: str | list[str], **kwargs):
+        """One forward of the transformer body on ``selected`` weights (one selection for the whole batch, or
+        one per batch row: a mixed batch, module docstring); returns the last hidden states."""
         import torch
 
+        rows = None
+        if not isinstance(selected, str):
+            distinct = set(selected)
+            if not distinct:
+                raise ValueError("forward_hidden needs one selection per batch row, got none")
+            if len(distinct) == 1:
+                selected = next(iter(distinct))
+            else:
+                if not self.mixable:
+                    raise ValueError(
+                        "this LoRA configuration cannot mix adapters in one batch (only plain LoRA Linear layers "
+                        "without DoRA, variants, bias or modules_to_save can, see hf_mixed)"
+                    )
+                rows = [None if s == BASE else s for s in selected]
+                selected = BASE  # the base projections, once; each row's delta is added (``hf_mixed``)
         with self.lock, torch.inference_mode():
             self.select(selected)
-            return self.body()(**kwargs).last_hidden_state
+            if rows is None:
+                return self.body()(**kwargs).last_hidden_state
+            self._mixer.begin(rows)  # type: ignore[union-attr]
+            try:
+                return self.body()(**kwargs).last_hidden_state
+            finally:
+                self._mixer.end()  # type: ignore[union-attr]
 
     def publish(self, adapter, version: int, name: str | None = None) -> None:
         """Make ``adapter`` the ``policy`` of ``name`` atomically (``hf_slots``: the new weights are kept on the
@@ -208,6 +243,8 @@ class SlottedModel:
                 raise ValueError(f"adapter tensor {key}: shape {tuple(value.shape)} != {tuple(param.shape)}")
             cpu = torch.empty(param.shape, dtype=param.dtype, pin_memory=self._pin_memory)
             cpu.copy_(value.detach())
+            if not torch.isfinite(cpu).all():  # a mixed batch multiplies every slot's weights (``hf_mixed``)
+                raise ValueError(f"adapter tensor {key} has non-finite values (inf or NaN)")
             out[name] = cpu
         if missing:
             raise KeyError(f"adapter keys not in the engine's LoRA layout: {missing[:5]} …")
@@ -226,3 +263,5 @@ class SlottedModel:
                 params[name].copy_(value, non_blocking=self._pin_memory)
         if self._pin_memory:
             torch.cuda.current_stream(self._device).synchronize()
+        if self._mixer is not None:
+            self._mixer.changed()

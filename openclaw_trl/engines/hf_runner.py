@@ -6,7 +6,9 @@ chunk — so the owner can put a newly arrived chat request ahead of learning wo
 drop work whose caller gave up (``Job.cancelled``).
 
 Decoding (``decode``): a left-padded batch with a KV cache (attention mask + explicit position ids), so one step
-serves every row. Rows with the same prompt share one prefill (``shared_prefill``). Every sampled token's
+serves every row. Each row names its own weights (``base`` or a slot): a batch may mix users' adapters, each
+forward then adds every row's own LoRA delta to one shared base projection (``hf_mixed``). Rows
+with the same prompt and the same weights share one prefill (``shared_prefill``). Every sampled token's
 log-prob is ``log_softmax(logits / T)`` over the full vocabulary (``engines/base.py``). A row whose own
 sampling raises fails alone; the other rows decode on.
 
@@ -95,6 +97,8 @@ class HFRunner:
             "decode_steps": 0,
             "prefill_rows": 0,
             "prefill_tokens": 0,  # prompt tokens run through the model (prefills and scoring forwards)
+            "mixed_batches": 0,  # decode batches whose rows use more than one set of weights
+            "deferred_rows": 0,  # rows sent back to wait for a slot for their adapter (``hf._pin_rows``)
         }
 
     def new_cache(self):
@@ -110,10 +114,11 @@ class HFRunner:
         return gen
 
     # ------------------------------------------------------------------ decoding
-    def decode(self, rows: list[Row], selected: str) -> Steps:
+    def decode(self, rows: list[Row], selected: str | list[str]) -> Steps:
         """Prefill the left-padded prompts, then one token per live row per step; yields after every step.
 
-        A row stops at its end token, a stop string, ``max_new_tokens``, or when its job was cancelled.
+        ``selected``: the weights of every row (one for all, or one per row). A row stops at its end token, a
+        stop string, ``max_new_tokens``, or when its job was cancelled.
         """
         import torch
 
@@ -125,7 +130,14 @@ class HFRunner:
         for row in rows:
             if row.request.sampling.max_new_tokens <= 0:
                 row.finish_reason = "length"
-        owner, first = shared_prefill([r.request.prompt_ids for r in rows])
+        if isinstance(selected, str):
+            selected = [selected] * len(rows)
+        if len(selected) != len(rows):
+            raise ValueError(f"decode needs one selection per row: {len(selected)} for {len(rows)} rows")
+        mixed = len(set(selected)) > 1
+        owner, first = shared_prefill([r.request.prompt_ids for r in rows], selected if mixed else None)
+        if mixed:
+            self.stats["mixed_batches"] += 1
         self.stats["prefill_rows"] += len(first)
         cache, step_ids, step_pos = None, None, positions
         for step in range(max(r.request.sampling.max_new_tokens for r in rows)):
@@ -135,7 +147,7 @@ class HFRunner:
             if step == 0:
                 prompts = [rows[u].request.prompt_ids for u in first]
                 cache, hidden = self._prefill(
-                    selected, prompts, owner, ids[first], mask[first], positions[first]
+                    [selected[u] for u in first], prompts, owner, ids[first], mask[first], positions[first]
                 )
             else:
                 hidden = model.forward_hidden(
@@ -154,15 +166,15 @@ class HFRunner:
             mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=self.device)], dim=1)
             yield
 
-    def _prefill(self, selected: str, prompts: list[list[int]], owner: list[int], ids, mask, positions):
-        """``(KV cache of the batch, last hidden state of each row [B, H])`` for the distinct ``prompts``
-        (row ``b`` holds ``prompts[owner[b]]``; ``ids``, ``mask`` and ``positions`` are the left-padded
-        distinct prompts): one batched forward, or with the prefix cache one forward per prompt on top of
-        its longest cached prefix."""
+    def _prefill(self, selected: list[str], prompts: list[list[int]], owner: list[int], ids, mask, positions):
+        """``(KV cache of the batch, last hidden state of each row [B, H])`` for the distinct ``prompts``, run on
+        ``selected[u]`` weights each (row ``b`` holds ``prompts[owner[b]]``; ``ids``, ``mask`` and ``positions``
+        are the left-padded distinct prompts): one batched forward, or with the prefix cache one forward per
+        prompt on top of its longest prefix cached for the same weights."""
         import torch
 
         if any(self.prefix_cache.applies(p) for p in prompts):
-            per_prompt = [self.forward_on_prefix(selected, p, len(p) - 1) for p in prompts]
+            per_prompt = [self.forward_on_prefix(s, p, len(p) - 1) for s, p in zip(selected, prompts)]
             self.stats["prefill_tokens"] += sum(
                 len(p) - reused for p, (_, _, reused) in zip(prompts, per_prompt)
             )

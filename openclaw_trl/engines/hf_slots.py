@@ -37,6 +37,12 @@ Rules (all bookkeeping under one condition variable; weight copies run outside i
   the wait is bounded by one copy. If nothing could ever free up (which these counts exclude) the work fails
   with an error instead of hanging. A publisher, in turn, may wait for pins to be released; the worker never
   waits for a publisher that has not yet reserved its slot.
+* **Several pins per task (mixed batches).** A decode batch may hold rows of several adapters: it pins one
+  slot per adapter. Its first adapter is pinned as above; every further one with ``spare``: it is pinned only
+  if that needs no wait and leaves ``spare`` other slots neither pinned nor reserved, otherwise it is refused
+  (``None``) and its rows wait for a later batch. A ``serve`` task pins its extras with ``spare=0`` (no other
+  task starts while it runs); a ``learn`` task with ``spare=1``, so a ``serve`` task started in between still
+  finds an unpinned slot for its first adapter: the argument above holds unchanged.
 * **Names without a publish** serve the base weights at version 0 (``policy`` = ``base`` until the first
   publish, as for a single adapter).
 
@@ -127,19 +133,32 @@ class SlotTable:
             return f"{selected}#empty" if content is None else content.key
 
     # ------------------------------------------------------------------ work (the worker thread)
-    def pin(self, weights: str, name: str | None) -> tuple[str, int]:
+    def pin(self, weights: str, name: str | None, spare: int | None = None) -> tuple[str, int] | None:
         """``(selected, version)`` for new work on ``weights`` of ``name``: its slot pinned (refilled first
-        when the name is not resident), or ``BASE`` with the name's version (``base`` weights, or no publish)."""
+        when the name is not resident), or ``BASE`` with the name's version (``base`` weights, or no publish).
+
+        ``spare`` (a further adapter of a mixed batch, module docstring): never wait, and pin only while
+        ``spare`` other slots stay neither pinned nor reserved; ``None`` when refused."""
+        if spare is not None and (isinstance(spare, bool) or not isinstance(spare, int) or spare < 0):
+            raise ValueError(f"spare must be None or an integer >= 0, got {spare!r}")
         with self._cond:
             published = self._latest.get(name)
             if weights != "policy" or published is None:
                 return BASE, 0 if published is None else published.version
             slot = self._resident.get(name)
             if slot is not None:
+                if spare is not None and not self._pins[slot] and self._usable(slot) < spare:
+                    return None
                 self._resident.move_to_end(name)
                 self._pins[slot] += 1
                 return slot, self._content[slot].version  # type: ignore[union-attr]
-            slot = self._reserve(name, wait_s=REFILL_WAIT_S)
+            if spare is None:
+                slot = self._reserve(name, wait_s=REFILL_WAIT_S)
+            else:
+                slot = self._free_slot(name)
+                if slot is None or self._usable(slot) < spare:
+                    return None
+                self._take(slot)
             self._pins[slot] += 1
         started = time.perf_counter()
         try:
@@ -208,6 +227,10 @@ class SlotTable:
             if owner != name and s in usable:
                 return s
         return None
+
+    def _usable(self, besides: str) -> int:
+        """How many slots other than ``besides`` are neither pinned nor reserved."""
+        return sum(1 for s in self.slots if s != besides and not self._pins[s] and s not in self._reserved)
 
     def _reserve(self, name: str | None, wait_s: float) -> str:
         """A free slot for a refill of ``name``, reserved; waits only while a publisher's copy holds one."""
