@@ -125,6 +125,36 @@ class Runtime:
             self.engine.close()
 
 
+@dataclass(frozen=True)
+class LearningParts:
+    """What turns one store's conversations into samples and shows their learning: the collector, the
+    scorer, the Best-of-N picker (None unless ``best_of_n > 1``), the learning control and the status."""
+
+    collector: TurnCollector
+    scorer: Scorer
+    best_of_n: BestOfN | None
+    learning: LearningControl
+    status: LearningStatus
+
+
+def learning_parts(
+    config: OpenClawConfig, engine, store, tokenizer, progress: TrainingProgress, judge_fn=None
+) -> LearningParts:
+    """The ``LearningParts`` of a run with one user, or of one user of a run with several (``config`` is then
+    the user's copy, ``engine`` their ``AdapterView`` and ``store`` their own)."""
+    from openclaw_trl.judging import Scorer
+    from openclaw_trl.serving_stack import make_best_of_n
+    from openclaw_trl.sessions import TurnCollector
+    from openclaw_trl.trainer.control import LearningControl
+
+    collector = TurnCollector(store, config.session_config(), tokenizer=tokenizer)
+    scorer = Scorer(store, config.judge_config(), engine=engine, tokenizer=tokenizer, judge_fn=judge_fn)
+    best_of_n = make_best_of_n(config.best_of_n, config.quick_judge_config(), engine, tokenizer, store)
+    learning = LearningControl(store, config.output_dir, config.adapter_history, engine)
+    status = LearningStatus(config, engine, store, progress, learning)
+    return LearningParts(collector, scorer, best_of_n, learning, status)
+
+
 def prepare_start(config: OpenClawConfig):
     """``(store, StartPoint)``: move an old run aside (``fresh_start``), open the store, bring it to the
     checkpoint the run continues from, and log where the run starts (its first log line)."""

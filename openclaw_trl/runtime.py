@@ -43,12 +43,11 @@ from openclaw_trl.recipe import (
 from openclaw_trl.run_parts import (  # noqa: F401 - RunThreads, Runtime, prepare_start: re-exported
     RunThreads,
     Runtime,
+    learning_parts,
     prepare_start,
     sigterm_as_interrupt,
 )
-from openclaw_trl.serving_stack import make_best_of_n
 from openclaw_trl.sources import Simulation, replay_and_judge, start_simulation
-from openclaw_trl.status import LearningStatus
 from openclaw_trl.trainer import last_step_metrics
 from openclaw_trl.trainer.progress import ProgressCallback, TrainingProgress
 
@@ -77,11 +76,8 @@ def build_runtime(
     from accelerate import PartialState
 
     from openclaw_trl.engines import create_engine
-    from openclaw_trl.judging import Scorer
     from openclaw_trl.resume import checkpoint_to_resume
-    from openclaw_trl.sessions import TurnCollector
     from openclaw_trl.trainer import OpenClawTrainer
-    from openclaw_trl.trainer.control import LearningControl
 
     state = PartialState()
     main = state.is_main_process
@@ -101,11 +97,9 @@ def build_runtime(
         engine = create_engine(config.engine, model_path, **kwargs)
         if start.checkpoint:
             engine.publish_adapter(start.checkpoint, version=start.step)
-        collector = TurnCollector(store, config.session_config(), tokenizer=tokenizer)
-        scorer = Scorer(store, config.judge_config(), engine=engine, tokenizer=tokenizer, judge_fn=judge_fn)
-        best_of_n = make_best_of_n(config.best_of_n, config.quick_judge_config(), engine, tokenizer, store)
-        learning = LearningControl(store, config.output_dir, config.adapter_history, engine)
-        status = LearningStatus(config, engine, store, progress, learning)
+        parts = learning_parts(config, engine, store, tokenizer, progress, judge_fn)
+        collector, scorer, best_of_n = parts.collector, parts.scorer, parts.best_of_n
+        learning, status = parts.learning, parts.status
     trainer = None
     if train:
         if main:

@@ -22,10 +22,8 @@ import threading
 from openclaw_trl.config import OpenClawConfig
 from openclaw_trl.errors import UserError
 from openclaw_trl.recipe import load_tokenizer, lora_config, resolve_model_path, set_model_init_kwargs
-from openclaw_trl.run_parts import Runtime, UserRuntime, prepare_start, sigterm_as_interrupt
-from openclaw_trl.serving_stack import make_best_of_n
+from openclaw_trl.run_parts import Runtime, UserRuntime, learning_parts, prepare_start, sigterm_as_interrupt
 from openclaw_trl.sources import Simulation, start_simulation
-from openclaw_trl.status import LearningStatus
 from openclaw_trl.trainer import last_step_metrics
 from openclaw_trl.trainer.progress import ProgressCallback, TrainingProgress
 from openclaw_trl.users import UserKeys, user_config
@@ -44,11 +42,8 @@ def build_users_runtime(
 
     from openclaw_trl.engines import create_engine
     from openclaw_trl.engines.views import AdapterView
-    from openclaw_trl.judging import Scorer
     from openclaw_trl.resume import checkpoint_to_resume
-    from openclaw_trl.sessions import TurnCollector
     from openclaw_trl.trainer import OpenClawTrainer
-    from openclaw_trl.trainer.control import LearningControl
     from openclaw_trl.trainer.sharing import SharedBase, UpdateTurns
 
     if PartialState().num_processes > 1:
@@ -80,12 +75,8 @@ def build_users_runtime(
         view = AdapterView(engine, spec.name)
         if start.checkpoint:
             view.publish_adapter(start.checkpoint, version=start.step)
-        collector = TurnCollector(store, ucfg.session_config(), tokenizer=tokenizer)
-        scorer = Scorer(store, ucfg.judge_config(), engine=view, tokenizer=tokenizer, judge_fn=judge_fn)
-        best_of_n = make_best_of_n(ucfg.best_of_n, ucfg.quick_judge_config(), view, tokenizer, store)
-        learning = LearningControl(store, ucfg.output_dir, ucfg.adapter_history, view)
         progress = TrainingProgress()
-        status = LearningStatus(ucfg, view, store, progress, learning)
+        parts = learning_parts(ucfg, view, store, tokenizer, progress, judge_fn)
         trainer = None
         if train:
             trainer = OpenClawTrainer(
@@ -96,7 +87,7 @@ def build_users_runtime(
                 processing_class=tokenizer,
                 peft_config=peft_config,
                 recipe_yaml=recipe_yaml,
-                learning=learning,
+                learning=parts.learning,
             )
             trainer.update_turns, trainer.user_name = turns, spec.name
             trainer.add_callback(ProgressCallback(progress))
@@ -106,11 +97,11 @@ def build_users_runtime(
                 ucfg,
                 store,
                 view,
-                collector,
-                scorer,
-                best_of_n,
-                learning,
-                status,
+                parts.collector,
+                parts.scorer,
+                parts.best_of_n,
+                parts.learning,
+                parts.status,
                 trainer,
                 progress,
             )

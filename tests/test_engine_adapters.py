@@ -323,23 +323,3 @@ def test_slots_refill_racing_a_publish_keeps_the_newer_weights():
     assert held[new] == "a2" and version == 2 and new != slot and table.resident() == ["a"]
     with pytest.raises(ValueError, match="max_adapters"):
         SlotTable(["s0", "s1"], 2, lambda *_: None)
-
-
-# ---------------------------------------------------------------------- vLLM: one adapter only
-@pytest.mark.parametrize("module, cls", [("vllm", "VLLMEngine"), ("vllm_server", "VLLMServerEngine")])
-def test_vllm_engines_refuse_users_adapters(module, cls, pairs):
-    import importlib
-
-    engine_cls = getattr(importlib.import_module(f"openclaw_trl.engines.{module}"), cls)
-    engine = object.__new__(engine_cls)  # the checks run before anything of a live engine is used
-    ps, comps = pairs
-    with pytest.raises(ValueError, match="engine: hf"):
-        engine.generate([GenerationRequest(ps[0], adapter="ann")])
-    with pytest.raises(ValueError, match="engine: hf"):
-        engine.score(ps, comps, weights="policy", adapter="ann")
-    with pytest.raises(ValueError, match="engine: hf"):
-        engine.publish_adapter({}, 1, name="ann")
-    with pytest.raises(ValueError, match="engine: hf"):
-        engine.adapter_version("ann")
-    with pytest.raises(ValueError, match="user name"):
-        engine.adapter_version("../x")
