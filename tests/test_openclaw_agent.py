@@ -9,6 +9,7 @@ samples and an update; the next turn is served by the new adapter; the same thro
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -48,10 +49,29 @@ def openclaw() -> tuple[str, str]:
 def server(tmp_path_factory):
     """``app.py`` on the tiny OpenClaw recipe, on a free port; yields (base URL, store path)."""
     run = tmp_path_factory.mktemp("openclaw-run")
+    with app_server(run) as url:
+        yield url, run / "openclaw.sqlite"
+
+
+@contextlib.contextmanager
+def app_server(run: Path, *extra: str, extra_env: dict | None = None):
+    """``app.py`` on the tiny OpenClaw recipe (plus ``extra`` arguments), on a free port, its output in
+    ``run``; yields its base URL once ``/healthz`` answers."""
     port = _free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONPATH": str(ROOT)}
+    env.update(extra_env or {})
     log = (run / "app.log").open("w")
-    cmd = [sys.executable, "app.py", "--config", RECIPE, "--output_dir", str(run), "--port", str(port)]
+    cmd = [
+        sys.executable,
+        "app.py",
+        "--config",
+        RECIPE,
+        "--output_dir",
+        str(run),
+        "--port",
+        str(port),
+        *extra,
+    ]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
@@ -67,17 +87,20 @@ def server(tmp_path_factory):
             proc.kill()
             pytest.fail("app.py did not answer within 600 s")
         time.sleep(1)
-    yield url, run / "openclaw.sqlite"
-    proc.terminate()
     try:
-        proc.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
 
 
-def _home(tmp_path: Path, url: str, api: str) -> Path:
-    """A throwaway HOME whose OpenClaw config is the default agent plus one provider entry (``api``)."""
+def _home(tmp_path: Path, url: str, api: str, api_key: str = "sk-local") -> Path:
+    """A throwaway HOME whose OpenClaw config is the default agent plus one provider entry (``api``, with
+    ``api_key`` as the provider's key)."""
     home, workspace = tmp_path / "home", tmp_path / "workspace"
     (home / ".openclaw").mkdir(parents=True)
     workspace.mkdir()
@@ -94,9 +117,7 @@ def _home(tmp_path: Path, url: str, api: str) -> Path:
         "agents": {"defaults": {"model": {"primary": "trl/openclaw"}, "workspace": str(workspace)}},
         "models": {
             "mode": "merge",
-            "providers": {
-                "trl": {"baseUrl": f"{url}/v1", "apiKey": "sk-local", "api": api, "models": [model]}
-            },
+            "providers": {"trl": {"baseUrl": f"{url}/v1", "apiKey": api_key, "api": api, "models": [model]}},
         },
     }
     (home / ".openclaw" / "openclaw.json").write_text(json.dumps(config))
