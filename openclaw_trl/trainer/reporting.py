@@ -124,7 +124,9 @@ class UpdateLines(TrainerCallback):
         summary = getattr(self.trainer, "batch_summary", None)
         self._repeat = self._repeat + 1 if summary is self._last else 1
         self._last = summary
-        logger.info(update_line(state.global_step, summary, self.trainer.engine is not None, self._repeat))
+        line = update_line(state.global_step, summary, self.trainer.engine is not None, self._repeat)
+        user = getattr(self.trainer, "user_name", None)  # a run with users: whose update it was
+        logger.info("%s", f"{user}: {line}" if user else line)
 
 
 class MetricsFile(TrainerCallback):
