@@ -207,3 +207,72 @@ def test_a_stored_response_is_read_only_by_its_user(live):
         timeout=120,
     )
     assert follow.status_code == 404, follow.text
+
+
+def _app(run, *extra):
+    """``app.py`` with two users on the tiny simulated recipe, in a subprocess (stdout: the JSON summary)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent
+    env = {**os.environ, **KEYS, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+    cmd = [sys.executable, "app.py", *_argv(run.parent, "--output_dir", str(run), *extra)]
+    return subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _consumed_step(run, name) -> int:
+    import sqlite3
+
+    try:
+        with sqlite3.connect(run / "users" / name / "openclaw.sqlite") as conn:
+            return conn.execute("SELECT MAX(consumed_step) FROM samples").fetchone()[0] or 0
+    except sqlite3.Error:
+        return 0
+
+
+@pytest.mark.slow
+def test_sigkill_and_sigterm_keep_every_users_updates(tmp_path):
+    """SIGKILL loses nothing that was checkpointed and the rerun continues each user from their own latest
+    checkpoint; SIGTERM stops both trainers between updates, each with a checkpoint of its last update."""
+    import signal
+
+    run = tmp_path / "run"
+    first = _app(run, "--max_steps", "1000")
+    wait_until(
+        lambda: (
+            first.poll() is None
+            and all(
+                (run / "users" / n / "checkpoint-2" / "trainer_state.json").exists() for n in ("alice", "bob")
+            )
+        ),
+        timeout=600,
+        what="two checkpointed updates of each user",
+    )
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    kept = {}
+    for name in ("alice", "bob"):
+        steps = [int(p.name.split("-")[1]) for p in (run / "users" / name).glob("checkpoint-*")]
+        kept[name] = max(steps)
+        assert kept[name] >= 2
+
+    second = _app(run, "--max_steps", "1000")
+    wait_until(
+        lambda: second.poll() is None and all(_consumed_step(run, n) > kept[n] for n in kept),
+        timeout=600,
+        what="one more update of each user after the restart",
+    )
+    second.send_signal(signal.SIGTERM)
+    out, err = second.communicate(timeout=300)
+    assert second.returncode == 0, err[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1])["users"]
+    for name in ("alice", "bob"):
+        step = summary[name]["policy_version"]
+        assert step > kept[name], (name, step, kept)  # continued from the checkpoint, not from 0
+        checkpoint = run / "users" / name / f"checkpoint-{step}"
+        for part in ("adapter_model.safetensors", "optimizer.pt", "scheduler.pt", "trainer_state.json"):
+            assert (checkpoint / part).exists(), (name, part)
+        assert _consumed_step(run, name) == step  # the store agrees: nothing consumed after the checkpoint
+        assert f"user {name}: stopped at v{step}" in err
