@@ -53,7 +53,7 @@ def create_app(
     app.state.api_key = api_key
     app.state.service, app.state.collector, app.state.learning = service, collector, learning
     if settings.ui:
-        app = _mount_ui(app, service, collector, settings, api_key, learning)
+        app = _mount_ui(app, settings, api_key)
     return app
 
 
@@ -143,14 +143,12 @@ def _add_error_handlers(app) -> None:
         return error_response(ApiError(500, f"internal error: {type(exc).__name__}", "server_error"))
 
 
-def _mount_ui(
-    app, service: ChatService, collector, settings: ServerSettings, api_key: str | None, learning=None
-):
-    """The Gradio UI at ``/``. With an API key the UI asks for it too (any user name): it trains the model
-    as much as the API does."""
+def _mount_ui(app, settings: ServerSettings, api_key: str | None):
+    """The Gradio UI at ``/`` for the app's only tenant. With an API key the UI asks for it too (any user
+    name): it trains the model as much as the API does."""
     auth = (lambda _user, password: same_secret(password, api_key)) if api_key else None
     message = "This server's API key is the password." if api_key else None
-    return _mount_blocks(app, {None: Tenant(None, service, collector, learning)}, settings, auth, message)
+    return _mount_blocks(app, app.state.tenants, settings, auth, message)
 
 
 USERS_LOGIN_MESSAGE = "Log in with your user name; your API key is the password."

@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections import Counter, deque
+from collections import deque
 
 
 class SharedBase:
@@ -63,31 +63,27 @@ class SharedBase:
 
 class UpdateTurns:
     """The fair schedule of updates among users (module docstring): ``take(name)`` blocks until it is
-    ``name``'s turn, ``give_back(name)`` ends it. ``order`` records whose updates ran, in order; ``waited_s``
-    each user's total wait for a turn."""
+    ``name``'s turn, ``give_back(name)`` ends it. ``order`` records whose updates ran, in order."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._queue: deque[str] = deque()
         self._holder: str | None = None
         self.order: list[str] = []
-        self.waited_s: Counter = Counter()
 
     def take(self, name: str) -> float:
         """Queue for a turn and block until it is ``name``'s; returns the seconds waited."""
         started = time.perf_counter()
         with self._cond:
             if self._holder == name:
-                return 0.0  # already holding it (the same update's next micro-step)
+                return 0.0  # already holding it: taking it again does not queue behind itself
             self._queue.append(name)
             while self._holder is not None or self._queue[0] != name:
                 self._cond.wait()
             self._queue.popleft()
             self._holder = name
             self.order.append(name)
-        waited = time.perf_counter() - started
-        self.waited_s[name] += waited
-        return waited
+        return time.perf_counter() - started
 
     def give_back(self, name: str) -> None:
         """End ``name``'s turn (nothing when it does not hold one)."""
