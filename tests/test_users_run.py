@@ -185,6 +185,18 @@ def test_each_key_reaches_only_its_user(live):
         )
     assert httpx.get(url + "/healthz").json()["policy_version"] == 0  # open, and names no user's version
 
+    # a user's oversized or malformed request gets the same 4xx JSON as without users, and stores nothing
+    stored = {u.name: len(list(u.store.queries.iter_turns(include_private=True))) for u in runtime.users}
+    headers = {"Authorization": f"Bearer {keys['alice']}", "Content-Type": "application/json"}
+    limit = runtime.config.max_request_bytes
+    too_big = httpx.post(url + "/v1/chat/completions", headers=headers, content=b"{" + b" " * limit + b"}")
+    assert too_big.status_code == 413 and too_big.json()["error"]["code"]
+    broken = httpx.post(url + "/v1/chat/completions", headers=headers, content=b'{"model": "openclaw", "mess')
+    assert broken.status_code == 400 and broken.json()["error"]["code"] == "invalid_json"
+    assert stored == {
+        u.name: len(list(u.store.queries.iter_turns(include_private=True))) for u in runtime.users
+    }
+
 
 def test_a_stored_response_is_read_only_by_its_user(live):
     runtime, url, keys = live
