@@ -179,11 +179,13 @@ class OpenClawConfig(GRPOConfig):
     quick_judge_hints (`int`, defaults to `4`):
         The `memory` quick judge's number of most recent hints (1-16), from the sessions not marked
         private; each distinct hint weighs its share of them, so one misread correction is one vote.
-    scale_rewards (`str`, defaults to `"none"`):
+    scale_rewards (`str`, defaults to `"group"`):
         TRL's scaling of the group-relative advantages of the Best-of-N group samples (judged next-state
         samples keep their own rule): `"group"` divides by the group's score std + 1e-4, `"batch"` by the
-        std of the group scores in the training batch + 1e-4, `"none"` leaves them as they are. Needs
-        `best_of_n > 1`.
+        std of the group scores in the training batch + 1e-4, `"none"` leaves them as they are. The
+        default puts the group samples on the scale of the judged ones (|A| about 1, at most sqrt(N - 1)),
+        whatever the quick judge's scale: the `memory` judge's scores span several nats, and unscaled they
+        would outweigh the person's own +1/-1 verdicts. Only for `best_of_n > 1`.
 
     > Parameters that control the judges
 
@@ -361,7 +363,7 @@ class OpenClawConfig(GRPOConfig):
     value that matches this behaviour, with an error that says what to use instead (`num_generations`:
     use `best_of_n`). The batch geometry (`generation_batch_size`, `steps_per_generation`,
     `gradient_accumulation_steps`) is derived from `batch_size` and refused when set. So that the defaults
-    say what runs, `scale_rewards` defaults to `"none"` and `shuffle_dataset` to `False` here. TRL's loss fields (`delta`, `importance_sampling_level`,
+    say what runs, `shuffle_dataset` defaults to `False` here. TRL's loss fields (`delta`, `importance_sampling_level`,
     `top_entropy_quantile`, `off_policy_mask_threshold`, ...) apply as in TRL; the off-policy mask compares
     with the engine's stored sampling log-probs.
 
@@ -654,7 +656,7 @@ class OpenClawConfig(GRPOConfig):
         default=None, metadata={"help": "Upper clip range: 0.28 (clip-higher), epsilon for method opd."}
     )
     scale_rewards: str = field(
-        default="none", metadata={"help": "Best-of-N group advantages: group, batch or none (TRL's)."}
+        default="group", metadata={"help": "Best-of-N group advantages: group, batch or none (TRL's)."}
     )
     shuffle_dataset: bool | None = field(default=False, metadata={"help": "Samples train oldest first."})
     loss_type: str = field(default="grpo", metadata={"help": "TRL loss aggregation."})

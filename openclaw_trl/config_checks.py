@@ -153,7 +153,7 @@ def check_best_of_n(config) -> None:
         unused = [
             name
             for name, value, default in [
-                ("scale_rewards", config.scale_rewards, "none"),
+                ("scale_rewards", config.scale_rewards, "group"),
                 ("quick_judge_backend", config.quick_judge_backend, QuickJudgeConfig.backend),
                 ("quick_judge_callable", config.quick_judge_callable, None),
                 ("best_of_n_explore", config.best_of_n_explore, QuickJudgeConfig.explore),

@@ -197,7 +197,7 @@ def test_openai_quick_judge_against_our_own_server(hf_engine, tmp_path):
         (dict(best_of_n=4, quick_judge_backend="feedback"), "quick judge backend must be one of"),
         (dict(best_of_n=4, quick_judge_backend="callable"), "needs quick_judge_callable"),
         (dict(best_of_n=4, quick_judge_backend="openai"), "judge_openai_base_url"),
-        (dict(scale_rewards="group"), "only apply to Best-of-N groups"),
+        (dict(scale_rewards="none"), "only apply to Best-of-N groups"),
         (dict(quick_judge_callable="a.b:c"), "only apply to Best-of-N groups"),
         (dict(best_of_n=4, scale_rewards="std"), "scale_rewards must be group, batch or none"),
     ],

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import torch
 
 from openclaw_trl.judging import JudgeConfig, QuickJudge, QuickJudgeConfig, Scorer
@@ -41,10 +42,18 @@ def _verdict_updates(explore: float, weighted: bool, gen: torch.Generator) -> to
     uniform = torch.randint(0, N, (GROUPS,), generator=gen)
     index = torch.where(explored, uniform, best)
     weight = torch.ones(GROUPS, dtype=torch.float64)
-    if weighted:
-        table = {b: verdict_weight(N, served_probability(b, N, explore)) for b in (True, False)}
-        weight = torch.where(index == best, table[True], table[False])
     reply = candidates.gather(1, index[:, None])[:, 0]
+    if weighted:  # B: the candidates tied at the best score (here: the same reply drawn several times)
+        top = QUICK[candidates].max(1).values
+        n_best = (QUICK[candidates] == top[:, None]).sum(1)
+        in_best = QUICK[reply] == top
+        weight = torch.tensor(
+            [
+                verdict_weight(N, served_probability(bool(b), int(k), N, explore))
+                for b, k in zip(in_best, n_best, strict=True)
+            ],
+            dtype=torch.float64,
+        )
     score = torch.nn.functional.one_hot(reply, 3).to(torch.float64) - PI
     return (weight * VERDICT[reply])[:, None] * score
 
@@ -81,6 +90,26 @@ def test_choose_served_explores_with_the_recorded_probability():
     assert verdict_weight(4, 0.1) == 2.5
 
 
+@pytest.mark.parametrize("explore", [0.0, 0.25, 1.0])
+@pytest.mark.parametrize("scores", [[None, None, None, None], [2.0, 2.0, 2.0, 2.0]])
+def test_a_pick_the_judge_could_not_make_is_a_plain_policy_sample_of_weight_one(scores, explore):
+    """No candidate scored, or all tied: the served one is a draw of the policy, its verdict weighs 1."""
+    rng = random.Random(1)
+    for _ in range(50):
+        index, prob = choose_served(scores, explore, rng)
+        assert prob == pytest.approx(1 / 4) and verdict_weight(4, prob) == 1.0
+
+
+def test_candidates_tied_at_the_top_share_the_pick():
+    rng = random.Random(2)
+    scores = [3.0, 1.0, 3.0, None]
+    index, prob = choose_served(scores, 0.0, rng)
+    assert index == 0 and prob == pytest.approx(0.5) and verdict_weight(4, prob) == pytest.approx(0.5)
+    picks = [choose_served(scores, 0.25, rng) for _ in range(2000)]
+    assert {round(p, 6) for i, p in picks if i in (0, 2)} == {round(0.75 / 2 + 0.25 / 4, 6)}
+    assert {round(p, 6) for i, p in picks if i in (1, 3)} == {round(0.25 / 4, 6)}
+
+
 def _served_turn(store: Store, session: int, served_prob: float | None) -> int:
     turn = store.conversations.add_turn(served_turn(session, f"hi {served_prob}"))
     candidates = [Candidate([3], [-0.5], "x", "stop", 0, 1.0), Candidate([4], [-0.7], "y", "stop", 0, 0.0)]
@@ -92,7 +121,7 @@ def _served_turn(store: Store, session: int, served_prob: float | None) -> int:
 def test_the_scorer_weights_the_served_verdict_and_leaves_a_certain_pick_untrained(tmp_path):
     with Store(tmp_path / "s.db") as store:
         session = store.conversations.open_session("a")
-        explored = _served_turn(store, session, served_probability(True, 2, 0.25))
+        explored = _served_turn(store, session, served_probability(True, 1, 2, 0.25))
         certain = _served_turn(store, session, None)
         config = JudgeConfig(method="rl", backend="callable", callable="unused:fn")
         scorer = Scorer(store, config, judge_fn=lambda item: Verdict(reward=1))
@@ -109,4 +138,4 @@ def test_best_of_n_records_the_served_probability(tmp_path):
         judge = QuickJudge(QuickJudgeConfig("callable", "x:y"), fn=lambda item: float(len(item.response)))
         picker = BestOfN(2, judge, store, explore=1.0, seed=0)
         choice = picker.choose([{"role": "user", "content": "q"}], "s", [{"content": "a"}, {"content": "bb"}])
-        assert choice.served_prob == served_probability(choice.served_index == 1, 2, 1.0) == 0.5
+        assert choice.served_prob == served_probability(choice.served_index == 1, 1, 2, 1.0) == 0.5

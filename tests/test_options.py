@@ -435,6 +435,6 @@ def test_defaults_and_honoured_values_are_accepted():
         importance_sampling_level="sequence",
         off_policy_mask_threshold=0.5,
         shuffle_dataset=False,
-        scale_rewards="none",
+        scale_rewards="group",
         generation_batch_size=16,
     )

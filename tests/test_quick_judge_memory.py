@@ -60,9 +60,11 @@ def memory_judge(engine, store, **fields) -> QuickJudge:
     return QuickJudge(config, engine=engine, tokenizer=engine.tokenizer, store=store)
 
 
-def teacher_sum(engine, hint: str, item: QuickJudgeInput) -> float:
-    ids = list(render_prompt_ids(engine.tokenizer, judge.append_hint(PROMPT, hint)))
-    return sum(engine.score([ids], [list(item.completion_ids)], weights="base").logprobs[0])
+def teacher_sum(engine, hint: str | None, item: QuickJudgeInput, weights: str = "base") -> float:
+    """``log pi_T(y | x + hint)`` summed over the candidate's tokens (``hint`` None: the prompt as it is)."""
+    messages = PROMPT if hint is None else judge.append_hint(PROMPT, hint)
+    ids = list(render_prompt_ids(engine.tokenizer, messages))
+    return sum(engine.score([ids], [list(item.completion_ids)], weights=weights).logprobs[0])
 
 
 def test_no_hint_yet_gives_no_score_so_the_first_candidate_is_served(toy_engine, tmp_path):
@@ -81,7 +83,8 @@ def test_score_is_the_hint_conditioned_log_likelihood_gain(toy_engine, tmp_path)
     items = candidates(toy_engine, ["formal", "bullets", "casual", "numbered"])
     scores = memory_judge(toy_engine, store).scores(items)
     for item, score in zip(items, scores, strict=True):
-        assert score == pytest.approx(teacher_sum(toy_engine, BULLETS, item) - sum(item.logprobs), abs=1e-3)
+        expected = teacher_sum(toy_engine, BULLETS, item) - teacher_sum(toy_engine, None, item)
+        assert score == pytest.approx(expected, abs=1e-3)
     assert max(range(4), key=lambda i: scores[i]) == 1  # the bulleted answer is the one the user asked for
 
 
@@ -96,7 +99,7 @@ def test_each_distinct_hint_weighs_its_share_so_one_wrong_hint_is_one_vote(toy_e
     scores = quick.scores(items)
     for item, score in zip(items, scores, strict=True):
         expected = 0.2 * teacher_sum(toy_engine, FORMAL, item) + 0.8 * teacher_sum(toy_engine, BULLETS, item)
-        assert score == pytest.approx(expected - sum(item.logprobs), abs=1e-3)
+        assert score == pytest.approx(expected - teacher_sum(toy_engine, None, item), abs=1e-3)
     assert scores[1] > scores[0]
 
 
@@ -166,3 +169,26 @@ def test_config_builds_the_memory_judge_with_the_teacher_weights(tmp_path):
     assert (quick.backend, quick.hints, quick.teacher) == ("memory", 6, "policy")
     with pytest.raises(ValueError, match="needs the serving engine, its tokenizer and the store"):
         QuickJudge(quick)
+
+
+def test_the_score_measures_the_hints_not_the_distance_between_policy_and_teacher(tmp_path):
+    """Both terms under the teacher's weights: with ``teacher: base`` an adapter that moved the policy far from
+    the base (a random LoRA here) leaves every score and the ranking as they were at version 0; with
+    ``teacher: policy`` both terms move together with the adapter."""
+    from tests.engine_contract import lora_config, random_adapter
+
+    store = Store(tmp_path / "s.sqlite")
+    add_hint(store, BULLETS)
+    with tiny_hf_engine(pretrain.PACKAGED_DIR, lora_config=lora_config()) as engine:
+        items = candidates(engine, ["formal", "bullets", "casual", "numbered"])
+        before = memory_judge(engine, store).scores(items)
+        engine.publish_adapter(random_adapter(pretrain.PACKAGED_DIR, lora_config(), seed=5, std=0.3), 1)
+        moved = [teacher_sum(engine, None, it, "policy") - teacher_sum(engine, None, it) for it in items]
+        assert max(abs(m) for m in moved) > 1.0  # the policy is far from the base on these candidates
+        after = memory_judge(engine, store).scores(items)
+        assert after == pytest.approx(before, abs=1e-4)
+        assert max(range(4), key=lambda i: after[i]) == 1
+        live = memory_judge(engine, store, teacher="policy").scores(items)
+        for item, score in zip(items, live, strict=True):
+            expected = teacher_sum(engine, BULLETS, item, "policy") - teacher_sum(engine, None, item, "policy")
+            assert score == pytest.approx(expected, abs=1e-3)

@@ -6,7 +6,8 @@ For a trainable turn the server samples ``N`` candidates for the prompt, and :cl
 2. chooses the candidate to serve (:func:`choose_served`): with probability ``1 - explore`` the best
    (:func:`served_index`: the highest score, the first one on a tie, candidate 0 when no candidate has a
    score), with probability ``explore`` a uniformly random one; it records ``P(served = i | candidates) =
-   (1 - explore) * 1(i = best) + explore / N``;
+   (1 - explore) * 1(i in B) / |B| + explore / N``, ``B`` the candidates tied at the highest score (all
+   ``N`` when none has a score);
 3. once the served turn is recorded, stores the ``N`` candidates as one group with their scores, and one
    group sample per candidate (:func:`group_samples`) for GRPO: a candidate's reward is its score (a
    candidate without one gets its group's mean, hence a zero advantage), its baseline the group's mean
@@ -22,9 +23,13 @@ sample is weighted by the importance weight of the pick (:func:`verdict_weight`)
 
 The ``N`` candidates are independent draws of the policy, so a uniformly random one of them is a draw of
 the policy; reweighting the actual pick to that uniform one gives ``E[w * A * grad log pi(y_served)] =
-E[(1/N) sum_i A(y_i) grad log pi(y_i)] = E_pi[A grad log pi]``: the on-policy gradient, exactly. With
-``explore = 0`` the non-best candidates are never served, no weight can make up for them, and the
-verdict is not trained on (its turn keeps the reward; the group samples are trained as always).
+E[(1/N) sum_i A(y_i) grad log pi(y_i)] = E_pi[A grad log pi]``: the on-policy gradient, exactly. Ties
+count as what they are: among candidates the judge cannot tell apart, taking the first is the same as
+taking one of them uniformly at random (the candidates are exchangeable draws), so each of the ``|B|``
+tied ones has ``(1 - explore) / |B|`` of the pick. When no candidate has a score, or all are tied, ``B``
+is every candidate, the served one is a plain draw of the policy and ``w = 1``. With ``explore = 0`` and
+a unique best the other candidates are never served, no weight can make up for them, and the verdict is
+not trained on (its turn keeps the reward; the group samples are trained as always).
 """
 
 from __future__ import annotations
@@ -64,17 +69,26 @@ def served_index(scores: list[float | None]) -> int:
     return -max(scored)[1] if scored else 0
 
 
+def best_candidates(scores: list[float | None]) -> list[int]:
+    """The candidates tied at the highest score; every candidate when none has a score."""
+    scored = [s for s in scores if s is not None]
+    if not scored:
+        return list(range(len(scores)))
+    top = max(scored)
+    return [i for i, s in enumerate(scores) if s is not None and s == top]
+
+
 def choose_served(scores: list[float | None], explore: float, rng: random.Random) -> tuple[int, float]:
     """``(index served, P(served = index | candidates))``: the best (:func:`served_index`) with probability
     ``1 - explore``, a uniformly random candidate with probability ``explore``."""
-    n, best = len(scores), served_index(scores)
-    index = rng.randrange(n) if explore > 0 and rng.random() < explore else best
-    return index, served_probability(index == best, n, explore)
+    n, best = len(scores), best_candidates(scores)
+    index = rng.randrange(n) if explore > 0 and rng.random() < explore else served_index(scores)
+    return index, served_probability(index in best, len(best), n, explore)
 
 
-def served_probability(is_best: bool, n: int, explore: float) -> float:
-    """``P(served = i | candidates) = (1 - explore) * 1(i = best) + explore / n``."""
-    return (1.0 - explore) * float(is_best) + explore / n
+def served_probability(is_best: bool, n_best: int, n: int, explore: float) -> float:
+    """``P(served = i | candidates) = (1 - explore) * 1(i in B) / |B| + explore / n`` (``n_best`` = ``|B|``)."""
+    return (1.0 - explore) * float(is_best) / n_best + explore / n
 
 
 def verdict_weight(n: int, served_prob: float | None) -> float | None:
@@ -85,7 +99,8 @@ def verdict_weight(n: int, served_prob: float | None) -> float | None:
         return 1.0
     if served_prob is None or served_prob >= 1.0:
         return None
-    return (1.0 / n) / served_prob
+    weight = (1.0 / n) / served_prob
+    return 1.0 if abs(weight - 1.0) < 1e-9 else weight
 
 
 def group_samples(

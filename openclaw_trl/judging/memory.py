@@ -6,23 +6,26 @@ in the store. This backend asks the model itself how much better each candidate 
 are in the prompt: the hindsight teacher of OPD, applied before the user answers. For candidate ``y``
 of prompt ``x`` and the ``n`` most recent hints, with ``w_h`` the share of hint ``h`` among them::
 
-    score(y) = sum_h w_h * log pi_T(y | x + h) - log pi(y | x)
+    score(y) = sum_h w_h * log pi_T(y | x + h) - log pi_T(y | x)
 
-``log pi(y | x)`` is the candidate's own sampling log-probability (summed over its tokens, at the sampling
-temperature: no extra pass), ``x + h`` is ``judge.append_hint`` on the conversation (the OPD teacher's
-context) and ``pi_T`` are the teacher weights (``teacher``: ``base`` or ``policy``). The sum over tokens
-is the log-likelihood ratio of the candidate with and without the hints, i.e. (Bayes) how much the
-candidate makes those requests more likely: a candidate that does what the user asked gains, one that
-ignores it loses. Weighting each distinct hint by its share makes a wrong hint (a judge that misread a
-correction) one vote among ``n``, not the whole criterion.
+Both terms are log-probabilities of the candidate's tokens (summed, at its sampling temperature) under the
+same weights ``pi_T`` (``teacher``: ``base`` or ``policy``); ``x + h`` is ``judge.append_hint`` on the
+conversation (the OPD teacher's context). The difference is the log-likelihood ratio of the candidate with
+and without the hints, i.e. (Bayes) how much the candidate makes those requests more likely: a candidate
+that does what the user asked gains, one that ignores it loses. Because one set of weights is on both sides,
+the score measures the hints' effect only: it does not move as the policy learns (with ``teacher: base`` it
+does not depend on the adapter at all), whereas subtracting the policy's own log-probability would add
+``log pi_T(y|x) - log pi(y|x)``, a pull back towards the teacher that grows with every update and reorders
+the candidates once the policy has learned. Weighting each distinct hint by its share makes a wrong hint (a
+judge that misread a correction) one vote among ``n``, not the whole criterion.
 
 Where the hints come from: the ``n`` most recently judged turns with a hint, of the sessions not marked
 private. With no hint yet every score is None, so the first candidate is served, exactly as without
 Best-of-N, and the group is not trained on.
 
-Cost: one ``engine.score`` call per turn, of ``N x (distinct hints)`` rows (at most ``N x n``) at ``serve``
-priority and within ``timeout_s``; the rows share their conversation prefix (the HF engine's prefix cache
-computes it once). A hint-augmented prompt longer than ``max_prompt_tokens`` gives that candidate no
+Cost: one ``engine.score`` call per turn, of ``N x (distinct hints + 1)`` rows (at most ``N x (n + 1)``: the
+``+ 1`` is the prompt without hints) at ``serve`` priority and within ``timeout_s``; the rows share their
+conversation prefix (the HF engine's prefix cache computes it once). A hint-augmented prompt longer than ``max_prompt_tokens`` gives that candidate no
 score, so a long agent prompt cannot hold the engine.
 """
 
@@ -73,18 +76,19 @@ class HintMemory:
         rows = self._rows(items, shares)
         if not rows:
             return out
-        teacher_sums: dict[int, float] = {}  # item index -> sum_h w_h log pi_T(y | x + h)
+        sums: dict[int, float] = {}  # item index -> sum_h w_h log pi_T(y | x + h) - log pi_T(y | x)
         for temperature in sorted({items[i].temperature for i, _, _ in rows}):
             group = [r for r in rows if items[r[0]].temperature == temperature]
             teacher = self._score(items, group, temperature)
             for (i, share, _), logprobs in zip(group, teacher or ()):
-                teacher_sums[i] = teacher_sums.get(i, 0.0) + share * sum(logprobs)
-        for i, teacher_sum in teacher_sums.items():
-            out[i] = teacher_sum - sum(items[i].logprobs)
+                sums[i] = sums.get(i, 0.0) + share * sum(logprobs)
+        for i, value in sums.items():
+            out[i] = value
         return out
 
     def _rows(self, items, shares: dict[str, float]) -> list[tuple[int, float, list[int]]]:
-        """``(item index, hint share, hint-augmented prompt ids)`` for every candidate that can be scored."""
+        """``(item index, weight, prompt ids)`` for every candidate that can be scored: one row per distinct hint
+        (its share, the hint-augmented prompt) and one for the prompt as it is (weight -1)."""
         from openclaw_trl.chat import render_prompt_ids
 
         prompts: dict[tuple[int, str], list[int] | None] = {}
@@ -95,13 +99,12 @@ class HintMemory:
             if item.temperature <= 0:
                 continue  # greedy: the log-probs are not a sampling distribution
             item_rows = []
-            for hint, share in shares.items():
+            for hint, share in [*shares.items(), (None, -1.0)]:
                 key = (id(item.messages), hint)
                 if key not in prompts:
                     try:
-                        ids = render_prompt_ids(
-                            self.tokenizer, judge.append_hint(item.messages, hint), item.tools
-                        )
+                        messages = item.messages if hint is None else judge.append_hint(item.messages, hint)
+                        ids = render_prompt_ids(self.tokenizer, messages, item.tools)
                         prompts[key] = list(ids) if len(ids) <= self.max_prompt_tokens else None
                     except Exception as exc:  # noqa: BLE001 - a prompt that does not render: no score
                         logger.warning("memory quick judge: the hinted prompt does not render: %s", exc)
