@@ -46,6 +46,7 @@ class LearningStatus:
             "turns_failed": store.queries.counts()["turns_failed"],
             "teacher_failed": store.judging.count_teacher_failed(),
             "samples_dropped_stale": store.queue.count_dropped_stale(),
+            "samples_dropped_temperature": store.queue.count_dropped_temperature(),
             "best_of_n": config.best_of_n,
             "best_of_n_groups": store.groups.count_groups(),
             "learning_paused": store.versions.learning_paused(),

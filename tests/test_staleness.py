@@ -110,3 +110,38 @@ def test_opd_term_of_a_stale_batch_compares_the_teacher_with_the_policy_being_tr
     for advantages, mask in seen[:2]:  # the first pass over the batch: the weights of the start
         assert advantages[mask.bool()].abs().max() < 1e-4
     store.close()
+
+
+def test_samples_of_another_temperature_are_kept_with_the_reason_and_never_trained(tiny_model_dir, tmp_path):
+    """One temperature per sample: a sample drawn at T = 0.7 (a ``serve`` run's turns, judged later) compares
+    a T = 0.7 teacher with the trainer's T = 1 log-probs, so a T = 1 trainer leaves it in the store, with the
+    reason, and fills its batch with T = 1 samples; a T = 0.7 queue would take it."""
+    import dataclasses
+
+    store = Store(tmp_path / "store.sqlite")
+    draws = sampled(tiny_model_dir, 6, hint=True)
+    cold = [store.queue.add_sample(dataclasses.replace(s, temperature=0.7)) for s in draws[:2]]
+    warm = [store.queue.add_sample(s) for s in draws[2:]]
+    trainer = make_trainer(tiny_model_dir, tmp_path, store, max_steps=1)
+    progress = TrainingProgress()
+    trainer.add_callback(ProgressCallback(progress))
+    trainer.train()
+    rows = {s.sample_id: s for s in store.queries.iter_samples()}
+    assert [rows[i].consumed_step for i in cold + warm] == [None, None, 1, 1, 1, 1]
+    assert [rows[i].dropped_reason for i in cold] == [
+        "temperature: sampled at T=0.7, the trainer trains at T=1 (a run with temperature 0.7 can train on it)"
+    ] * 2
+    logged = [entry for entry in trainer.state.log_history if "reward" in entry]
+    assert logged[0]["samples/dropped_temperature"] == 2
+    assert LearningStatus(trainer.args, None, store, progress)()["samples_dropped_temperature"] == 2
+    assert store.queue.count_waiting() == 0  # kept, never handed out again
+
+
+def test_a_queue_at_the_samples_temperature_hands_them_out(tmp_path):
+    import dataclasses
+
+    with Store(tmp_path / "store.db") as store:
+        for v in range(3):
+            store.queue.add_sample(dataclasses.replace(_sample(v), temperature=0.7))
+        assert len(store.queue.wait_for_samples(3, timeout=1, temperature=0.7)) == 3
+        assert store.queue.count_dropped_temperature() == 0

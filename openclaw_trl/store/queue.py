@@ -10,6 +10,10 @@ Queue rules:
   the lineage (:mod:`~openclaw_trl.store.lineage`) is dropped when a batch is taken: it stays in the store
   with its ``dropped_reason`` and is never handed out (:meth:`SampleQueue.drop_stale`); the batch is filled
   with the next waiting samples;
+* a waiting sample sampled at another temperature than the trainer's is dropped when a batch is taken (its
+  ``dropped_reason`` says which temperatures, :meth:`SampleQueue.drop_other_temperature`): its log-probs and
+  its teacher's are those of another distribution, so its OPD and top-K terms would compare two temperatures
+  (non-zero even where teacher and student agree); a run at that temperature can still train on it;
 * a waiting sample whose turn's correction window is open (:mod:`~openclaw_trl.store.holds`: a bare 👎 waiting
   for its correction) is not handed out before the window closes;
 * a waiting sample is also dropped when explicit feedback on its turn supersedes it (``superseded``: the
@@ -30,6 +34,7 @@ Token ids and log-probs are stored as JSON (exact); top-K teacher rows as packed
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import time
@@ -53,6 +58,11 @@ _FREE_SQL = " AND s.lease IS NULL"  # ... and not leased to a batch
 _UNHELD_SQL = " AND COALESCE(t.correction_until, 0) <= ?"
 
 _INSERT_SQL = insert_sql("samples", SAMPLE_COLUMNS)
+logger = logging.getLogger(__name__)
+
+
+TEMPERATURE_REASON = "temperature:"
+"""How the ``dropped_reason`` of a sample sampled at another temperature than the trainer's begins."""
 
 
 class SampleSourceError(RuntimeError):
@@ -163,6 +173,7 @@ class SampleQueue:
         poll: float = 0.2,
         policy_version: int = 0,
         max_staleness: int | None = None,
+        temperature: float | None = None,
     ) -> list[TrainingSample]:
         """Block until ``n`` samples are waiting, then lease exactly ``n`` (the surplus stays queued).
 
@@ -171,7 +182,8 @@ class SampleQueue:
 
         With ``max_staleness``, waiting samples more than ``max_staleness`` updates away from
         ``policy_version`` along the lineage are dropped first, each time the queue is looked at
-        (:meth:`drop_stale`), so the batch is made of fresh samples only. Raises ``TimeoutError`` after
+        (:meth:`drop_stale`), so the batch is made of fresh samples only; with ``temperature``, those sampled at
+        another temperature too (:meth:`drop_other_temperature`). Raises ``TimeoutError`` after
         ``timeout`` seconds, and :class:`SampleSourceError` as soon as :meth:`fail_waiters` is called while
         too few are waiting (nothing is leased then).
         """
@@ -180,6 +192,8 @@ class SampleQueue:
             seen = self._db.wakeup.seen()
             if max_staleness is not None:
                 self.drop_stale(policy_version, max_staleness)
+            if temperature is not None:
+                self.drop_other_temperature(temperature)
             ids = self._available_ids(n)
             if len(ids) < n and self._source_error is not None:
                 raise self._source_error
@@ -226,6 +240,39 @@ class SampleQueue:
                 ],
             )
         return len(stale)
+
+    def drop_other_temperature(self, temperature: float) -> int:
+        """Mark the waiting samples sampled at another temperature than ``temperature`` as dropped (kept, with
+        the reason, never handed out); returns how many were dropped now. Leased samples are never dropped."""
+        sql = "SELECT s.id, s.temperature" + _WAITING_SQL + _FREE_SQL + " AND ABS(s.temperature - ?) > 1e-6"
+        rows = self._db.conn().execute(sql, (float(temperature),)).fetchall()
+        if not rows:
+            return 0
+        with self._db.tx() as tx:
+            tx.executemany(
+                "UPDATE samples SET dropped_reason = ? WHERE id = ?"
+                " AND consumed_step IS NULL AND lease IS NULL",
+                [
+                    (
+                        f"{TEMPERATURE_REASON} sampled at T={t:g}, the trainer trains at T={temperature:g} "
+                        f"(a run with temperature {t:g} can train on it)",
+                        i,
+                    )
+                    for i, t in rows
+                ],
+            )
+        logger.warning(
+            "%d judged samples were sampled at another temperature than the trainer's (T=%g): they are kept "
+            "in the store, not trained on (set temperature to theirs to train on them)",
+            len(rows),
+            temperature,
+        )
+        return len(rows)
+
+    def count_dropped_temperature(self) -> int:
+        """Samples dropped because they were sampled at another temperature (over every run on this store)."""
+        sql = "SELECT COUNT(*) FROM samples WHERE dropped_reason LIKE ?"
+        return self._db.conn().execute(sql, (TEMPERATURE_REASON + "%",)).fetchone()[0]
 
     def count_dropped_stale(self) -> int:
         """Samples dropped because they were too stale (over every run on this store)."""

@@ -3,7 +3,8 @@
 ``next_event`` returns a batch once ``wanted`` samples wait in the store and learning is not paused, or the
 version of a rollback request as soon as one arrives (``LearningControl``). While it waits it sets the
 control's ``trainer_state`` (``waiting for samples``, ``updating`` once a batch is taken). With
-``max_staleness`` the store drops the too-stale samples as it hands a batch out (kept, with the reason).
+``max_staleness`` the store drops the too-stale samples as it hands a batch out (kept, with the reason), and
+always those sampled at another temperature than the trainer's (``temperature``: one temperature per sample).
 Each sample's ``staleness`` is set along the lineage (updates between its policy version and the trainer's).
 """
 
@@ -21,6 +22,7 @@ class NextEvent:
 
     samples: list[TrainingSample] | None = None
     dropped_stale: int = 0
+    dropped_temperature: int = 0
     rollback: int | None = None
 
 
@@ -31,6 +33,7 @@ def next_event(
     policy_version: int,
     max_staleness: int | None,
     sample_timeout: float | None,
+    temperature: float | None = None,
 ) -> NextEvent:
     """The next thing the trainer does (module docstring). ``learning`` is the ``LearningControl`` or None
     (never paused, no rollback). ``TimeoutError`` after ``sample_timeout`` seconds of waiting for samples
@@ -38,6 +41,7 @@ def next_event(
     waited = 0.0
     poll = learning.poll_s if learning is not None else None
     dropped = store.queue.count_dropped_stale()
+    other_temperature = store.queue.count_dropped_temperature()
     while True:
         if learning is not None and (version := learning.wait_while_paused()) is not None:
             return NextEvent(rollback=version)
@@ -47,7 +51,11 @@ def next_event(
         wait = left if poll is None else (poll if left is None else min(poll, left))
         try:
             samples = store.queue.wait_for_samples(
-                wanted, timeout=wait, policy_version=policy_version, max_staleness=max_staleness
+                wanted,
+                timeout=wait,
+                policy_version=policy_version,
+                max_staleness=max_staleness,
+                temperature=temperature,
             )
         except TimeoutError:
             waited += wait
@@ -62,9 +70,10 @@ def next_event(
             store.queue.release([s.sample_id for s in samples])
             continue
         dropped = store.queue.count_dropped_stale() - dropped
+        other_temperature = store.queue.count_dropped_temperature() - other_temperature
         lineage = store.lineage.lineage()
         for s in samples:
             s.staleness = lineage.staleness(s.policy_version, policy_version)
         if learning is not None:
             learning.trainer_state = "updating"
-        return NextEvent(samples=samples, dropped_stale=dropped)
+        return NextEvent(samples=samples, dropped_stale=dropped, dropped_temperature=other_temperature)

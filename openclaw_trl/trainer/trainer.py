@@ -205,9 +205,11 @@ class OpenClawTrainer(TrainerVersions, GRPOTrainer):
             self.state.global_step,
             self.args.max_staleness,
             self.sample_timeout,
+            self.temperature,
         )
         if event.samples is not None:
             self.log_metric("samples/dropped_stale", event.dropped_stale)
+            self.log_metric("samples/dropped_temperature", event.dropped_temperature)
         return event
 
     def _carry_out_rollback(self, version: int) -> None:
