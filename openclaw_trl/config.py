@@ -39,6 +39,7 @@ from openclaw_trl.judging import JudgeConfig, QuickJudgeConfig
 from openclaw_trl.serving.openai_schema import RequestLimits
 from openclaw_trl.serving.settings import ServerSettings
 from openclaw_trl.sessions import SessionConfig
+from openclaw_trl.trainer.guard import NEUTRAL_PROMPTS, GuardConfig
 
 
 @dataclass
@@ -354,6 +355,33 @@ class OpenClawConfig(GRPOConfig):
         `save_steps`, a `save_total_limit` other than N, or `save_only_model` (no optimizer state) is refused.
         Pausing learning (`POST /v1/learning`) works either way.
 
+    > Parameters that control the version guard (no broken adapter is served)
+
+    guard (`bool`, defaults to `True`):
+        Check every new adapter before it is served, with signals that need no knowledge of what the person
+        prefers, all from one forward pass of the trained weights over a few short rows: `guard/kl_served`,
+        the KL per token from the version last served on the person's most recent turns (their replies and
+        sampling log-probs, turns of the batch just trained left out); `guard/kl_base`, the KL per token
+        from the base model on `guard_neutral_prompts` (replies sampled once from the base); and
+        `guard/entropy_ratio`, the trained weights' next-token entropy on those replies over the base's. A
+        version past a bound (or with inf/NaN weights) is held back: the last version that passed keeps
+        serving, the trainer rewinds to it (weights, optimizer and scheduler states, kept in memory) and
+        trains on from there, the samples of the held-back update are kept out of training with the reason,
+        and the log, `/v1/status` (`guard`) and the UI say why in plain words. The step still takes its
+        number: the kept weights serve under it (lineage parent: the version kept, 0 updates). Logged per
+        update: `guard/held`, the three signals, `guard/seconds`. Without PEFT (full fine-tuning) only
+        `guard/kl_served` is checked (there is no adapter to switch off for the base).
+    guard_recent_prompts (`int`, defaults to `4`):
+        The person's most recent main turns (distinct prompts, private sessions left out) the candidate is
+        compared on; prompts longer than `max_judge_prompt_tokens` are left out.
+    guard_neutral_prompts (`list[str]` or `None`, defaults to `None`):
+        User messages of the anchored comparison with the base (two base replies each, at most 48 tokens,
+        sampled once per run); `None`: three everyday ones ("Hi! What can you do?", ...); `[]`: none.
+    guard_max_kl_served (`float`, defaults to `1.0`), guard_max_kl_base (`float`, defaults to `1.0`):
+        The most KL per token (nats) a version may show from the version served / from the base.
+    guard_entropy_ratio_range (`list[float]`, defaults to `[0.5, 2.0]`):
+        The bounds of the entropy ratio: below, answers collapse onto a few strings; above, they fall apart.
+
     > TRL fields that do not apply
 
     A live turn is sampled by the serving engine, has one completion and one judged reward, so the TRL fields
@@ -612,6 +640,26 @@ class OpenClawConfig(GRPOConfig):
     adapter_history: int = field(
         default=10, metadata={"help": "Published adapter versions kept restorable (0 = no history)."}
     )
+    # The version guard
+    guard: bool = field(
+        default=GuardConfig.enabled, metadata={"help": "Check each version before serving it."}
+    )
+    guard_recent_prompts: int = field(
+        default=GuardConfig.recent_prompts, metadata={"help": "Recent turns the guard compares versions on."}
+    )
+    guard_neutral_prompts: list[str] | None = field(
+        default=None, metadata={"help": "Neutral prompts of the guard's comparison with the base."}
+    )
+    guard_max_kl_served: float = field(
+        default=GuardConfig.max_kl_served, metadata={"help": "Most KL/token from the version served."}
+    )
+    guard_max_kl_base: float = field(
+        default=GuardConfig.max_kl_base, metadata={"help": "Most KL/token from the base on neutral prompts."}
+    )
+    guard_entropy_ratio_range: list[float] = field(
+        default_factory=lambda: list(GuardConfig.entropy_ratio_range),
+        metadata={"help": "[low, high] bounds of the entropy ratio to the base."},
+    )
 
     # Bounds on requests and work
     max_request_bytes: int = field(default=RequestLimits.max_request_bytes, metadata={"help": "Body bytes."})
@@ -704,6 +752,7 @@ class OpenClawConfig(GRPOConfig):
         check_importance_sampling_clip(self)
         check_trackers(self)
         check_adapter_history(self)
+        self.guard_config()  # its checks, with the field names in the message
         if self.store_path is None:
             self.store_path = f"{self.output_dir}/openclaw.sqlite"
 
@@ -728,6 +777,23 @@ class OpenClawConfig(GRPOConfig):
             explore=self.best_of_n_explore,
             hints=self.quick_judge_hints,
             teacher=self.teacher,
+        )
+
+    def guard_config(self) -> GuardConfig:
+        """The version guard fields as the trainer's ``GuardConfig``."""
+        neutral = NEUTRAL_PROMPTS if self.guard_neutral_prompts is None else tuple(self.guard_neutral_prompts)
+        return GuardConfig(
+            enabled=self.guard,
+            recent_prompts=self.guard_recent_prompts,
+            neutral_prompts=neutral,
+            max_new_tokens=min(
+                GuardConfig.max_new_tokens, self.max_completion_length or GuardConfig.max_new_tokens
+            ),
+            max_prompt_tokens=self.max_judge_prompt_tokens,
+            max_kl_served=self.guard_max_kl_served,
+            max_kl_base=self.guard_max_kl_base,
+            entropy_ratio_range=tuple(self.guard_entropy_ratio_range),
+            seed=self.seed,
         )
 
     def request_limits(self) -> RequestLimits:

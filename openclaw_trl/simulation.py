@@ -217,6 +217,8 @@ def run_conversations(
     should_stop: Callable[[], bool] = lambda: False,
     timeout: float = 600.0,
     feedback: bool = False,
+    seeded: bool = False,
+    after_reply: Callable[[], object] | None = None,
 ) -> list[ConversationLog]:
     """Run ``n`` simulated conversations through ``POST /v1/chat/completions`` with session headers.
 
@@ -225,8 +227,12 @@ def run_conversations(
     Each conversation: the opening request, then the user's reaction to each reply, until the user is
     satisfied (its "thanks" is sent as the final request with ``X-Session-Done``) or ``max_turns``.
     With ``feedback`` (a :class:`FeedbackUser`), each reply is first rated with ``POST /v1/feedback``.
+    With ``seeded``, every request carries a ``seed`` drawn from ``seed`` (the server samples, and picks
+    among Best-of-N candidates, the same way for the same request); ``after_reply()`` is called after each
+    reply arrives, before the user reacts (a caller that judges the turns itself, in step).
     """
     rng = random.Random(seed)
+    request_seeds = random.Random(f"requests-{seed}") if seeded else None
     logs = []
     with OpenAIClient(base_url.rstrip("/") + "/v1", model, api_key, timeout) as client:
         for i in range(n):
@@ -235,9 +241,16 @@ def run_conversations(
             session = f"{session_prefix}-{seed}-{i}"
             messages = [{"role": "user", "content": user.opening(rng)}]
             first_ok, turn_ids = None, []
+            def chat(done: bool) -> tuple[str, str]:
+                request_seed = request_seeds.randrange(2**31) if request_seeds is not None else None
+                answer = _chat(client, messages, session, max_tokens, done=done, seed=request_seed)
+                if after_reply is not None:
+                    after_reply()
+                return answer
+
             for turn in range(user.max_turns):
                 last = turn == user.max_turns - 1
-                reply, turn_id = _chat(client, messages, session, max_tokens, done=False)
+                reply, turn_id = chat(done=False)
                 turn_ids.append(turn_id)
                 if feedback and turn_id:
                     _rate(client, user, reply, int(turn_id), session)
@@ -249,7 +262,7 @@ def run_conversations(
                 ]
                 if reaction.satisfied or last:
                     # The reaction is the next state of the last reply; this final request closes the session.
-                    _, turn_id = _chat(client, messages, session, max_tokens, done=True)
+                    _, turn_id = chat(done=True)
                     turn_ids.append(turn_id)
                     break
             logs.append(ConversationLog(session, bool(first_ok), len(turn_ids), turn_ids))
@@ -264,11 +277,11 @@ def _rate(client: OpenAIClient, user, reply: str, turn_id: int, session: str) ->
     client.post("/feedback", body)
 
 
-def _chat(client: OpenAIClient, messages: list, session: str, max_tokens: int, done: bool):
+def _chat(client: OpenAIClient, messages: list, session: str, max_tokens: int, done: bool, seed=None):
     headers = {"X-Session-Id": session, "X-Turn-Type": "main"}
     if done:
         headers["X-Session-Done"] = "true"
-    message, response = client.chat(messages, headers=headers, max_tokens=max_tokens)
+    message, response = client.chat(messages, headers=headers, max_tokens=max_tokens, seed=seed)
     return message.get("content") or "", response.headers.get("x-openclaw-turn-id", "")
 
 
@@ -299,6 +312,8 @@ def run_feedback_conversations(
     api_key: str | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     timeout: float = 600.0,
+    seeded: bool = False,
+    after_reply: Callable[[], object] | None = None,
 ) -> list[ConversationLog]:
     """Like :func:`run_conversations`, but each reply is rated with ``POST /v1/feedback`` (turn id from the
     ``x-openclaw-turn-id`` header) before the user's next message is sent.
@@ -318,4 +333,6 @@ def run_feedback_conversations(
         should_stop=should_stop,
         timeout=timeout,
         feedback=True,
+        seeded=seeded,
+        after_reply=after_reply,
     )

@@ -3,6 +3,18 @@
 :class:`LockstepUser` drives conversations over HTTP and pauses once a batch of judged samples is waiting;
 :class:`BudgetedQueue` is the trainer's view of the store that ends a wait when the user's conversation
 budget is spent; :func:`probe_callback` evaluates each published policy and releases the user again.
+
+Two schedules (``LockstepUser.schedule``):
+
+* ``lockstep`` (reproducible): a run is a function of its seed. Every request carries a seed drawn from the
+  run's seed (sampling and the Best-of-N pick), the user judges each turn itself right after each reply (the
+  scorer's ``run_until_idle`` in the user's thread: no scorer thread, so a teacher pass never shares the engine
+  with a reply being decoded), and the trainer takes its batch only once the user has stopped talking
+  (``paused``). Which turns land in which batch is then fixed by the seed, and so is every number computed
+  from them (one torch thread, deterministic kernels on CPU).
+* ``live``: as a person and a server meet. Unseeded sampling, the background scorer, and the trainer takes
+  a batch as soon as one is waiting (the user may be in the middle of a conversation): batches depend on
+  thread timing, so two runs of one seed differ.
 """
 
 from __future__ import annotations
@@ -17,6 +29,8 @@ from openclaw_trl.toy import world as toy_world
 
 log = logging.getLogger("learning-bench")
 
+SCHEDULES = ("lockstep", "live")
+
 
 class LockstepUser:
     """Drives conversations over HTTP while the trainer waits for its next batch, then pauses.
@@ -24,8 +38,10 @@ class LockstepUser:
     ``runtime`` needs ``config``, ``store`` and ``scorer``: a run's ``Runtime``, or one user's
     ``UserRuntime`` of a run with users (with that user's ``api_key``).
 
-    After each conversation it wakes the scorer and waits until every ready turn is judged, so the count
-    of waiting samples is exact when it decides whether the batch is full.
+    After each conversation every ready turn is judged (``lockstep``: after every reply, in this thread;
+    ``live``: it wakes the scorer thread and waits), so the count of waiting samples is exact when it
+    decides whether the batch is full. ``paused`` is set when it stops talking (a batch is waiting, or the
+    budget is spent) and cleared by the trainer's side (:func:`probe_callback`) before it lets it talk again.
     """
 
     def __init__(
@@ -37,7 +53,11 @@ class LockstepUser:
         feedback: bool,
         topics: tuple[str, ...],
         api_key: str | None = None,
+        schedule: str = "lockstep",
     ):
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+        self.schedule = schedule
         self.runtime, self.url, self.settings, self.seed, self.feedback = (
             runtime,
             url,
@@ -48,6 +68,7 @@ class LockstepUser:
         self.api_key = api_key  # the bearer key its requests carry (on a server with users: whose turns)
         self.topics = topics  # what the user asks about (the evaluation also covers topics held out of it)
         self.gate = threading.Event()  # set = the trainer is waiting: talk
+        self.paused = threading.Event()  # set = the user stopped talking: the batch (if any) is complete
         self.stop = threading.Event()
         self.exhausted = threading.Event()  # the conversation budget is spent: the trainer must stop
         self.conversations = 0
@@ -59,12 +80,15 @@ class LockstepUser:
     def _converse(self) -> list:
         from openclaw_trl.simulation import FeedbackUser, run_conversations, run_feedback_conversations
 
+        lockstep = self.schedule == "lockstep"
         kwargs = dict(
             seed=self.seed * 1_000_003 + self.conversations,
             max_tokens=self.settings.max_tokens,
             model=self.runtime.config.served_model_name,
             should_stop=self.stop.is_set,
             api_key=self.api_key,
+            seeded=lockstep,
+            after_reply=self.runtime.scorer.run_until_idle if lockstep else None,
         )
         if self.feedback:
             user = FeedbackUser(
@@ -76,6 +100,9 @@ class LockstepUser:
 
     def _settle(self) -> None:
         store, scorer = self.runtime.store, self.runtime.scorer
+        if self.schedule == "lockstep":
+            scorer.run_until_idle()
+            return
         deadline = time.monotonic() + 60
         while store.judging.count_ready() > 0 and time.monotonic() < deadline and not self.stop.is_set():
             scorer.wake()
@@ -88,7 +115,7 @@ class LockstepUser:
                     continue
                 if self.conversations >= self.settings.max_conversations:
                     self.exhausted.set()
-                    self.gate.clear()
+                    self._pause()
                     continue
                 for conversation in self._converse():
                     self.conversations += 1
@@ -96,10 +123,19 @@ class LockstepUser:
                     self.first_ok.append(conversation.first_reply_satisfied)
                 self._settle()
                 if self.runtime.store.queue.count_waiting() >= self.settings.batch_size:
-                    self.gate.clear()
+                    self._pause()
         except BaseException as exc:  # noqa: BLE001 - reported by run_one
             self.error = exc
             log.exception("simulated user failed")
+
+    def _pause(self) -> None:
+        self.gate.clear()
+        self.paused.set()
+
+    def resume(self) -> None:
+        """Let the user talk again (the trainer's side, once the new policy is published and measured)."""
+        self.paused.clear()
+        self.gate.set()
 
     def start(self) -> LockstepUser:
         self.thread.start()
@@ -108,6 +144,7 @@ class LockstepUser:
     def close(self) -> None:
         self.stop.set()
         self.gate.set()
+        self.paused.set()
         self.thread.join(timeout=60)
 
 
@@ -117,15 +154,18 @@ class BudgetExhausted(RuntimeError):
 
 class BudgetedQueue:
     """The trainer's view of the sample queue (``store.queue``): the same samples, but a wait for a batch ends
-    (with :class:`BudgetExhausted`) once the user has stopped talking, instead of blocking forever."""
+    (with :class:`BudgetExhausted`) once the user has stopped talking, instead of blocking forever; with a
+    ``paused`` event (the ``lockstep`` schedule) a batch is only taken once the user has stopped talking."""
 
-    def __init__(self, queue, exhausted: threading.Event):
-        self._queue, self._exhausted = queue, exhausted
+    def __init__(self, queue, exhausted: threading.Event, paused: threading.Event | None = None):
+        self._queue, self._exhausted, self._paused = queue, exhausted, paused
 
-    def wait_for_samples(self, n: int, timeout: float | None = None, poll: float = 0.2, **staleness):
+    def wait_for_samples(self, n: int, timeout: float | None = None, poll: float = 0.2, **filters):
         while True:
+            if self._paused is not None and not self._paused.wait(1.0):
+                continue
             try:
-                return self._queue.wait_for_samples(n, timeout=1.0, poll=poll, **staleness)
+                return self._queue.wait_for_samples(n, timeout=1.0, poll=poll, **filters)
             except TimeoutError:
                 if self._exhausted.is_set() and self._queue.count_waiting() < n:
                     raise BudgetExhausted(
@@ -136,11 +176,12 @@ class BudgetedQueue:
         return getattr(self._queue, name)
 
 
-def budgeted_store(store, exhausted: threading.Event):
-    """A view of ``store`` for the trainer whose ``queue`` is a :class:`BudgetedQueue` (the other
+def budgeted_store(store, user: LockstepUser):
+    """A view of ``store`` for ``user``'s trainer whose ``queue`` is a :class:`BudgetedQueue` (the other
     repositories and the database are the store's own)."""
     view = copy.copy(store)
-    view.queue = BudgetedQueue(store.queue, exhausted)
+    paused = user.paused if user.schedule == "lockstep" else None
+    view.queue = BudgetedQueue(store.queue, user.exhausted, paused)
     return view
 
 
@@ -171,10 +212,10 @@ def probe_callback(user: LockstepUser, result, measure: Callable[[], None]):
 
         def on_train_begin(self, args, state, control, **kwargs):
             self._point()  # runs after the trainer's own callback published version 0
-            user.gate.set()
+            user.resume()
 
         def on_step_end(self, args, state, control, **kwargs):
             self._point()
-            user.gate.set()
+            user.resume()
 
     return Probe()

@@ -97,7 +97,7 @@ from pathlib import Path
 from cache import RunCache
 from evaluation import LEARNING_TOPICS, evaluate, evaluate_served, proxy_scorer, quick_judge_scorer
 from headline import update_readme
-from lockstep import BudgetExhausted, LockstepUser, budgeted_store, probe_callback
+from lockstep import SCHEDULES, BudgetExhausted, LockstepUser, budgeted_store, probe_callback
 from results_json import summary_json, write_summary_json
 from summary import aggregate, group_name, plot, summary_markdown
 
@@ -241,6 +241,7 @@ class BenchSettings:
     preferred: str = toy_world.PREFERRED  # a run's own: its row's preference
     max_conversations: int = 480  # per run: OPD learns from failures only, so it needs ever more talk
     sample_timeout_s: float = 600.0
+    schedule: str = "lockstep"  # lockstep: a run is a function of its seed; live: batches follow thread timing
 
 
 @dataclass
@@ -447,11 +448,14 @@ def run_one(
     try:
         runtime.trainer.remove_callback(PrinterCallback)  # metrics go to the JSON, not the terminal
         runtime.trainer.sample_timeout = settings.sample_timeout_s
-        runtime.scorer.start()
+        if settings.schedule == "live":
+            runtime.scorer.start()  # lockstep: the user judges each turn itself (lockstep.py)
         server = start_server(runtime, port=0, ui=False)
         feedback = spec.backend == "feedback"
-        user = LockstepUser(runtime, server.url, settings, seed, feedback, LEARNING_TOPICS).start()
-        runtime.trainer.store = budgeted_store(runtime.store, user.exhausted)
+        user = LockstepUser(
+            runtime, server.url, settings, seed, feedback, LEARNING_TOPICS, schedule=settings.schedule
+        ).start()
+        runtime.trainer.store = budgeted_store(runtime.store, user)
         runtime.trainer.add_callback(probe_callback(user, result, measure))
         try:
             runtime.trainer.train()
@@ -596,6 +600,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--teacher", choices=("base", "policy"), default=None, help="OPD teacher weights")
     parser.add_argument("--w-rl", type=float, default=None, help="Combine's reward weight (ablations)")
     parser.add_argument("--w-opd", type=float, default=None, help="Combine's OPD weight (ablations)")
+    parser.add_argument(
+        "--schedule",
+        choices=SCHEDULES,
+        default="lockstep",
+        help="lockstep (default): each run is a function of its seed; live: the user talks while the trainer "
+        "trains and batches follow thread timing (cached apart)",
+    )
     parser.add_argument("--rerun", action="store_true", help="run again what the cache already has")
     parser.add_argument("--report-only", action="store_true", help="no runs: the report of the cached ones")
     parser.add_argument("--model-dir", default=None, help="default: the toy model in the user cache")
@@ -630,6 +641,7 @@ def main(argv: list[str] | None = None) -> int:
     settings.learning_rate = args.learning_rate or settings.learning_rate
     settings.max_conversations = args.max_conversations or settings.max_conversations
     settings.teacher = args.teacher or settings.teacher
+    settings.schedule = args.schedule
     settings.w_rl = settings.w_rl if args.w_rl is None else args.w_rl
     settings.w_opd = settings.w_opd if args.w_opd is None else args.w_opd
 
@@ -639,6 +651,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         model_dir = pretrain.toy_model(model_settings, log=log.info)
     suffix = "_smoke" if args.smoke else "_quick" if args.quick else ""
+    suffix += "_live" if args.schedule == "live" else ""
     out = Path(args.out)
     cache = RunCache(Path(args.cache_dir or out / f"learning_runs{suffix}"), model_dir, row_key(settings))
     if args.report_only:

@@ -195,13 +195,20 @@ def run_two_users(settings: BenchSettings, seed: int, out_dir: Path, model: str 
         for i, user in enumerate(runtime.users):
             mine = dataclasses.replace(settings, preferred=prefs[user.name])
             talker = LockstepUser(
-                user, server.url, mine, seed * 10 + i, False, LEARNING_TOPICS, api_key=keys[user.name]
+                user,
+                server.url,
+                mine,
+                seed * 10 + i,
+                False,
+                LEARNING_TOPICS,
+                api_key=keys[user.name],
+                schedule="live",  # two users share the engine and the turns of the device: timing decides
             )
             talkers[user.name] = talker.start()
             trainer = user.trainer
             trainer.remove_callback(PrinterCallback)
             trainer.sample_timeout = settings.sample_timeout_s
-            trainer.store = budgeted_store(user.store, talker.exhausted)
+            trainer.store = budgeted_store(user.store, talker)
             measure = make_measure(user, curves[user.name], mine, started)
             trainer.add_callback(probe_callback(talker, curves[user.name].run, measure))
         # the training threads of ``run_users`` (which would also start the recipe's free-running simulated

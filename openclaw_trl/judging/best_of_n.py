@@ -164,10 +164,12 @@ class BestOfN:
         completions: list[Completion] | None = None,
         temperature: float = 1.0,
         tools: list[dict] | None = None,
+        seed: int | None = None,
     ) -> GroupChoice:
         """Score each candidate (``replies``: its assistant message as the client would receive it;
         ``completions``: the same candidates as sampled, at ``temperature``, with the request's ``tools``)
-        for the conversation ``messages``; choose the one to serve."""
+        for the conversation ``messages``; choose the one to serve. A request with a ``seed`` draws its
+        explore pick from that seed, so the same seeded request serves the same candidate."""
         sampled = completions if completions is not None else [None] * len(replies)
         items = [
             QuickJudgeInput(
@@ -182,8 +184,11 @@ class BestOfN:
             for r, c in zip(replies, sampled, strict=True)
         ]
         scores = self.quick_judge.scores(items)
-        with self._rng_lock:
-            index, prob = choose_served(scores, self.explore, self._rng)
+        if seed is not None:
+            index, prob = choose_served(scores, self.explore, random.Random(seed))
+        else:
+            with self._rng_lock:
+                index, prob = choose_served(scores, self.explore, self._rng)
         return GroupChoice(scores, index, prob)
 
     def record(

@@ -80,7 +80,13 @@ class ChatGenerator:
         replies = [self.decoded_message(prep, c) for c in completions]
         session = prep.ctx.session_key or f"anonymous-{prep.ctx.session_id}"
         choice = self.best_of_n.choose(
-            prep.messages, session, replies, completions, prep.sampling.temperature, prep.tools
+            prep.messages,
+            session,
+            replies,
+            completions,
+            prep.sampling.temperature,
+            prep.tools,
+            seed=prep.sampling.seed,
         )
         texts = [self._text(c) for c in completions]
         chosen = completions[choice.served_index]

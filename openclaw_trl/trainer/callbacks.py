@@ -1,8 +1,10 @@
 """What happens around an optimizer step: the adapter goes to the serving engine, used samples are marked.
 
-* ``PublishAndConsume``: after every optimizer step the adapter is published (policy version = global
-  step) and, once the last step of a batch is done, the batch's samples are marked consumed with that step,
-  so a restart neither trains on them again nor loses them (a checkpoint older than the step requeues them).
+* ``PublishAndConsume``: after every optimizer step the adapter is checked by the version guard and published
+  (policy version = global step; a held-back version's step publishes the last good weights instead,
+  ``trainer.safety``) and, once the last step of a batch is done, the batch's samples are marked consumed with
+  that step, so a restart neither trains on them again nor loses them (a checkpoint older than the step
+  requeues them); those of a held-back step are kept out of training with the reason.
 * ``AdapterSnapshot``: the copy of the adapter tensors that is published.
 * ``run_info``: ``openclaw_run.json``, what ``openclaw-trl push`` writes into the model card.
 """
@@ -54,15 +56,27 @@ class PublishAndConsume(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.trainer.publish_start()
+        self.trainer.remember_good()
 
     def on_step_end(self, args, state, control, **kwargs):
         trainer = self.trainer
-        trainer.publish()
+        verdict = trainer.check_candidate()
+        if verdict.passed:
+            trainer.publish()
+            trainer.remember_good()
+        else:
+            kept = trainer.hold_back(verdict)
+        if trainer.guard is not None:
+            for name, value in verdict.metrics().items():
+                trainer.log_metric(name, value)
         trainer.log_metric("policy_version", state.global_step)  # the version now served
         seconds, consumed = self.ledger.step_done()
         trainer.log_metric("time/update_s", seconds)
         if consumed and trainer.accelerator.is_main_process:
             trainer.store.queue.mark_consumed(consumed, state.global_step)
+        if not verdict.passed and trainer.accelerator.is_main_process and trainer.store is not None:
+            reason = f"update {state.global_step} held back by the guard ({verdict.reason}); v{kept} kept"
+            trainer.store.versions.mark_rolled_back([state.global_step], reason)
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.trainer.accelerator.is_main_process:

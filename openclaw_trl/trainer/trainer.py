@@ -23,7 +23,9 @@ What it overrides, and nothing else:
   ``<output_dir>/metrics.jsonl`` (``trainer.reporting``, the numbers of ``trainer.metrics``);
 * what happens between updates (``learning``, a ``trainer.control.LearningControl``): while learning is
   paused no batch is taken; a rollback request is carried out by ``rollback_to`` (``trainer.versions``);
-  each checkpoint is recorded as an adapter version.
+  each checkpoint is recorded as an adapter version;
+* what is served: with ``guard`` on, each new version is checked before it is published (``trainer.guard``,
+  ``trainer.safety``); one that fails is held back and the trainer rewinds to the last one that passed.
 
 ``lp_old`` in the OPD term is the engine's sampling log-prob for an on-policy batch (the engine scored the
 teacher too, so its numerics cancel in ``lp_T - lp_old``) and the trainer's log-prob at the start of the
@@ -75,12 +77,13 @@ from openclaw_trl.trainer.logps import completion_logps, transformer_body
 from openclaw_trl.trainer.loss import LossForward, forward_arguments, kd_share, kl_old
 from openclaw_trl.trainer.metrics import batch_metrics
 from openclaw_trl.trainer.reporting import MetricsFile, UpdateLines, remove_console_callbacks, summarize_batch
+from openclaw_trl.trainer.safety import TrainerSafety, make_guard
 from openclaw_trl.trainer.versions import InitialCheckpoint, TrainerVersions
 
 logger = logging.getLogger(__name__)
 
 
-class OpenClawTrainer(TrainerVersions, GRPOTrainer):
+class OpenClawTrainer(TrainerSafety, TrainerVersions, GRPOTrainer):
     _tag_names = ["trl", "openclaw-trl", "online-rl", "on-policy-distillation"]
     _name = "OpenClaw"
 
@@ -127,6 +130,7 @@ class OpenClawTrainer(TrainerVersions, GRPOTrainer):
         self.add_callback(UpdateLines(self))
         self.add_callback(MetricsFile(args.output_dir))
         check_kd_teacher(self.args, self.accelerator.unwrap_model(self.model))
+        self.guard = make_guard(self, args) if args.guard else None
 
     @property
     def samples_used(self) -> int:

@@ -206,6 +206,7 @@ class TrainerVersions:
                 f"version {before}"
             )
         self.republish(restored_from=version, step=before + 1, note="rollback")
+        self.remember_good()  # the version guard compares the next update with these weights
         self.checkpoint_version(restored_from=version)
         marked, waiting = 0, 0
         if self.store is not None and self.accelerator.is_main_process:
@@ -246,7 +247,7 @@ class TrainerVersions:
 
     def _save_checkpoint(self, model, trial):  # the Trainer's own checkpoints: an update's version
         super()._save_checkpoint(model, trial)
-        self._checkpoint_written(None)
+        self._checkpoint_written(self.take_held_from())  # a held-back step holds the version kept
 
     def _checkpoint_written(self, restored_from: int | None) -> None:
         if self.accelerator.is_main_process:

@@ -1,0 +1,202 @@
+"""The trainer's side of the version guard (``trainer.guard``): check each update before it is served, and rewind a
+held-back one.
+
+After every optimizer step, before the new adapter is published (``callbacks.PublishAndConsume``):
+
+1. ``check_candidate`` scores the guard's rows with the trained weights (and, once per run, builds the neutral
+   rows with the adapter switched off); the main process decides, every process gets the same verdict;
+2. a version that passes is published as usual and becomes the *last good* state (``GoodState``: the adapter's
+   tensors, the optimizer and scheduler states, kept in memory);
+3. a version that does not pass is held back (``hold_back``): every process loads the last good state back (the
+   weights and the optimizer: the next update starts from where the served version was, without the momentum
+   that led astray) and those weights are published under the step's number, their lineage parent the last good
+   version with 0 updates (a version number names one set of weights; the person keeps being served what they
+   were served). The samples the held-back update consumed are kept out of training (``rolled_back``, with the
+   reason), as after a rollback: training on them again would likely redo the same step.
+
+The checks run in evaluation mode (no dropout) with no gradient, on the model the trainer trains, so they work
+with every serving engine; their cost is logged as ``guard/seconds`` beside ``time/update_s``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from openclaw_trl.records import TrainingSample
+from openclaw_trl.trainer.guard import GuardVerdict, ProbeRow, RowScores, VersionGuard
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class GoodState:
+    """The last version that passed the guard: its number, adapter tensors, optimizer and scheduler states."""
+
+    version: int
+    params: dict[str, torch.Tensor]
+    optimizer: dict | None
+    scheduler: dict | None
+
+
+def make_guard(trainer, args) -> VersionGuard:
+    """The ``VersionGuard`` of ``trainer`` from its config (``args.guard_config()``): neutral prompts rendered
+    with the trainer's chat template, recent turns from its store; without PEFT no neutral rows (no adapter to
+    switch off for the base's side)."""
+    from openclaw_trl.chat import render_prompt_ids
+
+    config = args.guard_config()
+    if not hasattr(trainer.accelerator.unwrap_model(trainer.model), "disable_adapter"):
+        config = dataclasses.replace(config, neutral_prompts=())
+    store, tokenizer = trainer.store, trainer.processing_class
+    return VersionGuard(
+        config,
+        render=lambda text: render_prompt_ids(tokenizer, [{"role": "user", "content": text}]),
+        recent_turns=store.queries.recent_prompt_turns if store is not None else (lambda n: []),
+        temperature=trainer.temperature,
+    )
+
+
+class TrainerSafety:
+    """A mixin of ``OpenClawTrainer``: ``guard`` (a ``VersionGuard`` or None) and the last good state."""
+
+    guard: VersionGuard | None = None
+    _good: GoodState | None = None
+    _held_from: int | None = None  # the version whose weights the step's checkpoint holds (a held-back step)
+
+    # ------------------------------------------------------------------ checking
+    def check_candidate(self) -> GuardVerdict:
+        """The guard's verdict on the weights just trained (passed when there is no guard); every process."""
+        from openclaw_trl.trainer.versions import main_value
+
+        if self.guard is None:
+            return GuardVerdict(True)
+        finite = all(bool(torch.isfinite(p).all()) for p in self._trainable_params().values())
+        return main_value(self.accelerator, lambda: self._run_check(finite))
+
+    def _run_check(self, finite: bool) -> GuardVerdict:
+        model = self.accelerator.unwrap_model(self.model)
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                rows = self.guard.neutral_rows(self._generate_base, self._score_base)
+                rows = self.guard.recent_rows(frozenset(self.ledger.turn_ids)) + rows
+                return self.guard.check(rows, self._score_rows, finite)
+        finally:
+            model.train(was_training)
+
+    def _score_rows(self, rows: list[ProbeRow]) -> list[RowScores]:
+        """Log-probs (at the trainer's temperature) and mean entropy of each row's reply under the model."""
+        samples = [
+            TrainingSample(
+                turn_id=0,
+                prompt_ids=list(r.prompt_ids),
+                completion_ids=list(r.reply_ids),
+                sampling_logprobs=[0.0] * len(r.reply_ids),
+                temperature=self.temperature,
+                policy_version=0,
+                reward=0.0,
+            )
+            for r in rows
+        ]
+        from openclaw_trl.trainer.batches import collate_samples, prompt_and_completion
+
+        batch = collate_samples(samples, self.processing_class.pad_token_id, device=self.accelerator.device)
+        mask = batch["completion_mask"]
+        input_ids, attention = prompt_and_completion(
+            batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"], mask
+        )
+        logps, entropies, _ = self._completion_logps(
+            self.model,
+            input_ids,
+            attention,
+            batch["completion_ids"].size(1),
+            batch_size=self.args.per_device_train_batch_size,
+            compute_entropy=True,
+        )
+        out = []
+        for i, row in enumerate(rows):
+            n = len(row.reply_ids)
+            entropy = float(entropies[i, :n].mean()) if entropies is not None else 0.0
+            out.append(RowScores([float(x) for x in logps[i, :n]], entropy))
+        return out
+
+    def _score_base(self, rows: list[ProbeRow]) -> list[RowScores]:
+        with self.accelerator.unwrap_model(self.model).disable_adapter():
+            return self._score_rows(rows)
+
+    def _generate_base(self, prompts, max_new_tokens: int, seed: int) -> list[list[int]]:
+        """One reply per prompt sampled from the base (adapter off) at the trainer's temperature, seeded."""
+        model = self.accelerator.unwrap_model(self.model)
+        eos = self.processing_class.eos_token_id
+        replies = []
+        with torch.random.fork_rng(devices=[]), model.disable_adapter():
+            torch.manual_seed(seed)
+            for prompt in prompts:
+                ids = torch.tensor([list(prompt)], device=self.accelerator.device)
+                out = model.generate(
+                    input_ids=ids,
+                    attention_mask=torch.ones_like(ids),
+                    do_sample=True,
+                    temperature=self.temperature,
+                    top_p=1.0,
+                    top_k=0,
+                    max_new_tokens=max_new_tokens,
+                    pad_token_id=self.processing_class.pad_token_id,
+                    eos_token_id=eos,
+                )
+                replies.append([int(t) for t in out[0, ids.size(1) :]])
+        return replies
+
+    # ------------------------------------------------------------------ the last good state
+    def _trainable_params(self) -> dict[str, torch.nn.Parameter]:
+        model = self.accelerator.unwrap_model(self.model)
+        return {name: p for name, p in model.named_parameters() if p.requires_grad}
+
+    def remember_good(self) -> None:
+        """The current weights, optimizer and scheduler become the last good state (every process)."""
+        if self.guard is None:
+            return
+        optimizer = getattr(self, "optimizer", None)
+        scheduler = getattr(self, "lr_scheduler", None)
+        self._good = GoodState(
+            self.state.global_step,
+            {name: p.detach().clone() for name, p in self._trainable_params().items()},
+            copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None,
+            copy.deepcopy(scheduler.state_dict()) if scheduler is not None else None,
+        )
+
+    def hold_back(self, verdict: GuardVerdict) -> int:
+        """Rewind to the last good state and serve its weights as this step's version (module docstring);
+        returns the version kept. Every process."""
+        from openclaw_trl.trainer.versions import follow_global_step
+
+        good, step = self._good, self.state.global_step
+        with torch.no_grad():
+            for name, param in self._trainable_params().items():
+                param.copy_(good.params[name])
+        if good.optimizer is not None:
+            self.optimizer.load_state_dict(copy.deepcopy(good.optimizer))
+        if good.scheduler is not None and getattr(self, "lr_scheduler", None) is not None:
+            self.lr_scheduler.load_state_dict(copy.deepcopy(good.scheduler))
+            follow_global_step(self.lr_scheduler, step)
+        self._held_from = good.version
+        self.publish(parent=good.version, updates=0, note="held")
+        logger.warning(
+            "update %d was held back: %s. Version %d keeps serving (as v%d); training goes on from it",
+            step,
+            verdict.reason,
+            good.version,
+            step,
+        )
+        return good.version
+
+    def take_held_from(self) -> int | None:
+        """The version a held-back step's checkpoint holds (once: the checkpoint of that step reads it)."""
+        held, self._held_from = self._held_from, None
+        return held
