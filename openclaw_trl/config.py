@@ -371,12 +371,13 @@ class OpenClawConfig(GRPOConfig):
         number: the kept weights serve under it (lineage parent: the version kept, 0 updates). Logged per
         update: `guard/held`, the three signals, `guard/seconds`. Without PEFT (full fine-tuning) only
         `guard/kl_served` is checked (there is no adapter to switch off for the base).
-    guard_recent_prompts (`int`, defaults to `4`):
+    guard_recent_prompts (`int`, defaults to `2`):
         The person's most recent main turns (distinct prompts, private sessions left out) the candidate is
         compared on; prompts longer than `max_judge_prompt_tokens` are left out.
     guard_neutral_prompts (`list[str]` or `None`, defaults to `None`):
-        User messages of the anchored comparison with the base (two base replies each, at most 48 tokens,
-        sampled once per run); `None`: three everyday ones ("Hi! What can you do?", ...); `[]`: none.
+        User messages of the anchored comparison with the base (one base reply each, at most 32 tokens,
+        sampled once per run); `None`: two everyday ones ("Hi! What can you do?", "Tell me something
+        interesting."); `[]`: none.
     guard_max_kl_served (`float`, defaults to `1.0`), guard_max_kl_base (`float`, defaults to `1.0`):
         The most KL per token (nats) a version may show from the version served / from the base.
     guard_entropy_ratio_range (`list[float]`, defaults to `[0.5, 2.0]`):

@@ -241,6 +241,7 @@ def run_conversations(
             session = f"{session_prefix}-{seed}-{i}"
             messages = [{"role": "user", "content": user.opening(rng)}]
             first_ok, turn_ids = None, []
+
             def chat(done: bool) -> tuple[str, str]:
                 request_seed = request_seeds.randrange(2**31) if request_seeds is not None else None
                 answer = _chat(client, messages, session, max_tokens, done=done, seed=request_seed)

@@ -10,6 +10,7 @@ import pytest
 from engine_contract import EngineContract
 
 from openclaw_trl.engines import GenerationRequest, SamplingParams, create_engine
+from tests.helpers import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -175,4 +176,40 @@ def test_n_candidates_decode_from_one_prefill(tiny_model_dir, tiny_tokenizer):
             assert alone.token_ids == out.token_ids
             assert max(abs(x - y) for x, y in zip(alone.logprobs, out.logprobs)) < 1e-4
     finally:
+        eng.close()
+
+
+def test_learning_moves_while_chat_requests_arrive_back_to_back(tiny_model_dir, tiny_tokenizer):
+    """Two callers keep the serve queue full (as two users' agents do); a judge vote and a teacher score
+    (``learn`` work) still finish while they talk, instead of waiting for a gap that never comes."""
+    eng = create_engine("hf", tiny_model_dir, dtype="float32", max_batch_size=8, learn_max_wait_s=0.05)
+    ps = contract.prompts(tiny_tokenizer, 2)
+    stop, served = threading.Event(), []
+
+    def talk(prompt):
+        while not stop.is_set():
+            eng.generate([GenerationRequest(prompt, SamplingParams(max_new_tokens=12))])
+            served.append(1)
+
+    talkers = [threading.Thread(target=talk, args=(p,), daemon=True) for p in ps]
+    try:
+        for t in talkers:
+            t.start()
+        wait_until(lambda: len(served) >= 4, timeout=120, what="serving under way")
+        before = len(served)
+        vote = eng.generate(
+            [GenerationRequest(ps[0], SamplingParams(max_new_tokens=8), weights="base")],
+            priority="learn",
+            timeout_s=300,
+        )
+        scores = eng.score(ps[:1], [vote[0].token_ids], weights="base", priority="learn", timeout_s=300)
+        assert len(scores.logprobs[0]) == len(vote[0].token_ids)
+        assert all(
+            t.is_alive() for t in talkers
+        )  # the callers never stopped: learning did not wait for a gap
+        wait_until(lambda: len(served) > before + 1, timeout=120, what="serving going on")
+    finally:
+        stop.set()
+        for t in talkers:
+            t.join(timeout=60)
         eng.close()

@@ -190,5 +190,7 @@ def test_the_score_measures_the_hints_not_the_distance_between_policy_and_teache
         assert max(range(4), key=lambda i: after[i]) == 1
         live = memory_judge(engine, store, teacher="policy").scores(items)
         for item, score in zip(items, live, strict=True):
-            expected = teacher_sum(engine, BULLETS, item, "policy") - teacher_sum(engine, None, item, "policy")
+            expected = teacher_sum(engine, BULLETS, item, "policy") - teacher_sum(
+                engine, None, item, "policy"
+            )
             assert score == pytest.approx(expected, abs=1e-3)

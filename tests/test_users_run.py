@@ -221,27 +221,81 @@ def test_a_stored_response_is_read_only_by_its_user(live):
     assert follow.status_code == 404, follow.text
 
 
-def _app(run, *extra):
-    """``app.py`` with two users on the tiny simulated recipe, in a subprocess (stdout: the JSON summary)."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+class _App:
+    """``app.py`` with two users on the tiny simulated recipe, in a subprocess whose output goes to files (a
+    pipe nobody reads would block the server once full). Used as a context manager: the process is killed on
+    the way out, whatever happened, so a failing test never leaves a server training in the background."""
 
-    root = Path(__file__).parent.parent
-    env = {**os.environ, **KEYS, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
-    cmd = [sys.executable, "app.py", *_argv(run.parent, "--output_dir", str(run), *extra)]
-    return subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def __init__(self, run, name: str, *extra):
+        import os
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        root = Path(__file__).parent.parent
+        env = {**os.environ, **KEYS, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+        cmd = [sys.executable, "app.py", *_argv(run.parent, "--output_dir", str(run), *extra)]
+        self.run, self.out_path, self.err_path = run, run.parent / f"{name}.out", run.parent / f"{name}.err"
+        with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
+            self.proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=out, stderr=err, text=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    def stderr(self) -> str:
+        return self.err_path.read_text()
+
+    def stdout(self) -> str:
+        return self.out_path.read_text()
+
+    def state(self) -> str:
+        """What each user's store shows (for a failure message): updates consumed, samples waiting, turns
+        judged and failed, and the end of the server's log."""
+        lines = [f"process alive: {self.proc.poll() is None}"]
+        for name in ("alice", "bob"):
+            lines.append(f"{name}: {_store_counts(self.run, name)}")
+        lines.append("log tail:\n" + "\n".join(self.stderr().splitlines()[-30:]))
+        return "\n".join(lines)
+
+
+def _store_counts(run, name) -> dict:
+    import sqlite3
+
+    queries = {
+        "last consumed step": "SELECT MAX(consumed_step) FROM samples",
+        "samples waiting": "SELECT COUNT(*) FROM samples WHERE consumed_step IS NULL AND dropped_reason IS NULL",
+        "turns": "SELECT COUNT(*) FROM turns",
+        "turns judged": "SELECT COUNT(*) FROM turns WHERE status = 'judged'",
+        "turns failed": "SELECT COUNT(*) FROM turns WHERE status = 'failed'",
+    }
+    try:
+        with sqlite3.connect(run / "users" / name / "openclaw.sqlite") as conn:
+            return {k: conn.execute(q).fetchone()[0] for k, q in queries.items()}
+    except sqlite3.Error as err:
+        return {"store": str(err)}
 
 
 def _consumed_step(run, name) -> int:
-    import sqlite3
+    return _store_counts(run, name).get("last consumed step") or 0
+
+
+def _wait_for_users(app: _App, predicate, what: str, timeout: float = 600) -> None:
+    """``wait_until`` that names, on a timeout, what each user's store held and what the server logged."""
+
+    def ready():
+        if app.proc.poll() is not None:
+            raise AssertionError(f"the server exited (code {app.proc.returncode}) while waiting for {what}")
+        return predicate()
 
     try:
-        with sqlite3.connect(run / "users" / name / "openclaw.sqlite") as conn:
-            return conn.execute("SELECT MAX(consumed_step) FROM samples").fetchone()[0] or 0
-    except sqlite3.Error:
-        return 0
+        wait_until(ready, timeout=timeout, what=what)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{app.state()}") from None
 
 
 @pytest.mark.slow
@@ -251,35 +305,33 @@ def test_sigkill_and_sigterm_keep_every_users_updates(tmp_path):
     import signal
 
     run = tmp_path / "run"
-    first = _app(run, "--max_steps", "1000")
-    wait_until(
-        lambda: (
-            first.poll() is None
-            and all(
+    with _App(run, "first", "--max_steps", "1000") as first:
+        _wait_for_users(
+            first,
+            lambda: all(
                 (run / "users" / n / "checkpoint-2" / "trainer_state.json").exists() for n in ("alice", "bob")
-            )
-        ),
-        timeout=600,
-        what="two checkpointed updates of each user",
-    )
-    first.send_signal(signal.SIGKILL)
-    first.wait()
+            ),
+            "two checkpointed updates of each user",
+        )
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait()
     kept = {}
     for name in ("alice", "bob"):
         steps = [int(p.name.split("-")[1]) for p in (run / "users" / name).glob("checkpoint-*")]
         kept[name] = max(steps)
         assert kept[name] >= 2
 
-    second = _app(run, "--max_steps", "1000")
-    wait_until(
-        lambda: second.poll() is None and all(_consumed_step(run, n) > kept[n] for n in kept),
-        timeout=600,
-        what="one more update of each user after the restart",
-    )
-    second.send_signal(signal.SIGTERM)
-    out, err = second.communicate(timeout=300)
-    assert second.returncode == 0, err[-3000:]
-    summary = json.loads(out.strip().splitlines()[-1])["users"]
+    with _App(run, "second", "--max_steps", "1000") as second:
+        _wait_for_users(
+            second,
+            lambda: all(_consumed_step(run, n) > kept[n] for n in kept),
+            f"one more update of each user after the restart (checkpoints kept: {kept})",
+        )
+        second.proc.send_signal(signal.SIGTERM)
+        second.proc.wait(timeout=300)
+        err = second.stderr()
+        assert second.proc.returncode == 0, err[-3000:]
+        summary = json.loads(second.stdout().strip().splitlines()[-1])["users"]
     for name in ("alice", "bob"):
         step = summary[name]["policy_version"]
         assert step > kept[name], (name, step, kept)  # continued from the checkpoint, not from 0

@@ -228,6 +228,12 @@ class BenchSettings:
     # normal updates' gradient norms are 0.05-0.5; at 1.0 the rare spikes (10-50) sent Combine runs into collapse
     # (fidelity to ~0 within two updates)
     max_grad_norm: float = 0.1
+    optim: str = "adamw_torch"  # the optimizer and its schedule: TrainingArguments' names
+    adam_epsilon: float = 1e-8
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    lr_scheduler_type: str = "constant"
+    guard: str = "on"  # the version guard: on, off, or observe (signals logged, no version held back)
     lora_r: int = 8
     lora_alpha: int = 16
     num_iterations: int = 1
@@ -241,7 +247,9 @@ class BenchSettings:
     preferred: str = toy_world.PREFERRED  # a run's own: its row's preference
     max_conversations: int = 480  # per run: OPD learns from failures only, so it needs ever more talk
     sample_timeout_s: float = 600.0
-    schedule: str = "lockstep"  # lockstep: a run is a function of its seed; live: batches follow thread timing
+    schedule: str = (
+        "lockstep"  # lockstep: a run is a function of its seed; live: batches follow thread timing
+    )
 
 
 @dataclass
@@ -286,6 +294,13 @@ def build_config(row: Row, seed: int, settings: BenchSettings, out_dir: Path, mo
         num_iterations=settings.num_iterations,
         learning_rate=settings.learning_rate,
         max_grad_norm=settings.max_grad_norm,
+        optim=settings.optim,
+        adam_epsilon=settings.adam_epsilon,
+        warmup_steps=settings.warmup_steps,
+        weight_decay=settings.weight_decay,
+        lr_scheduler_type=settings.lr_scheduler_type,
+        guard=settings.guard != "off",
+        **(OBSERVE_ONLY if settings.guard == "observe" else {}),
         w_rl=settings.w_rl,
         w_opd=settings.w_opd,
         temperature=settings.temperature,
@@ -317,6 +332,13 @@ def build_config(row: Row, seed: int, settings: BenchSettings, out_dir: Path, mo
     return config, model_args
 
 
+OBSERVE_ONLY = {
+    "guard_max_kl_served": 1e9,
+    "guard_max_kl_base": 1e9,
+    "guard_entropy_ratio_range": [0.0, 1e9],
+}
+"""The guard's bounds of ``--guard observe``: every signal is measured and logged, no version is held back."""
+
 TRAINER_KEYS = (
     "reward",
     "opd/hint_accept_rate",
@@ -334,6 +356,12 @@ TRAINER_KEYS = (
     "grad_norm",
     "best_of_n/score_mean",
     "best_of_n/served_score",
+    "guard/held",
+    "guard/kl_served",
+    "guard/kl_base",
+    "guard/entropy_ratio",
+    "guard/seconds",
+    "time/update_s",
 )
 
 
@@ -596,6 +624,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--updates", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--learning-rate", type=float, default=None)
+    parser.add_argument("--optim", default=None, help="TrainingArguments' optim (adamw_torch, sgd, ...)")
+    parser.add_argument("--adam-epsilon", type=float, default=None)
+    parser.add_argument("--warmup-steps", type=int, default=None)
+    parser.add_argument("--weight-decay", type=float, default=None)
+    parser.add_argument("--max-grad-norm", type=float, default=None)
+    parser.add_argument("--lr-scheduler-type", default=None)
+    parser.add_argument(
+        "--guard",
+        choices=("on", "off", "observe"),
+        default=None,
+        help="the version guard (default on); observe: its signals logged, no version held back",
+    )
     parser.add_argument("--max-conversations", type=int, default=None, help="per run (budget)")
     parser.add_argument("--teacher", choices=("base", "policy"), default=None, help="OPD teacher weights")
     parser.add_argument("--w-rl", type=float, default=None, help="Combine's reward weight (ablations)")
@@ -639,6 +679,18 @@ def main(argv: list[str] | None = None) -> int:
     settings.updates = args.updates or settings.updates
     settings.batch_size = args.batch_size or settings.batch_size
     settings.learning_rate = args.learning_rate or settings.learning_rate
+    tunable = (
+        "optim",
+        "adam_epsilon",
+        "warmup_steps",
+        "weight_decay",
+        "max_grad_norm",
+        "lr_scheduler_type",
+        "guard",
+    )
+    for name in tunable:
+        if getattr(args, name) is not None:
+            setattr(settings, name, getattr(args, name))
     settings.max_conversations = args.max_conversations or settings.max_conversations
     settings.teacher = args.teacher or settings.teacher
     settings.schedule = args.schedule

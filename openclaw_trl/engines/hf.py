@@ -15,7 +15,10 @@ Concurrency model: one owner thread runs every computation on the model.
 * Serving goes ahead of learning (``priority``, see ``engines/base.py``). ``serve`` work runs to its end.
   ``learn`` work (judge votes, teacher scoring) runs one bounded piece at a time — one decode step of its batch,
   or one scoring forward — and before each piece the thread takes in new jobs and runs every waiting ``serve``
-  job first. So a chat request waits for at most one piece of learning work.
+  job first. So a chat request waits for at most one piece of learning work. Learning is never starved: when
+  chat requests keep arriving back to back (several users, an agent's parallel calls), learning work that has
+  waited ``learn_max_wait_s`` gets one piece between two serve batches, so the judge and the teacher keep
+  turning replies into samples at a bounded cost to serving (one piece per serve batch while overdue).
 * A caller that gives up (``timeout_s``) cancels its job: rows not started are dropped, rows in progress stop at
   the next step, a scoring job stops before its next forward; the caller gets ``TimeoutError``.
 * A request that fails on its own (its generator cannot be seeded, its sampling step raises) fails alone: its
@@ -131,6 +134,8 @@ class HFEngine:
             buffer). More users than that share the slots, least recently used first (module docstring).
         mix_adapters: decode rows of different adapters (and ``base`` rows) in one batch (module docstring);
             ``False``: one batch per weights. Ignored (one batch per weights) for LoRA setups ``hf_mixed`` does not mix.
+        learn_max_wait_s: the longest learning work waits behind back-to-back serving before it gets one piece
+            between two serve batches (module docstring).
     """
 
     def __init__(
@@ -149,6 +154,7 @@ class HFEngine:
         prefix_cache_min_tokens: int = DEFAULT_PREFIX_CACHE_MIN_TOKENS,
         max_adapters: int = 1,
         mix_adapters: bool = True,
+        learn_max_wait_s: float = 0.5,
     ) -> None:
         import torch
 
@@ -170,6 +176,8 @@ class HFEngine:
         self.mix_adapters = mix_adapters
         self.max_batch_size = max(1, int(max_batch_size))
         self.batch_wait_s = batch_wait_s
+        self.learn_max_wait_s = float(learn_max_wait_s)
+        self._learn_clock: float | None = None  # since when learning work has waited (None: none waits)
         self._runner = HFRunner(
             self.model,
             self.device,
@@ -299,7 +307,7 @@ class HFEngine:
                 block=starting and not len(self._pending), wait_s=self.batch_wait_s if starting else 0
             ):
                 break
-            if self._pending.rows["serve"]:
+            if self._pending.rows["serve"] and not self._learning_overdue(learning):
                 task = self._next_task("serve")
                 while task is not None and self._advance(task):
                     pass
@@ -307,8 +315,20 @@ class HFEngine:
             learning = learning or self._next_task("learn")
             if learning is not None and not self._advance(learning):
                 learning = None
+            self._learn_clock = None  # learning just moved (or nothing waits): its wait starts again
         if learning is not None:
             self._abandon(learning, RuntimeError("HFEngine closed"))
+
+    def _learning_overdue(self, learning: _Task | None) -> bool:
+        """Whether learning work (a task under way or ``learn`` rows waiting) has waited ``learn_max_wait_s``
+        behind serving: it then gets the next piece."""
+        if learning is None and not self._pending.rows["learn"]:
+            self._learn_clock = None
+            return False
+        now = time.monotonic()
+        if self._learn_clock is None:
+            self._learn_clock = now
+        return now - self._learn_clock >= self.learn_max_wait_s
 
     def _collect(self, block: bool, wait_s: float) -> bool:
         """Take in queued jobs (waiting for one when ``block``), then more for up to ``wait_s`` while less than a

@@ -40,7 +40,6 @@ from dataclasses import dataclass, field
 NEUTRAL_PROMPTS = (
     "Hi! What can you do?",
     "Tell me something interesting.",
-    "How are you today?",
 )
 """Prompts that ask for nothing in particular: what a model answers there should stay sound whatever the
 person teaches it."""
@@ -63,10 +62,10 @@ class GuardConfig:
     """
 
     enabled: bool = True
-    recent_prompts: int = 4
+    recent_prompts: int = 2
     neutral_prompts: tuple[str, ...] = NEUTRAL_PROMPTS
-    samples: int = 2
-    max_new_tokens: int = 48
+    samples: int = 1
+    max_new_tokens: int = 32
     max_prompt_tokens: int = 1024
     max_kl_served: float = 1.0
     max_kl_base: float = 1.0

@@ -116,7 +116,7 @@ class TrainerSafety:
             input_ids,
             attention,
             batch["completion_ids"].size(1),
-            batch_size=self.args.per_device_train_batch_size,
+            batch_size=None,  # every row in one forward: a few short rows
             compute_entropy=True,
         )
         out = []
