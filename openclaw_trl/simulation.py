@@ -233,6 +233,14 @@ def run_conversations(
     """
     rng = random.Random(seed)
     request_seeds = random.Random(f"requests-{seed}") if seeded else None
+
+    def chat(messages: list, session: str, done: bool) -> tuple[str, str]:
+        request_seed = request_seeds.randrange(2**31) if request_seeds is not None else None
+        answer = _chat(client, messages, session, max_tokens, done=done, seed=request_seed)
+        if after_reply is not None:
+            after_reply()
+        return answer
+
     logs = []
     with OpenAIClient(base_url.rstrip("/") + "/v1", model, api_key, timeout) as client:
         for i in range(n):
@@ -242,16 +250,9 @@ def run_conversations(
             messages = [{"role": "user", "content": user.opening(rng)}]
             first_ok, turn_ids = None, []
 
-            def chat(done: bool) -> tuple[str, str]:
-                request_seed = request_seeds.randrange(2**31) if request_seeds is not None else None
-                answer = _chat(client, messages, session, max_tokens, done=done, seed=request_seed)
-                if after_reply is not None:
-                    after_reply()
-                return answer
-
             for turn in range(user.max_turns):
                 last = turn == user.max_turns - 1
-                reply, turn_id = chat(done=False)
+                reply, turn_id = chat(messages, session, done=False)
                 turn_ids.append(turn_id)
                 if feedback and turn_id:
                     _rate(client, user, reply, int(turn_id), session)
@@ -263,7 +264,7 @@ def run_conversations(
                 ]
                 if reaction.satisfied or last:
                     # The reaction is the next state of the last reply; this final request closes the session.
-                    _, turn_id = chat(done=True)
+                    _, turn_id = chat(messages, session, done=True)
                     turn_ids.append(turn_id)
                     break
             logs.append(ConversationLog(session, bool(first_ok), len(turn_ids), turn_ids))
