@@ -181,15 +181,17 @@ def test_goals_name_the_rows_that_meet_them_and_the_best_shortfall():
         "name": "combine@p0.2",
         "label": "Combine",
         "value": 20.0,
-        "threshold": 30,
-        "miss": -10.0,
+        "threshold": 20,
+        "miss": 0.0,
         "seeds_there": 2,
         "seeds": 2,
     }
     stable = goals["sessions_until_stable"]
-    assert stable["met_by"] == [] and stable["best"]["value"] == 23.0 and stable["best"]["miss"] == 8.0
-    fidelity = goals["fidelity_drop"]
+    assert stable["met_by"] == [] and stable["best"]["value"] == 23.0 and stable["best"]["miss"] == 11.0
+    fidelity = goals["fidelity_worst_drop"]  # the worst seed's worst point
     assert fidelity["met_by"] == ["combine@p0.2"] and fidelity["best"]["miss"] == -0.01
+    distinct = goals["distinct_ratio"]  # no reference without the evaluation's answers per topic
+    assert distinct["met_by"] == [] and distinct["best"] is None
     served = goals["served_before_update"]  # each row against its own base rate (its update-0 score, 0.3)
     assert served["met_by"] == ["combine@p0.2"] and served["best"]["value"] == 0.5
     assert served["best"]["threshold"] == 0.3 and served["best"]["miss"] == -0.2
@@ -203,8 +205,8 @@ def test_goals_name_the_rows_that_meet_them_and_the_best_shortfall():
 
 def test_a_row_with_more_seeds_there_beats_a_faster_row_with_fewer():
     runs = [
-        new_run("combine", 0, conversations=(0, 30, 40, 50)),
-        new_run("combine", 1, conversations=(0, 30, 40, 50)),
+        new_run("combine", 0, conversations=(0, 20, 30, 40)),
+        new_run("combine", 1, conversations=(0, 20, 30, 40)),
         new_run("rl", 0, conversations=(0, 1, 2, 3)),
         new_run("rl", 1, rates=(0.3, 0.4, 0.5, 0.6)),
     ]
@@ -212,7 +214,7 @@ def test_a_row_with_more_seeds_there_beats_a_faster_row_with_fewer():
     goal = out["goals"][0]
     assert goal["best"]["name"] == "combine@p0.2" and goal["best"]["miss"] == 10.0 and goal["met_by"] == []
     table = "\n".join(headline.goals_table(out))
-    assert "| Combine: 40 (2/2 seeds) | 10 |" in table
+    assert "| Combine: 30 (2/2 seeds) | 10 |" in table
     # the only row with a seed stable is RL, fast enough but with a seed that never got there
     assert "| none | RL: 7 (1/2 seeds) | 1 seed(s) never got there |" in table
 
@@ -273,7 +275,15 @@ def test_summary_markdown_gains_the_headline_and_goals():
     out = results_json.summary_json(report, ROWS_META)
     text = summary.summary_markdown(report, {"combine": "Combine"}, out)
     assert "## Headline" in text and "| Combine | 0.2 | no | 10 (2/2) | 13 (2/2) |" in text
-    assert "| fidelity drop ≤ 0.05 | Combine | Combine: 0.040 | meets it |" in text
+    assert (
+        "| worst fidelity drop of any served version ≤ 0.05 (the worst seed) | Combine | Combine: 0.040 | meets it |"
+        in text
+    )
+    # one answer per topic: every distinct answer is distinct (reference 1.0); 0.3 at the end is far below it
+    assert (
+        "| distinct answers at the end ≥ 90% of sampling the preferred answers uniformly (the worst seed) | none | Combine: 0.300 | 0.600 |"
+        in text
+    )
     assert "## Headline" not in summary.summary_markdown(report, {"combine": "Combine"})
 
 
@@ -296,3 +306,20 @@ def test_plot_draws_one_panel_per_noise(tmp_path):
     assert path.stat().st_size > 0
     summary.plot(report_of([]), tmp_path / "none.png")
     assert not (tmp_path / "none.png").exists()
+
+
+def test_distinct_reference_is_uniform_sampling_of_the_preferred_answers():
+    """K preferred answers per topic, n answers sampled: E[distinct] / n = K (1 - (1 - 1/K)^n) / n (bulleted:
+    K = 40 orders of 1-3 of 4 facts; brief: 16 one-fact answers in 4 styles; both: 4)."""
+    assert results_json.distinct_reference("bullets", 8) == pytest.approx(40 * (1 - (39 / 40) ** 8) / 8)
+    assert results_json.distinct_reference("brief", 8) == pytest.approx(16 * (1 - (15 / 16) ** 8) / 8)
+    assert results_json.distinct_reference("bullets+brief", 8) == pytest.approx(4 * (1 - 0.75**8) / 8)
+    assert results_json.distinct_reference("bullets", 1) == pytest.approx(1.0)
+    runs = [new_run("combine", 0, distinct=[0.9, 0.9, 0.9, 0.825]), new_run("combine", 1)]
+    report = report_of(runs) | {"settings": {"updates": 3, "eval_per_topic": 8}}
+    entry = results_json.summary_json(report, ROWS_META)["entries"][0]
+    assert entry["distinct_reference"] == round(results_json.distinct_reference("bullets", 8), 3)
+    assert entry["distinct_ratio"]["per_seed"] == [
+        0.9,
+        round(0.3 / results_json.distinct_reference("bullets", 8), 3),
+    ]

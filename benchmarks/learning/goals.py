@@ -17,9 +17,15 @@ from __future__ import annotations
 GOAL_NOISE = 0.2
 
 
-def _figure(entry: dict, metric: str):
+def _figure(entry: dict, metric: str, aggregate: str = "mean"):
+    """The entry's figure: the mean over seeds, or the worst seed's (``aggregate`` "max" / "min")."""
     value = entry[metric]
-    return value["mean"] if isinstance(value, dict) else value
+    if not isinstance(value, dict):
+        return value
+    if aggregate == "mean":
+        return value["mean"]
+    known = [v for v in value["per_seed"] if v is not None]
+    return (max if aggregate == "max" else min)(known) if known else None
 
 
 def _seeds_there(entry: dict, metric: str) -> int:
@@ -39,27 +45,37 @@ def _goals() -> list[dict]:
     return [
         {
             "id": "conversations_to_0_9",
-            "text": "≥ 0.9 within 30 conversations on average with all seeds getting there",
+            "text": "≥ 0.9 within 20 conversations on average with all seeds getting there",
             "metric": "conversations_to_0_9",
             "op": "<=",
-            "threshold": 30,
+            "threshold": 20,
             "all_seeds": True,
         },
         {
             "id": "sessions_until_stable",
-            "text": "sessions until stable ≤ 15 (all seeds getting there)",
+            "text": "sessions until stable ≤ 12 (all seeds getting there)",
             "metric": "sessions_until_stable",
             "op": "<=",
-            "threshold": 15,
+            "threshold": 12,
             "all_seeds": True,
         },
         {
-            "id": "fidelity_drop",
-            "text": "fidelity drop ≤ 0.05",
-            "metric": "fidelity_drop",
+            "id": "fidelity_worst_drop",
+            "text": "worst fidelity drop of any served version ≤ 0.05 (the worst seed)",
+            "metric": "fidelity_worst_drop",
             "op": "<=",
             "threshold": 0.05,
             "all_seeds": False,
+            "aggregate": "max",
+        },
+        {
+            "id": "distinct_ratio",
+            "text": "distinct answers at the end ≥ 90% of sampling the preferred answers uniformly (the worst seed)",
+            "metric": "distinct_ratio",
+            "op": ">=",
+            "threshold": 0.9,
+            "all_seeds": False,
+            "aggregate": "min",
         },
         {
             "id": "served_before_update",
@@ -76,8 +92,12 @@ def _miss(value: float, op: str, threshold: float) -> float:
     return value - threshold if op == "<=" else threshold - value
 
 
+def _goal_figure(entry: dict, goal: dict):
+    return _figure(entry, goal["metric"], goal.get("aggregate", "mean"))
+
+
 def _meets(entry: dict, goal: dict) -> bool:
-    value, threshold = _figure(entry, goal["metric"]), _threshold(entry, goal)
+    value, threshold = _goal_figure(entry, goal), _threshold(entry, goal)
     if value is None or threshold is None:
         return False
     if goal["all_seeds"] and _seeds_there(entry, goal["metric"]) < len(entry["seeds"]):
@@ -90,7 +110,7 @@ def _rank(entry: dict, goal: dict) -> tuple:
     """Sort key, best first: most seeds there (goals on every seed), then the smallest miss."""
     metric = goal["metric"]
     seeds = -_seeds_there(entry, metric) if goal["all_seeds"] else 0
-    return (seeds, _miss(_figure(entry, metric), goal["op"], _threshold(entry, goal)))
+    return (seeds, _miss(_goal_figure(entry, goal), goal["op"], _threshold(entry, goal)))
 
 
 def evaluate_goals(entries: list[dict], noise: float = GOAL_NOISE) -> list[dict]:
@@ -101,11 +121,13 @@ def evaluate_goals(entries: list[dict], noise: float = GOAL_NOISE) -> list[dict]
     out = []
     for goal in _goals():
         metric, op = goal["metric"], goal["op"]
-        scored = [e for e in candidates if _figure(e, metric) is not None and _threshold(e, goal) is not None]
+        scored = [
+            e for e in candidates if _goal_figure(e, goal) is not None and _threshold(e, goal) is not None
+        ]
         best = None
         if scored:
             top = min(scored, key=lambda e: _rank(e, goal))
-            value = _figure(top, metric)
+            value = _goal_figure(top, goal)
             best = {
                 "name": top["name"],
                 "label": top["label"],

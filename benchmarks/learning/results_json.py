@@ -41,6 +41,10 @@ ENTRY_KEYS = (
     "fidelity_worst_drop",
     "fidelity_unseen_drop",
     "distinct_drop",
+    "distinct_final",
+    "distinct_reference",
+    "distinct_ratio",
+    "guard_held",
     "base_rate",
     "final_score",
     "final_score_unseen",
@@ -123,10 +127,33 @@ def _per_seed(values: list) -> dict:
     return {"mean": _mean(values), "per_seed": list(values)}
 
 
-def group_entry(runs: list[dict], rows_meta=None) -> dict:
-    """The summary entry of one group (same row and judge noise; one run per seed)."""
+def distinct_reference(preference: str, answers_per_topic: int) -> float:
+    """What ``distinct`` (distinct answers / answers, per topic) would be for a model that samples the answers
+    meeting ``preference`` uniformly: ``E[distinct of n draws from K] / n = K (1 - (1 - 1/K)^n) / n``, ``K`` the
+    number of well-formed answers about the topic that meet the preference, averaged over the topics."""
+    from openclaw_trl.toy import world as toy_world
+
+    wants, n = toy_world.preference(preference), answers_per_topic
+    per_topic = []
+    for topic in toy_world.TOPICS:
+        k = sum(wants.matches(text) for text in toy_world.well_formed_answers(topic))
+        per_topic.append(k * (1 - (1 - 1 / k) ** n) / n if k else 0.0)
+    return statistics.fmean(per_topic)
+
+
+def _held(run: dict) -> int | None:
+    """Versions the guard held back in a run (None when the run did not log the guard)."""
+    held = [m.get("guard/held") for m in run.get("trainer_metrics", [])]
+    return int(sum(h for h in held if h)) if any(h is not None for h in held) else None
+
+
+def group_entry(runs: list[dict], rows_meta=None, answers_per_topic: int | None = None) -> dict:
+    """The summary entry of one group (same row and judge noise; one run per seed). ``answers_per_topic``:
+    the evaluation's answers per topic (the distinct reference's ``n``; None: no reference)."""
     row, noise = runs[0]["row"], runs[0]["noise"]
     info = row_info(runs, rows_meta)
+    final_distinct = [r["distinct"][-1] if r.get("distinct") else None for r in runs]
+    reference = distinct_reference(info["preference"], answers_per_topic) if answers_per_topic else None
     reach = [conversations_to(r, TARGET) for r in runs]
     stable = [sessions_until_stable(r) for r in runs]
     unseen_final = [r["rates_unseen"][-1] if r.get("rates_unseen") else None for r in runs]
@@ -147,6 +174,12 @@ def group_entry(runs: list[dict], rows_meta=None) -> dict:
         "fidelity_worst_drop": _per_seed([_worst_drop(r.get("fidelity")) for r in runs]),
         "fidelity_unseen_drop": _per_seed([_drop(r.get("fidelity_unseen")) for r in runs]),
         "distinct_drop": _per_seed([_drop(r.get("distinct")) for r in runs]),
+        "distinct_final": _per_seed(final_distinct),
+        "distinct_reference": reference,
+        "distinct_ratio": _per_seed(
+            [d / reference if d is not None and reference else None for d in final_distinct]
+        ),
+        "guard_held": _per_seed([_held(r) for r in runs]),
         "base_rate": _mean(r["rates"][0] for r in runs if r.get("rates")),
         "final_score": _mean(r["rates"][-1] for r in runs if r.get("rates")),
         "final_score_unseen": _mean(unseen_final),
@@ -177,7 +210,8 @@ def summary_json(report: dict, rows_meta=None, goal_noise: float | None = None) 
     :data:`goals.GOAL_NOISE`)."""
     from goals import GOAL_NOISE, evaluate_goals
 
-    entries = [group_entry(g, rows_meta) for g in _groups(report.get("runs", []), rows_meta)]
+    per_topic = (report.get("settings") or {}).get("eval_per_topic")
+    entries = [group_entry(g, rows_meta, per_topic) for g in _groups(report.get("runs", []), rows_meta)]
     base_rate = report.get("base_rate")
     return _round(
         {
