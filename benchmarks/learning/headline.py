@@ -106,12 +106,14 @@ def readme_table(summary: dict, noise: float = GOAL_NOISE) -> str:
     lines = [
         f"Judge noise p = {noise:g}; mean over seeds (seeds that got there in brackets); score: the fraction of "
         "answers in the user's preference, base model → after the run; fidelity drop: the share of well-formed "
-        "answers about the asked topic lost at the end of the run / at its worst point; served before update: "
-        "what Best-of-N serves with the base model once the user has given one hint.",
+        "answers about the asked topic lost at the end of the run (mean) / at the worst point of the worst seed; "
+        "distinct: distinct answers per topic at the end / what sampling the preferred answers uniformly gives; "
+        "held back: versions the guard did not serve, per run; served before update: what Best-of-N serves with "
+        "the base model once the user has given one hint.",
         "",
         "| method | preference | score | conversations to 0.9 | sessions until stable "
-        "| fidelity drop: end / worst | distinct drop | served before update |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| fidelity drop: end / worst | distinct / uniform | held back | served before update |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for e in entries:
         marked = e["oracle"] is True and "upper bound" not in e["label"]
@@ -122,12 +124,18 @@ def readme_table(summary: dict, noise: float = GOAL_NOISE) -> str:
             f"{_num(e['base_rate'])} → {_num(e['final_score'])}",
             _reach(e["conversations_to_0_9"]),
             _reach(e["sessions_until_stable"]),
-            f"{_num(e['fidelity_drop']['mean'], 3)} / {_num(e['fidelity_worst_drop']['mean'], 3)}",
-            _num(e["distinct_drop"]["mean"], 3),
+            f"{_num(e['fidelity_drop']['mean'], 3)} / {_num(_worst(e['fidelity_worst_drop'], max), 3)}",
+            f"{_num(e['distinct_final']['mean'])} / {_num(e['distinct_reference'])}",
+            _num(e["guard_held"]["mean"], 1),
             _num(e["served_before_update"]),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _worst(value: dict, pick) -> float | None:
+    known = [v for v in value["per_seed"] if v is not None]
+    return pick(known) if known else None
 
 
 def update_readme(readme_path, summary: dict, noise: float = GOAL_NOISE) -> bool:
