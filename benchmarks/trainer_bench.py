@@ -316,6 +316,7 @@ def openclaw_args(geometry: dict, steps: int, out_dir: str) -> dict:
         method="combine",
         store_path=str(Path(out_dir) / "store.sqlite"),
         adapter_history=0,
+        guard=False,  # the update alone, as the peer's (guard_bench.py measures the guard)
     )
     return args
 
@@ -327,8 +328,11 @@ def _load_model(path: Path):
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
 
 
-def build_openclaw(path: Path, samples: list, geometry: dict, steps: int, tmp: str, kd_topk: int, timer):
-    """``OpenClawTrainer`` on a store holding exactly the samples of ``steps`` updates."""
+def build_openclaw(
+    path: Path, samples: list, geometry: dict, steps: int, tmp: str, kd_topk: int, timer, extra_args=None
+):
+    """``OpenClawTrainer`` on a store holding exactly the samples of ``steps`` updates (``extra_args``: more
+    ``OpenClawConfig`` fields)."""
     from transformers import AutoTokenizer
 
     from openclaw_trl.config import OpenClawConfig
@@ -341,6 +345,7 @@ def build_openclaw(path: Path, samples: list, geometry: dict, steps: int, tmp: s
     args = openclaw_args(geometry, steps, tmp)
     if kd_topk:
         args.update(w_kd=0.1, kd_topk=kd_topk)
+    args.update(extra_args or {})
     return OpenClawTrainer(
         model=_load_model(path),
         args=OpenClawConfig(**args),

@@ -359,29 +359,30 @@ class OpenClawConfig(GRPOConfig):
 
     guard (`bool`, defaults to `True`):
         Check every new adapter before it is served, with signals that need no knowledge of what the person
-        prefers, all from one forward pass of the trained weights over a few short rows: `guard/kl_served`,
-        the KL per token from the version last served on the person's most recent turns (their replies and
-        sampling log-probs, turns of the batch just trained left out); `guard/kl_base`, the KL per token
-        from the base model on `guard_neutral_prompts` (replies sampled once from the base); and
-        `guard/entropy_ratio`, the trained weights' next-token entropy on those replies over the base's. A
-        version past a bound (or with inf/NaN weights) is held back: the last version that passed keeps
-        serving, the trainer rewinds to it (weights, optimizer and scheduler states, kept in memory) and
-        trains on from there, the samples of the held-back update are kept out of training with the reason,
-        and the log, `/v1/status` (`guard`) and the UI say why in plain words. The step still takes its
-        number: the kept weights serve under it (lineage parent: the version kept, 0 updates). Logged per
-        update: `guard/held`, the three signals, `guard/seconds`. Without PEFT (full fine-tuning) only
-        `guard/kl_served` is checked (there is no adapter to switch off for the base).
+        prefers: the trained weights' next-token distributions are compared with the base model's (adapter
+        off) at every reply position of a few short rows, the person's `guard_recent_prompts` most recent
+        turns (their served replies) and `guard_neutral_prompts` (replies sampled once from the base):
+        `guard/kl_base`, the mean KL(base || new) in nats per token (what a person teaches moves a few
+        positions of a reply, a broken adapter moves them all), and `guard/entropy_gap`, the new weights' mean
+        next-token entropy minus the base's (it falls when answers collapse onto a few strings, it rises when
+        they fall apart). A version past a bound (or with inf/NaN weights) is held back: the last version that
+        passed keeps serving, the trainer rewinds to it (weights, optimizer and scheduler states, kept in
+        memory) and trains on from there, the samples of the held-back update are kept out of training with
+        the reason, and the log, `/v1/status` (`guard`) and the UI say why in plain words. The step still
+        takes its number: the kept weights serve under it (lineage parent: the version kept, 0 updates).
+        Logged per update: `guard/held`, `guard/kl_base`, `guard/entropy_gap`, `guard/seconds`. Cost: one
+        forward of the new weights and one of the base over the rows. Needs a LoRA adapter (the base is the
+        reference): with full fine-tuning set `guard: false`.
     guard_recent_prompts (`int`, defaults to `2`):
-        The person's most recent main turns (distinct prompts, private sessions left out) the candidate is
-        compared on; prompts longer than `max_judge_prompt_tokens` are left out.
+        The person's most recent main turns (distinct prompts, private sessions left out) the guard compares
+        on, their replies cut to 32 tokens; prompts longer than `max_judge_prompt_tokens` are left out.
     guard_neutral_prompts (`list[str]` or `None`, defaults to `None`):
-        User messages of the anchored comparison with the base (one base reply each, at most 32 tokens,
-        sampled once per run); `None`: two everyday ones ("Hi! What can you do?", "Tell me something
-        interesting."); `[]`: none.
-    guard_max_kl_served (`float`, defaults to `1.0`), guard_max_kl_base (`float`, defaults to `1.0`):
-        The most KL per token (nats) a version may show from the version served / from the base.
-    guard_entropy_ratio_range (`list[float]`, defaults to `[0.5, 2.0]`):
-        The bounds of the entropy ratio: below, answers collapse onto a few strings; above, they fall apart.
+        User messages that ask for nothing in particular (one base reply each, at most 32 tokens, sampled once
+        per run); `None`: "Hi! What can you do?" and "Tell me something interesting."; `[]`: none.
+    guard_max_kl_base (`float`, defaults to `1.0`):
+        The most KL(base || new) per token (nats) a version may show.
+    guard_entropy_gap_range (`list[float]`, defaults to `[-1.0, 1.0]`):
+        `[low, high]` bounds of the entropy gap (nats per token).
 
     > TRL fields that do not apply
 
@@ -651,15 +652,13 @@ class OpenClawConfig(GRPOConfig):
     guard_neutral_prompts: list[str] | None = field(
         default=None, metadata={"help": "Neutral prompts of the guard's comparison with the base."}
     )
-    guard_max_kl_served: float = field(
-        default=GuardConfig.max_kl_served, metadata={"help": "Most KL/token from the version served."}
-    )
     guard_max_kl_base: float = field(
-        default=GuardConfig.max_kl_base, metadata={"help": "Most KL/token from the base on neutral prompts."}
+        default=GuardConfig.max_kl_base,
+        metadata={"help": "Most KL(base || new) per token a version may show."},
     )
-    guard_entropy_ratio_range: list[float] = field(
-        default_factory=lambda: list(GuardConfig.entropy_ratio_range),
-        metadata={"help": "[low, high] bounds of the entropy ratio to the base."},
+    guard_entropy_gap_range: list[float] = field(
+        default_factory=lambda: list(GuardConfig.entropy_gap_range),
+        metadata={"help": "[low, high] bounds of the entropy gap to the base (nats)."},
     )
 
     # Bounds on requests and work
@@ -791,9 +790,8 @@ class OpenClawConfig(GRPOConfig):
                 GuardConfig.max_new_tokens, self.max_completion_length or GuardConfig.max_new_tokens
             ),
             max_prompt_tokens=self.max_judge_prompt_tokens,
-            max_kl_served=self.guard_max_kl_served,
             max_kl_base=self.guard_max_kl_base,
-            entropy_ratio_range=tuple(self.guard_entropy_ratio_range),
+            entropy_gap_range=tuple(self.guard_entropy_gap_range),
             seed=self.seed,
         )
 

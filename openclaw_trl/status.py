@@ -47,6 +47,7 @@ class LearningStatus:
             "teacher_failed": store.judging.count_teacher_failed(),
             "samples_dropped_stale": store.queue.count_dropped_stale(),
             "samples_dropped_temperature": store.queue.count_dropped_temperature(),
+            "guard": guard_status(config, store),
             "best_of_n": config.best_of_n,
             "best_of_n_groups": store.groups.count_groups(),
             "learning_paused": store.versions.learning_paused(),
@@ -63,4 +64,20 @@ def _history_entry(entry: dict) -> dict:
         "hint_accept_rate": entry.get("opd/hint_accept_rate"),
         "opd_mean_advantage": entry.get("opd/mean_advantage"),
         "loss": entry.get("loss"),
+    }
+
+
+def guard_status(config, store) -> dict:
+    """What the version guard did, in plain words: whether it is on, the versions it held back and the last
+    one's reason (``last``: None when it never held one back)."""
+    held = store.lineage.held_back()
+    last = None
+    if held:
+        v = held[-1]
+        why = v.note.partition(":")[2].strip() or "it failed the guard's check"
+        last = f"v{v.version} was held back: {why}. The weights of v{v.parent} served in its place."
+    return {
+        "enabled": bool(getattr(config, "guard", False)),
+        "held_back": [v.version for v in held],
+        "last": last,
     }

@@ -332,11 +332,7 @@ def build_config(row: Row, seed: int, settings: BenchSettings, out_dir: Path, mo
     return config, model_args
 
 
-OBSERVE_ONLY = {
-    "guard_max_kl_served": 1e9,
-    "guard_max_kl_base": 1e9,
-    "guard_entropy_ratio_range": [0.0, 1e9],
-}
+OBSERVE_ONLY = {"guard_max_kl_base": 1e9, "guard_entropy_gap_range": [-1e9, 1e9]}
 """The guard's bounds of ``--guard observe``: every signal is measured and logged, no version is held back."""
 
 TRAINER_KEYS = (
@@ -357,9 +353,8 @@ TRAINER_KEYS = (
     "best_of_n/score_mean",
     "best_of_n/served_score",
     "guard/held",
-    "guard/kl_served",
     "guard/kl_base",
-    "guard/entropy_ratio",
+    "guard/entropy_gap",
     "guard/seconds",
     "time/update_s",
 )

@@ -38,7 +38,7 @@ class PublishedVersion:
     parent: int | None  # the version its weights started from (None: the initial adapter)
     updates: int  # optimizer updates from the parent's weights (0: the same weights, renumbered)
     created: float
-    note: str = ""  # update / initial / rollback / resume
+    note: str = ""  # update / initial / rollback / resume / "held: <why>" (the guard held the update back)
 
 
 class Lineage:
@@ -115,6 +115,22 @@ class PolicyLineage:
         return PublishedVersion(
             row["version"], row["parent"], row["updates"], row["created"], row["note"] or ""
         )
+
+    def held_back(self, limit: int = 100) -> list[PublishedVersion]:
+        """The versions whose trained weights the version guard held back (their rows' ``note`` starts with
+        ``held``: they serve the weights of their ``parent``), oldest first, the last ``limit``."""
+        rows = (
+            self._db.conn()
+            .execute(
+                "SELECT * FROM policy_lineage WHERE note LIKE 'held%' ORDER BY version DESC LIMIT ?",
+                (int(limit),),
+            )
+            .fetchall()
+        )
+        return [
+            PublishedVersion(r["version"], r["parent"], r["updates"], r["created"], r["note"] or "")
+            for r in reversed(rows)
+        ]
 
     def last_published_version(self) -> int | None:
         """The highest version number ever published on this store (None: none recorded)."""

@@ -3,8 +3,9 @@ held-back one.
 
 After every optimizer step, before the new adapter is published (``callbacks.PublishAndConsume``):
 
-1. ``check_candidate`` scores the guard's rows with the trained weights (and, once per run, builds the neutral
-   rows with the adapter switched off); the main process decides, every process gets the same verdict;
+1. ``check_candidate`` compares the trained weights' next-token distributions with the base's (the adapter
+   switched off) on the guard's rows (and, once per run, samples the neutral rows' replies from the base); the
+   main process decides, every process gets the same verdict;
 2. a version that passes is published as usual and becomes the *last good* state (``GoodState``: the adapter's
    tensors, the optimizer and scheduler states, kept in memory);
 3. a version that does not pass is held back (``hold_back``): every process loads the last good state back (the
@@ -21,16 +22,43 @@ with every serving engine; their cost is logged as ``guard/seconds`` beside ``ti
 from __future__ import annotations
 
 import copy
-import dataclasses
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
 from openclaw_trl.records import TrainingSample
-from openclaw_trl.trainer.guard import GuardVerdict, ProbeRow, RowScores, VersionGuard
+from openclaw_trl.trainer.guard import Comparison, GuardVerdict, ProbeRow, VersionGuard
 
 logger = logging.getLogger(__name__)
+
+
+def _mixed(model, n: int) -> list[str]:
+    """PEFT's per-row adapter names for ``n`` candidate rows then the same ``n`` rows on the base: one forward
+    runs the base projections of all ``2n`` rows and the adapter's only where it is on."""
+    return [model.active_adapter] * n + ["__base__"] * n
+
+
+@contextmanager
+def _inference(model):
+    """The PEFT model in inference mode for the block, cheaply: dropout off (the checks compare distributions,
+    not noisy samples of them) and the PEFT wrappers' own ``training`` flag off (PEFT takes per-row
+    ``adapter_names`` only then), instead of ``model.eval()`` / ``train()``, which walk every module of the
+    model twice per check. The layers compute the same either way."""
+    flagged = [m for m in (model, getattr(model, "base_model", None)) if m is not None and m.training]
+    dropouts = [m for m in model.modules() if isinstance(m, torch.nn.Dropout) and m.p > 0 and m.training]
+    for m in flagged:
+        m.training = False
+    for m in dropouts:
+        m.train(False)
+    try:
+        yield
+    finally:
+        for m in flagged:
+            m.training = True
+        for m in dropouts:
+            m.train(True)
 
 
 @dataclass
@@ -45,19 +73,21 @@ class GoodState:
 
 def make_guard(trainer, args) -> VersionGuard:
     """The ``VersionGuard`` of ``trainer`` from its config (``args.guard_config()``): neutral prompts rendered
-    with the trainer's chat template, recent turns from its store; without PEFT no neutral rows (no adapter to
-    switch off for the base's side)."""
+    with the trainer's chat template, recent turns from its store. The base model is the guard's reference, so
+    it needs an adapter to switch off (a LoRA run)."""
     from openclaw_trl.chat import render_prompt_ids
+    from openclaw_trl.errors import UserError
 
-    config = args.guard_config()
     if not hasattr(trainer.accelerator.unwrap_model(trainer.model), "disable_adapter"):
-        config = dataclasses.replace(config, neutral_prompts=())
+        raise UserError(
+            "guard: the version guard compares each new version with the base model, which full fine-tuning "
+            "overwrites: train a LoRA adapter (use_peft: true), or set guard: false"
+        )
     store, tokenizer = trainer.store, trainer.processing_class
     return VersionGuard(
-        config,
+        args.guard_config(),
         render=lambda text: render_prompt_ids(tokenizer, [{"role": "user", "content": text}]),
         recent_turns=store.queries.recent_prompt_turns if store is not None else (lambda n: []),
-        temperature=trainer.temperature,
     )
 
 
@@ -79,19 +109,34 @@ class TrainerSafety:
         return main_value(self.accelerator, lambda: self._run_check(finite))
 
     def _run_check(self, finite: bool) -> GuardVerdict:
-        model = self.accelerator.unwrap_model(self.model)
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.no_grad():
-                rows = self.guard.neutral_rows(self._generate_base, self._score_base)
-                rows = self.guard.recent_rows(frozenset(self.ledger.turn_ids)) + rows
-                return self.guard.check(rows, self._score_rows, finite)
-        finally:
-            model.train(was_training)
+        with torch.no_grad(), _inference(self.accelerator.unwrap_model(self.model)):
+            rows = self.guard.recent_rows() + self.guard.neutral_rows(self._generate_base)
+            return self.guard.check(rows, self._compare, finite)
 
-    def _score_rows(self, rows: list[ProbeRow]) -> list[RowScores]:
-        """Log-probs (at the trainer's temperature) and mean entropy of each row's reply under the model."""
+    def _compare(self, rows: list[ProbeRow]) -> Comparison:
+        """KL(base || candidate) and both entropies at every reply position of ``rows`` (module docstring of
+        ``trainer.guard``), from the full next-token distributions at the trainer's temperature."""
+        model = self.accelerator.unwrap_model(self.model)
+        both, mask = self._reply_distributions(model, rows + rows, _mixed(model, len(rows)))
+        candidate, base, mask = both[: len(rows)], both[len(rows) :], mask[: len(rows)]
+        kl = (base.exp() * (base - candidate)).sum(-1)
+        entropy_candidate = -(candidate.exp() * candidate).sum(-1)
+        entropy_base = -(base.exp() * base).sum(-1)
+        n = mask.sum().clamp(min=1)
+
+        def mean(values: torch.Tensor) -> float:
+            return float((values * mask).sum() / n)
+
+        return Comparison(mean(kl), mean(entropy_candidate), mean(entropy_base), int(mask.sum()))
+
+    def _reply_distributions(
+        self, model, rows: list[ProbeRow], adapter_names: list[str] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(log_softmax(logits / T) [rows, C, vocab], mask [rows, C])`` at the positions that predict each
+        row's reply tokens (prompts left-padded, replies right-padded, as TRL lays a batch out);
+        ``adapter_names``: per row, PEFT's adapter name or ``"__base__"`` (the adapter off for that row)."""
+        from openclaw_trl.trainer.batches import collate_samples, prompt_and_completion
+
         samples = [
             TrainingSample(
                 turn_id=0,
@@ -104,31 +149,18 @@ class TrainerSafety:
             )
             for r in rows
         ]
-        from openclaw_trl.trainer.batches import collate_samples, prompt_and_completion
-
         batch = collate_samples(samples, self.processing_class.pad_token_id, device=self.accelerator.device)
         mask = batch["completion_mask"]
         input_ids, attention = prompt_and_completion(
             batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"], mask
         )
-        logps, entropies, _ = self._completion_logps(
-            self.model,
-            input_ids,
-            attention,
-            batch["completion_ids"].size(1),
-            batch_size=None,  # every row in one forward: a few short rows
-            compute_entropy=True,
-        )
-        out = []
-        for i, row in enumerate(rows):
-            n = len(row.reply_ids)
-            entropy = float(entropies[i, :n].mean()) if entropies is not None else 0.0
-            out.append(RowScores([float(x) for x in logps[i, :n]], entropy))
-        return out
-
-    def _score_base(self, rows: list[ProbeRow]) -> list[RowScores]:
-        with self.accelerator.unwrap_model(self.model).disable_adapter():
-            return self._score_rows(rows)
+        width = batch["completion_ids"].size(1)
+        extra = {"adapter_names": adapter_names} if adapter_names is not None else {}
+        logits = model(
+            input_ids=input_ids, attention_mask=attention, logits_to_keep=width + 1, **extra
+        ).logits
+        logits = logits[:, :-1].float() / self.temperature
+        return torch.log_softmax(logits, dim=-1), mask.to(logits.dtype)
 
     def _generate_base(self, prompts, max_new_tokens: int, seed: int) -> list[list[int]]:
         """One reply per prompt sampled from the base (adapter off) at the trainer's temperature, seeded."""
@@ -186,7 +218,7 @@ class TrainerSafety:
             self.lr_scheduler.load_state_dict(copy.deepcopy(good.scheduler))
             follow_global_step(self.lr_scheduler, step)
         self._held_from = good.version
-        self.publish(parent=good.version, updates=0, note="held")
+        self.publish(parent=good.version, updates=0, note=f"held: {verdict.reason}")
         logger.warning(
             "update %d was held back: %s. Version %d keeps serving (as v%d); training goes on from it",
             step,

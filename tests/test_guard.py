@@ -1,0 +1,201 @@
+"""The version guard: a new adapter is compared with the base before it is served; one past a bound is held back,
+the trainer rewinds to the last version that passed (weights and optimizer) and serves those weights under the
+step's number, and the held-back update's samples are kept out of training with the reason.
+
+The verdict rules are checked on their own (``VersionGuard.check`` with given comparisons); the trainer's side on
+the tiny model with a real store, real training steps and a recording engine."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from openclaw_trl.config import OpenClawConfig
+from openclaw_trl.status import LearningStatus
+from openclaw_trl.store import Store
+from openclaw_trl.trainer.guard import Comparison, GuardConfig, ProbeRow, VersionGuard
+from openclaw_trl.trainer.progress import ProgressCallback, TrainingProgress
+from tests.trainer_helpers import make_trainer, sampled
+
+ROWS = [ProbeRow((1, 2), (3, 4), "neutral")]
+
+
+def _verdict(kl: float, gap: float, finite: bool = True, **config):
+    guard = VersionGuard(GuardConfig(**config), render=lambda text: [1], recent_turns=lambda n: [])
+    return guard.check(ROWS, lambda rows: Comparison(kl, 1.0 + gap, 1.0, 2), finite)
+
+
+def test_a_version_within_the_bounds_passes_and_reports_its_signals():
+    verdict = _verdict(0.3, -0.2)
+    assert verdict.passed and verdict.reason is None
+    metrics = verdict.metrics()
+    assert metrics["guard/held"] == 0.0 and metrics["guard/kl_base"] == pytest.approx(0.3)
+    assert metrics["guard/entropy_gap"] == pytest.approx(-0.2) and metrics["guard/rows"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("kl", "gap", "finite", "words"),
+    [
+        (1.5, 0.0, True, "drifted too far from the base model's (KL 1.50 nats per token"),
+        (0.1, -1.3, True, "became repetitive"),
+        (0.1, 1.3, True, "became erratic"),
+        (float("nan"), 0.0, True, "could not be scored"),
+        (0.0, 0.0, False, "weights hold inf or NaN"),
+    ],
+)
+def test_a_version_past_a_bound_is_held_with_the_reason_in_plain_words(kl, gap, finite, words):
+    verdict = _verdict(kl, gap, finite)
+    assert not verdict.passed and words in verdict.reason and verdict.metrics()["guard/held"] == 1.0
+
+
+def test_nothing_to_compare_on_passes():
+    guard = VersionGuard(GuardConfig(), render=lambda text: [1], recent_turns=lambda n: [])
+    assert guard.check([], lambda rows: pytest.fail("no rows: nothing to compute")).passed
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (dict(guard_max_kl_base=0), "guard_max_kl_base must be a number > 0"),
+        (dict(guard_max_kl_base=float("inf")), "guard_max_kl_base must be a number > 0"),
+        (dict(guard_entropy_gap_range=[0.5, 1.0]), "guard_entropy_gap_range must be [low, high]"),
+        (dict(guard_entropy_gap_range=[-1.0]), "guard_entropy_gap_range must be [low, high]"),
+        (dict(guard_recent_prompts=-1), "guard_recent_prompts must be an integer >= 0"),
+        (dict(guard_recent_prompts=0, guard_neutral_prompts=[]), "needs guard_recent_prompts > 0"),
+        (dict(guard_neutral_prompts=["  "]), "guard_neutral_prompts must be a list of non-empty strings"),
+    ],
+)
+def test_config_refuses_a_guard_that_cannot_work(tmp_path, fields, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        OpenClawConfig(output_dir=str(tmp_path), report_to="none", **fields)
+
+
+def test_a_guard_that_is_off_needs_no_rows(tmp_path):
+    config = OpenClawConfig(
+        output_dir=str(tmp_path),
+        report_to="none",
+        guard=False,
+        guard_recent_prompts=0,
+        guard_neutral_prompts=[],
+    )
+    assert not config.guard_config().enabled
+
+
+class RecordingEngine:
+    """What the trainer publishes: ``(version, adapter tensors)``."""
+
+    def __init__(self):
+        self.published: list[tuple[int, dict]] = []
+
+    def publish_adapter(self, state, version: int) -> None:
+        self.published.append((version, {k: v.clone() for k, v in state.items()}))
+
+
+class Relax(TrainerCallback):
+    """After the first update, loosen the guard's bounds (the second update passes)."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):
+        guard = self.trainer.guard
+        guard.config = dataclasses.replace(guard.config, max_kl_base=1e9, entropy_gap_range=(-1e9, 1e9))
+
+
+def _lora(trainer) -> dict[str, torch.Tensor]:
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def test_a_held_back_update_is_rewound_and_its_weights_are_never_served(tiny_model_dir, tmp_path):
+    store = Store(tmp_path / "store.sqlite")
+    ids = [store.queue.add_sample(s) for s in sampled(tiny_model_dir, 8, hint=True)]
+    trainer = make_trainer(
+        tiny_model_dir, tmp_path, store, max_steps=2, learning_rate=0.05, guard_max_kl_base=1e-9
+    )
+    engine = trainer.engine = RecordingEngine()
+    progress = TrainingProgress()
+    trainer.add_callback(ProgressCallback(progress))
+    trainer.add_callback(Relax(trainer))
+    initial = _lora(trainer)
+    trainer.train()
+
+    versions = [v for v, _ in engine.published]
+    assert versions == [0, 1, 2]  # the held-back step still takes its number
+    served_at_1 = engine.published[1][1]
+    for key, tensor in engine.published[0][1].items():
+        assert torch.equal(served_at_1[key], tensor)  # v1 serves v0's weights: the trained ones never served
+    assert any(not torch.equal(engine.published[2][1][k], t) for k, t in served_at_1.items())  # v2 trained
+
+    held = store.lineage.published_version(1)
+    assert (held.parent, held.updates) == (0, 0) and held.note.startswith("held: its answers drifted")
+    assert store.lineage.published_version(2).parent == 1  # v2 trained from v1 = v0's weights
+    rows = {s.sample_id: s for s in store.queries.iter_samples()}
+    reasons = [rows[i].dropped_reason for i in ids if rows[i].consumed_step == 1]
+    assert len(reasons) == 4 and all(
+        r.startswith("rolled_back: update 1 held back by the guard (its answers drifted") for r in reasons
+    )
+    assert all(rows[i].dropped_reason is None for i in ids if rows[i].consumed_step == 2)
+
+    logged = [e for e in trainer.state.log_history if "reward" in e]
+    assert [e["guard/held"] for e in logged] == [1.0, 0.0]
+    assert logged[0]["guard/kl_base"] > 1e-9 and logged[0]["guard/seconds"] >= 0
+    status = LearningStatus(trainer.args, None, store, progress)()
+    assert status["guard"]["held_back"] == [1] and status["guard"]["enabled"]
+    assert status["guard"]["last"].startswith("v1 was held back: its answers drifted too far")
+    assert status["guard"]["last"].endswith("The weights of v0 served in its place.")
+    assert set(initial) == set(_lora(trainer))
+
+
+def test_the_rewind_restores_the_optimizer_state_of_the_last_good_version(tiny_model_dir, tmp_path):
+    """Step 1 passes (Adam has moments), step 2 is held back: the moments go back to step 1's, so the next
+    update does not keep moving on the momentum that led astray."""
+    store = Store(tmp_path / "store.sqlite")
+    for s in sampled(tiny_model_dir, 12, hint=True):
+        store.queue.add_sample(s)
+    trainer = make_trainer(tiny_model_dir, tmp_path, store, max_steps=2, learning_rate=0.05)
+    seen = {}
+
+    class Tighten(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 1:
+                seen["after_1"] = {
+                    k: {n: t.clone() for n, t in v.items() if torch.is_tensor(t)}
+                    for k, v in trainer.optimizer.state_dict()["state"].items()
+                }
+                trainer.guard.config = dataclasses.replace(trainer.guard.config, max_kl_base=1e-12)
+
+    trainer.add_callback(Tighten())
+    trainer.train()
+    logged = [e for e in trainer.state.log_history if "reward" in e]
+    assert [e["guard/held"] for e in logged] == [0.0, 1.0]
+    now = trainer.optimizer.state_dict()["state"]
+    assert set(now) == set(seen["after_1"])
+    for key, moments in seen["after_1"].items():
+        for name, tensor in moments.items():
+            assert torch.equal(now[key][name], tensor), (key, name)
+
+
+def test_full_fine_tuning_refuses_the_guard_with_what_to_do(tiny_model_dir, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from openclaw_trl.errors import UserError
+    from openclaw_trl.trainer import OpenClawTrainer
+
+    config = OpenClawConfig(
+        output_dir=str(tmp_path / "run"),
+        report_to="none",
+        batch_size=2,
+        save_strategy="no",
+        adapter_history=0,
+    )
+    with pytest.raises(UserError, match="set guard: false"):
+        OpenClawTrainer(
+            model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+            args=config,
+            store=Store(tmp_path / "s.sqlite"),
+            processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
+        )
