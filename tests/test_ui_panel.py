@@ -118,6 +118,16 @@ def test_the_summary_speaks_in_words():
     assert "no update yet" in fresh
     paused = summary_markdown({"learning_paused": True, "samples_waiting": 3}, FeedbackCounts(), 0, 0)
     assert "paused" in paused and "3 answers wait" in paused
+    guarded = summary_markdown(
+        {"guard": {"enabled": True, "held_back": [], "last": None}}, FeedbackCounts(), 0, 0
+    )
+    assert "**Quality check:** every new version is compared with the starting model" in guarded
+    held = {"enabled": True, "held_back": [4, 7], "last": "v7 was held back: its answers became erratic."}
+    text = summary_markdown({"guard": held}, FeedbackCounts(), 0, 0)
+    assert (
+        "**Quality check:** v7 was held back: its answers became erratic. (2 versions held back so far.)"
+        in text
+    )
 
 
 def test_rolled_back_updates_are_marked_on_the_reward_curve(tmp_path):

@@ -116,6 +116,15 @@ def summary_markdown(
         lines.append(
             f"**Last update:** average reward {reward:+.2f} (+1: every answer liked, −1: every answer disliked)."
         )
+    guard = status.get("guard") or {}
+    if guard.get("last"):
+        held = guard.get("held_back") or []
+        lines.append(f"**Quality check:** {guard['last']} ({_plural(len(held), 'version')} held back so far.)")
+    elif guard.get("enabled"):
+        lines.append(
+            "**Quality check:** every new version is compared with the starting model before it is served; "
+            "none has been held back."
+        )
     failed, teacherless = status.get("turns_failed"), status.get("teacher_failed")
     if failed or teacherless:
         lines.append(
@@ -201,10 +210,11 @@ class PanelViews:
         history = status.get("history") or []
         serving = int(status.get("policy_version") or 0)
         undone = undone_steps(self.store, serving, [h["step"] for h in history if h.get("step") is not None])
+        held = set((status.get("guard") or {}).get("held_back") or [])  # the guard's, not the person's
         rollbacks = [
             (v.version, v.restored_from)
             for v in (self.learning.versions() if self.learning is not None else [])
-            if v.restored_from is not None
+            if v.restored_from is not None and v.version not in held
         ]
         trained = self.store.queue.training_totals()["turns"]
         last = max(rollbacks, default=None)
