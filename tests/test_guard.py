@@ -199,3 +199,30 @@ def test_full_fine_tuning_refuses_the_guard_with_what_to_do(tiny_model_dir, tmp_
             store=Store(tmp_path / "s.sqlite"),
             processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
         )
+
+
+def test_the_one_forward_comparison_equals_two_plain_forwards(tiny_model_dir, tmp_path):
+    """The guard's mixed-adapter forward (recent rows on and off the adapter, neutral rows on it, the base's
+    neutral side kept from the first check) gives the KL and entropies two plain forwards give."""
+    store = Store(tmp_path / "store.sqlite")
+    for s in sampled(tiny_model_dir, 4, hint=True):
+        store.queue.add_sample(s)
+    trainer = make_trainer(tiny_model_dir, tmp_path, store, max_steps=1, learning_rate=0.05)
+    trainer.train()
+    rows = [ProbeRow(tuple(range(5, 12)), (20, 21, 22, 23, 24), "recent"), ProbeRow((7, 8), (30, 31), "recent")]
+    rows += [ProbeRow((9, 10, 11), (40, 41, 42), "neutral")]
+    from openclaw_trl.trainer.safety import _inference
+
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    with torch.no_grad(), _inference(model):
+        first = trainer._compare(rows)
+        again = trainer._compare(rows)  # the neutral rows' base side from the cache
+        candidate, mask = trainer._reply_distributions(model, rows)
+        with model.disable_adapter():
+            base, _ = trainer._reply_distributions(model, rows)
+    kl = ((base.exp() * (base - candidate)).sum(-1) * mask).sum() / mask.sum()
+    entropy = (-(candidate.exp() * candidate).sum(-1) * mask).sum() / mask.sum()
+    for found in (first, again):
+        assert found.positions == int(mask.sum()) == 10
+        assert found.kl == pytest.approx(float(kl), abs=1e-5) and found.kl > 1e-4  # it did move
+        assert found.entropy_candidate == pytest.approx(float(entropy), abs=1e-5)

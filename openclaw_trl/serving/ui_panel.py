@@ -119,7 +119,9 @@ def summary_markdown(
     guard = status.get("guard") or {}
     if guard.get("last"):
         held = guard.get("held_back") or []
-        lines.append(f"**Quality check:** {guard['last']} ({_plural(len(held), 'version')} held back so far.)")
+        lines.append(
+            f"**Quality check:** {guard['last']} ({_plural(len(held), 'version')} held back so far.)"
+        )
     elif guard.get("enabled"):
         lines.append(
             "**Quality check:** every new version is compared with the starting model before it is served; "

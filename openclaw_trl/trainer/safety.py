@@ -34,10 +34,12 @@ from openclaw_trl.trainer.guard import Comparison, GuardVerdict, ProbeRow, Versi
 logger = logging.getLogger(__name__)
 
 
-def _mixed(model, n: int) -> list[str]:
-    """PEFT's per-row adapter names for ``n`` candidate rows then the same ``n`` rows on the base: one forward
-    runs the base projections of all ``2n`` rows and the adapter's only where it is on."""
-    return [model.active_adapter] * n + ["__base__"] * n
+def _widen(logps: torch.Tensor, width: int) -> torch.Tensor:
+    """``[rows, C, V]`` log-probs padded with zeros to ``C = width`` (positions past a reply are masked)."""
+    if logps.size(1) >= width:
+        return logps[:, :width]
+    pad = logps.new_zeros(logps.size(0), width - logps.size(1), logps.size(2))
+    return torch.cat([logps, pad], dim=1)
 
 
 @contextmanager
@@ -97,6 +99,7 @@ class TrainerSafety:
     guard: VersionGuard | None = None
     _good: GoodState | None = None
     _held_from: int | None = None  # the version whose weights the step's checkpoint holds (a held-back step)
+    _neutral_base: tuple[list[ProbeRow], torch.Tensor] | None = None  # the base's side of the neutral rows
 
     # ------------------------------------------------------------------ checking
     def check_candidate(self) -> GuardVerdict:
@@ -115,17 +118,31 @@ class TrainerSafety:
 
     def _compare(self, rows: list[ProbeRow]) -> Comparison:
         """KL(base || candidate) and both entropies at every reply position of ``rows`` (module docstring of
-        ``trainer.guard``), from the full next-token distributions at the trainer's temperature."""
+        ``trainer.guard``), from the full next-token distributions at the trainer's temperature. One forward:
+        the recent rows with the adapter on and off (PEFT's per-row adapter names), the neutral rows with it
+        on; the base's side of the neutral rows never changes, so it is computed once and kept."""
         model = self.accelerator.unwrap_model(self.model)
-        both, mask = self._reply_distributions(model, rows + rows, _mixed(model, len(rows)))
-        candidate, base, mask = both[: len(rows)], both[len(rows) :], mask[: len(rows)]
+        recent = [r for r in rows if r.kind != "neutral"]
+        neutral = [r for r in rows if r.kind == "neutral"]
+        if neutral and (self._neutral_base is None or self._neutral_base[0] != neutral):
+            self._neutral_base = (
+                neutral,
+                self._reply_distributions(model, neutral, ["__base__"] * len(neutral))[0],
+            )
+        n = len(recent)
+        names = [model.active_adapter] * n + ["__base__"] * n + [model.active_adapter] * len(neutral)
+        found, mask = self._reply_distributions(model, recent + recent + neutral, names)
+        candidate = torch.cat([found[:n], found[2 * n :]])
+        base_parts = [found[n : 2 * n]] + ([_widen(self._neutral_base[1], found.size(1))] if neutral else [])
+        base = torch.cat(base_parts)
+        mask = torch.cat([mask[:n], mask[2 * n :]])
         kl = (base.exp() * (base - candidate)).sum(-1)
         entropy_candidate = -(candidate.exp() * candidate).sum(-1)
         entropy_base = -(base.exp() * base).sum(-1)
-        n = mask.sum().clamp(min=1)
+        count = mask.sum().clamp(min=1)
 
         def mean(values: torch.Tensor) -> float:
-            return float((values * mask).sum() / n)
+            return float((values * mask).sum() / count)
 
         return Comparison(mean(kl), mean(entropy_candidate), mean(entropy_base), int(mask.sum()))
 
