@@ -233,6 +233,7 @@ class BenchSettings:
     warmup_steps: int = 0
     weight_decay: float = 0.0
     lr_scheduler_type: str = "constant"
+    beta: float = 0.0  # TRL's per-token KL penalty to the base (the adapter switched off)
     guard: str = "on"  # the version guard: on, off, or observe (signals logged, no version held back)
     lora_r: int = 8
     lora_alpha: int = 16
@@ -299,6 +300,7 @@ def build_config(row: Row, seed: int, settings: BenchSettings, out_dir: Path, mo
         warmup_steps=settings.warmup_steps,
         weight_decay=settings.weight_decay,
         lr_scheduler_type=settings.lr_scheduler_type,
+        beta=settings.beta,
         guard=settings.guard != "off",
         **(OBSERVE_ONLY if settings.guard == "observe" else {}),
         w_rl=settings.w_rl,
@@ -625,6 +627,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weight-decay", type=float, default=None)
     parser.add_argument("--max-grad-norm", type=float, default=None)
     parser.add_argument("--lr-scheduler-type", default=None)
+    parser.add_argument("--beta", type=float, default=None, help="KL penalty to the base model (TRL's beta)")
     parser.add_argument(
         "--guard",
         choices=("on", "off", "observe"),
@@ -681,6 +684,7 @@ def main(argv: list[str] | None = None) -> int:
         "weight_decay",
         "max_grad_norm",
         "lr_scheduler_type",
+        "beta",
         "guard",
     )
     for name in tunable:
