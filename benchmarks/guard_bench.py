@@ -85,7 +85,12 @@ def add_turns(store, samples: list) -> None:
 
 def build(path: Path, guard: bool, samples, geometry, steps, tmp, kd_topk, timer):
     """``trainer_bench.build_openclaw`` with the guard on or off; its store also holds the served turns."""
-    extra = {"guard": guard, "guard_max_kl_base": 1e9, "guard_entropy_gap_range": [-1e9, 1e9]}
+    extra = {
+        "guard": guard,
+        "guard_max_kl_base": 1e9,
+        "guard_max_entropy_drop": 1e9,
+        "guard_max_entropy_rise": 1e9,
+    }
     trainer = build_openclaw(path, samples, geometry, steps, tmp, kd_topk, timer, extra_args=extra)
     add_turns(trainer.store, samples[: steps * geometry["batch"]])
     return trainer

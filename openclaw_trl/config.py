@@ -381,8 +381,9 @@ class OpenClawConfig(GRPOConfig):
         per run); `None`: "Hi! What can you do?" and "Tell me something interesting."; `[]`: none.
     guard_max_kl_base (`float`, defaults to `1.0`):
         The most KL(base || new) per token (nats) a version may show.
-    guard_entropy_gap_range (`list[float]`, defaults to `[-1.0, 1.0]`):
-        `[low, high]` bounds of the entropy gap (nats per token).
+    guard_max_entropy_drop (`float`, defaults to `1.0`), guard_max_entropy_rise (`float`, defaults to `1.0`):
+        How far (nats per token) the entropy gap may fall below 0 (answers collapsing onto a few strings) or
+        rise above it (answers falling apart).
 
     > TRL fields that do not apply
 
@@ -656,9 +657,13 @@ class OpenClawConfig(GRPOConfig):
         default=GuardConfig.max_kl_base,
         metadata={"help": "Most KL(base || new) per token a version may show."},
     )
-    guard_entropy_gap_range: list[float] = field(
-        default_factory=lambda: list(GuardConfig.entropy_gap_range),
-        metadata={"help": "[low, high] bounds of the entropy gap to the base (nats)."},
+    guard_max_entropy_drop: float = field(
+        default=GuardConfig.max_entropy_drop,
+        metadata={"help": "Most entropy fall from the base (nats/token)."},
+    )
+    guard_max_entropy_rise: float = field(
+        default=GuardConfig.max_entropy_rise,
+        metadata={"help": "Most entropy rise from the base (nats/token)."},
     )
 
     # Bounds on requests and work
@@ -791,7 +796,8 @@ class OpenClawConfig(GRPOConfig):
             ),
             max_prompt_tokens=self.max_judge_prompt_tokens,
             max_kl_base=self.guard_max_kl_base,
-            entropy_gap_range=tuple(self.guard_entropy_gap_range),
+            max_entropy_drop=self.guard_max_entropy_drop,
+            max_entropy_rise=self.guard_max_entropy_rise,
             seed=self.seed,
         )
 

@@ -61,8 +61,8 @@ def test_nothing_to_compare_on_passes():
     [
         (dict(guard_max_kl_base=0), "guard_max_kl_base must be a number > 0"),
         (dict(guard_max_kl_base=float("inf")), "guard_max_kl_base must be a number > 0"),
-        (dict(guard_entropy_gap_range=[0.5, 1.0]), "guard_entropy_gap_range must be [low, high]"),
-        (dict(guard_entropy_gap_range=[-1.0]), "guard_entropy_gap_range must be [low, high]"),
+        (dict(guard_max_entropy_drop=-1.0), "guard_max_entropy_drop and guard_max_entropy_rise must be"),
+        (dict(guard_max_entropy_rise=0), "guard_max_entropy_drop and guard_max_entropy_rise must be"),
         (dict(guard_recent_prompts=-1), "guard_recent_prompts must be an integer >= 0"),
         (dict(guard_recent_prompts=0, guard_neutral_prompts=[]), "needs guard_recent_prompts > 0"),
         (dict(guard_neutral_prompts=["  "]), "guard_neutral_prompts must be a list of non-empty strings"),
@@ -102,7 +102,9 @@ class Relax(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         guard = self.trainer.guard
-        guard.config = dataclasses.replace(guard.config, max_kl_base=1e9, entropy_gap_range=(-1e9, 1e9))
+        guard.config = dataclasses.replace(
+            guard.config, max_kl_base=1e9, max_entropy_drop=1e9, max_entropy_rise=1e9
+        )
 
 
 def _lora(trainer) -> dict[str, torch.Tensor]:
@@ -209,7 +211,10 @@ def test_the_one_forward_comparison_equals_two_plain_forwards(tiny_model_dir, tm
         store.queue.add_sample(s)
     trainer = make_trainer(tiny_model_dir, tmp_path, store, max_steps=1, learning_rate=0.05)
     trainer.train()
-    rows = [ProbeRow(tuple(range(5, 12)), (20, 21, 22, 23, 24), "recent"), ProbeRow((7, 8), (30, 31), "recent")]
+    rows = [
+        ProbeRow(tuple(range(5, 12)), (20, 21, 22, 23, 24), "recent"),
+        ProbeRow((7, 8), (30, 31), "recent"),
+    ]
     rows += [ProbeRow((9, 10, 11), (40, 41, 42), "neutral")]
     from openclaw_trl.trainer.safety import _inference
 

@@ -117,8 +117,10 @@ def run_seed(seed: int, updates: int, answers: int, overrides: list[str], work: 
             user.close()
         runtime.stop_event.set()
         runtime.close()
-    held = [e.get("guard/held", 0.0) for e in runtime.trainer.state.log_history if "reward" in e]
+    updates = [e for e in runtime.trainer.state.log_history if "reward" in e]
+    held = [e.get("guard/held", 0.0) for e in updates]
     return {
+        "guard": [{k: e[k] for k in e if k.startswith("guard/") or k == "time/update_s"} for e in updates],
         "seed": seed,
         "styled": curve.rates,
         "fidelity": curve.fidelity,
@@ -149,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--updates", type=int, default=30)
     ap.add_argument("--by", type=int, default=8, help="the update by which every answer must be styled")
     ap.add_argument("--answers", type=int, default=10, help="answers per topic at each evaluation")
-    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="a recipe override")
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="FIELD=VALUE", help="a recipe override (a list: a,b)"
+    )
     ap.add_argument("--smoke", action="store_true", help="2 updates, 1 answer per topic, seed 0")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "demo_person.json"))
     args = ap.parse_args(argv)
@@ -158,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = []
     for item in args.set:
         field, _, value = item.partition("=")
-        overrides += [f"--{field}", value]
+        overrides += [f"--{field}", *value.split(",")]  # a list field: comma-separated values
 
     import torch
 

@@ -21,7 +21,8 @@ distributions with the base model's (adapter off) at the same positions of a few
   that collapses onto a few strings becomes certain of them (the gap falls); one that falls apart spreads its
   mass (the gap rises).
 
-A candidate with non-finite weights, or a signal past its bound (``max_kl_base``, ``entropy_gap_range``), is
+A candidate with non-finite weights, or a signal past its bound (``max_kl_base``, ``max_entropy_drop``,
+``max_entropy_rise``), is
 held back: the trainer keeps serving the last version that passed and rewinds to it (``trainer.safety``). The
 verdict says why in plain words (``GuardVerdict.reason``). Cost: one forward of the candidate and one of the
 base over the rows (at most ``recent_prompts + len(neutral_prompts) * samples`` rows of a prompt and
@@ -55,7 +56,8 @@ class GuardConfig:
     max_new_tokens: the length of those replies.
     max_prompt_tokens: longer prompts are left out of the check.
     max_kl_base: the most ``kl_base`` (nats per token) a version may show.
-    entropy_gap_range: ``(low, high)`` bounds of ``entropy_gap`` (nats per token).
+    max_entropy_drop: the most ``-entropy_gap`` (nats per token): answers collapsing onto a few strings.
+    max_entropy_rise: the most ``entropy_gap`` (nats per token): answers falling apart.
     seed: of the base replies' sampling.
     """
 
@@ -66,12 +68,11 @@ class GuardConfig:
     max_new_tokens: int = 32
     max_prompt_tokens: int = 1024
     max_kl_base: float = 1.0
-    entropy_gap_range: tuple[float, float] = (-1.0, 1.0)
+    max_entropy_drop: float = 1.0
+    max_entropy_rise: float = 1.0
     seed: int = 0
 
     def __post_init__(self):
-        bounds = tuple(self.entropy_gap_range)
-        numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in bounds)
         checks = [
             (
                 _count(self.recent_prompts, 0),
@@ -82,8 +83,8 @@ class GuardConfig:
             (_count(self.max_prompt_tokens, 1), "the guard's max_prompt_tokens must be an integer >= 1"),
             (_positive(self.max_kl_base), "guard_max_kl_base must be a number > 0 (nats per token)"),
             (
-                len(bounds) == 2 and numbers and bounds[0] < 0 < bounds[1],
-                f"guard_entropy_gap_range must be [low, high] with low < 0 < high (nats), got {list(bounds)}",
+                _positive(self.max_entropy_drop) and _positive(self.max_entropy_rise),
+                "guard_max_entropy_drop and guard_max_entropy_rise must be numbers > 0 (nats per token)",
             ),
             (
                 all(isinstance(p, str) and p.strip() for p in self.neutral_prompts),
@@ -217,7 +218,6 @@ class VersionGuard:
     def _reason(self, kl: float, gap: float) -> str | None:
         """Why a candidate with these signals must not be served, in the person's words (None: it may)."""
         c = self.config
-        low, high = c.entropy_gap_range
         if not (math.isfinite(kl) and math.isfinite(gap)):
             return "its answers could not be scored (inf or NaN probabilities)"
         if kl > c.max_kl_base:
@@ -225,14 +225,14 @@ class VersionGuard:
                 f"its answers drifted too far from the base model's (KL {kl:.2f} nats per token on your recent "
                 f"and everyday prompts, limit {c.max_kl_base:g})"
             )
-        if gap < low:
+        if -gap > c.max_entropy_drop:
             return (
                 f"its answers became repetitive (next-token entropy {gap:+.2f} nats from the base model's, "
-                f"limit {low:+g})"
+                f"limit -{c.max_entropy_drop:g})"
             )
-        if gap > high:
+        if gap > c.max_entropy_rise:
             return (
                 f"its answers became erratic (next-token entropy {gap:+.2f} nats from the base model's, "
-                f"limit {high:+g})"
+                f"limit +{c.max_entropy_rise:g})"
             )
         return None
