@@ -362,8 +362,9 @@ class OpenClawConfig(GRPOConfig):
         prefers: the trained weights' next-token distributions are compared with the base model's (adapter
         off) at every reply position of a few short rows, the person's `guard_recent_prompts` most recent
         turns (their served replies) and `guard_neutral_prompts` (replies sampled once from the base):
-        `guard/kl_base`, the mean KL(base || new) in nats per token (what a person teaches moves a few
-        positions of a reply, a broken adapter moves them all), and `guard/entropy_gap`, the new weights' mean
+        `guard/kl_base`, the mean KL(base || new) per token of the row that moved most, in nats (what a
+        person teaches moves a few positions of a reply, a broken adapter most of them), and
+        `guard/entropy_gap`, the new weights' mean
         next-token entropy minus the base's (it falls when answers collapse onto a few strings, it rises when
         they fall apart). A version past a bound (or with inf/NaN weights) is held back: the last version that
         passed keeps serving, the trainer rewinds to it (weights, optimizer and scheduler states, kept in
@@ -373,14 +374,15 @@ class OpenClawConfig(GRPOConfig):
         Logged per update: `guard/held`, `guard/kl_base`, `guard/entropy_gap`, `guard/seconds`. Cost: one
         forward of the new weights and one of the base over the rows. Needs a LoRA adapter (the base is the
         reference): with full fine-tuning set `guard: false`.
-    guard_recent_prompts (`int`, defaults to `2`):
-        The person's most recent main turns (distinct prompts, private sessions left out) the guard compares
-        on, their replies cut to 32 tokens; prompts longer than `max_judge_prompt_tokens` are left out.
+    guard_recent_prompts (`int`, defaults to `3`):
+        The person's most recent main turns (distinct prompts, a reply of 8 tokens or more, private sessions
+        left out) the guard compares on, their replies cut to 24 tokens; prompts longer than
+        `max_judge_prompt_tokens` are left out.
     guard_neutral_prompts (`list[str]` or `None`, defaults to `None`):
-        User messages that ask for nothing in particular (one base reply each, at most 32 tokens, sampled once
+        User messages that ask for nothing in particular (one base reply each, at most 24 tokens, sampled once
         per run); `None`: "Hi! What can you do?" and "Tell me something interesting."; `[]`: none.
-    guard_max_kl_base (`float`, defaults to `1.0`):
-        The most KL(base || new) per token (nats) a version may show.
+    guard_max_kl_base (`float`, defaults to `0.25`):
+        The most KL(base || new) per token (nats) a version may show on any one row.
     guard_max_entropy_drop (`float`, defaults to `1.0`), guard_max_entropy_rise (`float`, defaults to `1.0`):
         How far (nats per token) the entropy gap may fall below 0 (answers collapsing onto a few strings) or
         rise above it (answers falling apart).

@@ -7,19 +7,22 @@ stop being sentences. The person's own verdicts arrive only after they have read
 must use signals that hold whatever the person wants. Both come from comparing the candidate's next-token
 distributions with the base model's (adapter off) at the same positions of a few short rows:
 
-* the person's ``recent_prompts`` most recent main turns (distinct prompts; their served replies, cut to
-  ``max_new_tokens``), and
+* the person's ``recent_prompts`` most recent main turns with distinct prompts and a reply of at least
+  ``MIN_REPLY_TOKENS`` tokens (an acknowledgement such as "You're welcome." shows nothing), their served
+  replies cut to ``max_new_tokens``, and
 * ``neutral_prompts``, fixed prompts that ask for nothing in particular, each with ``samples`` replies sampled
   once per run from the base;
 
-* ``kl_base``: ``mean_t KL(pi_base(. | x, y_<t) || pi_cand(. | x, y_<t))`` over every reply position, exact (the
-  whole vocabulary, at the trainer's temperature), in nats per token. What a person teaches moves a few
-  positions of a reply (its opening, a list marker, how many facts) by a few nats, a few tenths of a nat per
-  token on average; a broken adapter moves every position. It is anchored at the base, so a slow drift that no
-  single update shows still adds up here.
-* ``entropy_gap``: the candidate's mean next-token entropy minus the base's at those positions (nats). A model
-  that collapses onto a few strings becomes certain of them (the gap falls); one that falls apart spreads its
-  mass (the gap rises).
+* ``kl_base``: for each row, ``mean_t KL(pi_base(. | x, y_<t) || pi_cand(. | x, y_<t))`` over its reply
+  positions, exact (the whole vocabulary, at the trainer's temperature), in nats per token; the signal is the
+  largest over the rows. What a person teaches moves a few positions of a reply (its opening, a list marker, how
+  many facts) by a few nats, a few hundredths to tenths of a nat per token on average; an adapter that breaks
+  the answers moves most positions of the replies it breaks (the toy model's collapse: 0.01 -> 0.4 in one
+  update on an answer to an everyday request), so the worst row is the one to read, not the mean over rows. It is
+  anchored at the base, so a slow drift that no single update shows still adds up here.
+* ``entropy_gap``: the candidate's mean next-token entropy minus the base's over all those positions (nats). A
+  model that collapses onto a few strings becomes certain of them (the gap falls); one that falls apart spreads
+  its mass (the gap rises).
 
 A candidate with non-finite weights, or a signal past its bound (``max_kl_base``, ``max_entropy_drop``,
 ``max_entropy_rise``), is
@@ -45,6 +48,10 @@ NEUTRAL_PROMPTS = (
 person teaches it."""
 
 
+MIN_REPLY_TOKENS = 8
+"""The shortest served reply the guard compares on."""
+
+
 @dataclass(frozen=True)
 class GuardConfig:
     """How new versions are checked (``OpenClawConfig.guard_config()`` builds one; the module docstring).
@@ -62,12 +69,12 @@ class GuardConfig:
     """
 
     enabled: bool = True
-    recent_prompts: int = 2
+    recent_prompts: int = 3
     neutral_prompts: tuple[str, ...] = NEUTRAL_PROMPTS
     samples: int = 1
-    max_new_tokens: int = 32
+    max_new_tokens: int = 24
     max_prompt_tokens: int = 1024
-    max_kl_base: float = 1.0
+    max_kl_base: float = 0.25
     max_entropy_drop: float = 1.0
     max_entropy_rise: float = 1.0
     seed: int = 0
@@ -123,7 +130,8 @@ class ProbeRow:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Candidate vs base over the rows' reply positions: the KL and the two mean entropies (nats per token)."""
+    """Candidate vs base over the rows' reply positions: the largest per-row mean KL and the two mean entropies
+    over every position (nats per token)."""
 
     kl: float
     entropy_candidate: float
@@ -190,10 +198,15 @@ class VersionGuard:
         if self.config.recent_prompts <= 0:
             return []
         rows = []
-        for turn in self.recent_turns(self.config.recent_prompts):
-            if turn.completion_ids and len(turn.prompt_ids) <= self.config.max_prompt_tokens:
+        for turn in self.recent_turns(self.config.recent_prompts * 4):
+            if (
+                len(turn.completion_ids) >= MIN_REPLY_TOKENS
+                and len(turn.prompt_ids) <= self.config.max_prompt_tokens
+            ):
                 reply = tuple(turn.completion_ids[: self.config.max_new_tokens])
                 rows.append(ProbeRow(tuple(turn.prompt_ids), reply, "recent"))
+            if len(rows) == self.config.recent_prompts:
+                break
         return rows
 
     def check(
@@ -222,8 +235,8 @@ class VersionGuard:
             return "its answers could not be scored (inf or NaN probabilities)"
         if kl > c.max_kl_base:
             return (
-                f"its answers drifted too far from the base model's (KL {kl:.2f} nats per token on your recent "
-                f"and everyday prompts, limit {c.max_kl_base:g})"
+                f"its answers drifted too far from the base model's (KL {kl:.2f} nats per token on one of your "
+                f"recent or everyday prompts, limit {c.max_kl_base:g})"
             )
         if -gap > c.max_entropy_drop:
             return (

@@ -117,8 +117,9 @@ class TrainerSafety:
             return self.guard.check(rows, self._compare, finite)
 
     def _compare(self, rows: list[ProbeRow]) -> Comparison:
-        """KL(base || candidate) and both entropies at every reply position of ``rows`` (module docstring of
-        ``trainer.guard``), from the full next-token distributions at the trainer's temperature. One forward:
+        """The largest per-row mean KL(base || candidate) and both entropies over every reply position of ``rows``
+        (module docstring of ``trainer.guard``), from the full next-token distributions at the trainer's
+        temperature. One forward:
         the recent rows with the adapter on and off (PEFT's per-row adapter names), the neutral rows with it
         on; the base's side of the neutral rows never changes, so it is computed once and kept."""
         model = self.accelerator.unwrap_model(self.model)
@@ -144,7 +145,8 @@ class TrainerSafety:
         def mean(values: torch.Tensor) -> float:
             return float((values * mask).sum() / count)
 
-        return Comparison(mean(kl), mean(entropy_candidate), mean(entropy_base), int(mask.sum()))
+        per_row = (kl * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+        return Comparison(float(per_row.max()), mean(entropy_candidate), mean(entropy_base), int(mask.sum()))
 
     def _reply_distributions(
         self, model, rows: list[ProbeRow], adapter_names: list[str] | None = None
