@@ -123,11 +123,15 @@ class OpenClawConfig(GRPOConfig):
 
     advantage_baseline (`str`, defaults to `"none"`):
         `"none"`: the RL term is `w_rl * r`. `"session_mean"`: it is `w_rl * (r - b)` with `b` the mean
-        judged reward of the session's earlier turns (0 for its first judged turn). `b` is stored with each
+        judged reward of the session's earlier turns (0 for its first judged turn); `b` is stored with each
         sample when it is judged (every sample has one), so a replayed or resumed run gets the same
-        advantages. With a baseline every judged turn becomes a sample, an `r = 0` turn included (its RL
-        advantage is `-b`): a rule that kept only the `r != 0` turns would add `b * grad P(kept)` to the
-        expected update, which is not 0. The OPD term is unchanged. Logged as `rl/baseline_mean`.
+        advantages. `"batch_mean"`: `b` is the mean reward of the batch's other judged samples (leave one out,
+        RLOO: unbiased, as the other turns do not depend on this one's reply); a batch whose replies were all
+        liked then moves nothing, so the policy is not sharpened onto the few replies it happened to sample
+        (the answers stay as varied as the person allows). With a baseline every judged turn becomes a sample,
+        an `r = 0` turn included (its RL advantage is `-b`): a rule that kept only the `r != 0` turns would add
+        `b * grad P(kept)` to the expected update, which is not 0. The OPD term and Best-of-N group samples
+        are unchanged. Logged as `rl/baseline_mean`.
     opd_kd_schedule (`str`, defaults to `"constant"`):
         How the OPD weight and the top-K KD weight move with the optimizer step `t`: `"constant"` (`w_opd`
         and `w_kd` throughout), `"switch"` (OPD with `w_opd` before `start`, then top-K KD with `w_kd` only)
@@ -515,7 +519,7 @@ class OpenClawConfig(GRPOConfig):
     kd_cap: float = field(default=10.0, metadata={"help": "Per-token cap of the KD term."})
     # Session baseline and staged distillation
     advantage_baseline: str = field(
-        default="none", metadata={"help": "none or session_mean.", "choices": ADVANTAGE_BASELINES}
+        default="none", metadata={"help": "none, session_mean or batch_mean.", "choices": ADVANTAGE_BASELINES}
     )
     opd_kd_schedule: str = field(
         default="constant", metadata={"help": "constant, switch or ramp.", "choices": OPD_KD_SCHEDULES}

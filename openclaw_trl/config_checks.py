@@ -15,7 +15,7 @@ SOURCES = ("live", "replay", "simulated")
 """Where turns come from: served conversations, a replayed export, a simulated user."""
 ENGINES = ("hf", "vllm", "vllm_server")
 KD_TOPK_SOURCES = ("teacher", "student")
-ADVANTAGE_BASELINES = ("none", "session_mean")
+ADVANTAGE_BASELINES = ("none", "session_mean", "batch_mean")
 OPD_KD_SCHEDULES = ("constant", "switch", "ramp")
 LOG_LEVELS = ("passive", "debug", "info", "warning", "error", "critical")
 

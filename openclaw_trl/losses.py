@@ -153,3 +153,19 @@ def group_relative_advantages(
     if scale_rewards == "batch" and batch_std is not None:
         std = torch.full_like(std, float(batch_std))
     return advantages / (std + GROUP_STD_EPS)
+
+
+def leave_one_out_baseline(rewards: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``b_i = mean_{j != i} r_j`` over the ``rows`` (a ``[B]`` bool mask) of ``rewards`` (``[B]``); 0 where
+    ``rows`` is False or when fewer than two rows are selected.
+
+    The baseline of a REINFORCE term that does not depend on the sample it is subtracted from (RLOO): the
+    other samples' rewards are independent of ``y_i`` given the policy, so ``E[b_i grad log pi(y_i)] = 0`` and
+    ``r_i - b_i`` keeps the gradient unbiased; a batch whose rewards all agree (every reply liked) gives
+    ``A = 0``, so liking what is already liked never sharpens the policy further."""
+    selected = rows.to(rewards.dtype)
+    n = selected.sum()
+    if n < 2:
+        return torch.zeros_like(rewards)
+    total = (rewards * selected).sum()
+    return torch.where(rows, (total - rewards) / (n - 1), torch.zeros_like(rewards)).detach()

@@ -103,7 +103,7 @@ def test_ramp_with_start_equal_end_is_a_step():
         (dict(opd_kd_schedule="ramp", w_kd=0.1, opd_kd_schedule_steps=[3, 1]), "start <= end"),
         (dict(opd_kd_schedule_steps=[0, 2]), "used by opd_kd_schedule switch or ramp"),
         (dict(opd_kd_schedule="cosine"), "opd_kd_schedule must be one of"),
-        (dict(advantage_baseline="batch_mean"), "advantage_baseline must be one of"),
+        (dict(advantage_baseline="group_mean"), "advantage_baseline must be one of"),
     ],
 )
 def test_config_refuses_unusable_schedules(tmp_path, overrides, message):
@@ -141,6 +141,33 @@ def test_trainer_uses_the_scheduled_weights(tiny_model_dir, tmp_path):
         student = torch.log_softmax(logits, -1).gather(-1, batch["topk_ids"])
         kd = topk_distillation_loss(student, batch["topk_logprobs"], mask, cap=10.0)
         return 0.5 * ((kd * mask).sum(1) / mask.sum(1)).mean()
+
+    want = direct_grads(tiny_model_dir, init, samples, loss_fn)
+    for n in want:
+        torch.testing.assert_close(got[n], want[n], atol=1e-5, rtol=1e-4)
+
+
+def test_leave_one_out_baseline_is_the_mean_of_the_other_judged_rows():
+    from openclaw_trl.losses import leave_one_out_baseline
+
+    rewards = torch.tensor([1.0, -1.0, 1.0, 1.0, 0.5])
+    judged = torch.tensor([True, True, True, True, False])  # the last row: a Best-of-N group sample
+    assert leave_one_out_baseline(rewards, judged).tolist() == pytest.approx([1 / 3, 1.0, 1 / 3, 1 / 3, 0.0])
+    assert leave_one_out_baseline(torch.ones(3), torch.ones(3, dtype=torch.bool)).tolist() == [1.0] * 3
+    assert leave_one_out_baseline(torch.tensor([1.0]), torch.tensor([True])).tolist() == [0.0]  # no other row
+
+
+def test_trainer_rl_term_is_reward_minus_the_other_rows_mean(tiny_model_dir, tmp_path):
+    samples = sampled(tiny_model_dir, 4, rewards=[1.0, -1.0, 1.0, 1.0])
+    trainer, init, got = train_and_capture(
+        tiny_model_dir, tmp_path, samples, method="rl", advantage_baseline="batch_mean"
+    )
+    # each micro-batch of 2 rows is this process's share: the batch of 4 is the baseline's
+    assert trainer.state.log_history[0]["rl/baseline_mean"] == pytest.approx((1 / 3 + 1 + 1 / 3 + 1 / 3) / 4)
+    loo = torch.tensor([1 / 3, 1.0, 1 / 3, 1 / 3])
+
+    def loss_fn(logp, logits, batch, mask):
+        return per_sequence_mean(clipped_surrogate(logp, (batch["rewards"] - loo)[:, None]), mask)
 
     want = direct_grads(tiny_model_dir, init, samples, loss_fn)
     for n in want:

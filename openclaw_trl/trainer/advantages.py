@@ -1,7 +1,8 @@
 """Per-token advantages of a batch, and the record of the ones that wait for the loss forward's log-probs.
 
 ``A = weight * (w_rl * r + w_opd * opd_mask * (lp_T - lp_old))`` per token (``losses.combined_advantages``):
-``r`` is the judged reward (minus the stored session baseline with ``advantage_baseline: session_mean``), or
+``r`` is the judged reward (minus the stored session baseline with ``advantage_baseline: session_mean``, minus
+the mean reward of the batch's other judged samples with ``batch_mean``, ``losses.leave_one_out_baseline``), or
 for a Best-of-N group sample its group-relative advantage (``losses.group_relative_advantages``: ``r_i -
 mean(r)`` of its group, scaled as ``scale_rewards`` says, the batch std taken over the whole batch); group
 samples have no OPD term (their ``opd_mask`` is 0); ``weight`` is a served Best-of-N candidate's verdict (1
@@ -21,7 +22,12 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from openclaw_trl.losses import combined_advantages, group_relative_advantages, masked_mean
+from openclaw_trl.losses import (
+    combined_advantages,
+    group_relative_advantages,
+    leave_one_out_baseline,
+    masked_mean,
+)
 from openclaw_trl.trainer.batches import truncated_is_weight
 
 
@@ -36,6 +42,11 @@ def rl_rewards(
         if (~group).any():
             baseline_mean = batch["baselines"][~group].mean()
         rewards = torch.where(group, rewards, rewards - batch["baselines"])
+    elif baseline == "batch_mean":
+        loo = leave_one_out_baseline(rewards, ~group)
+        if (~group).any():
+            baseline_mean = loo[~group].mean()
+        rewards = torch.where(group, rewards, rewards - loo)
     if group.any():
         advantages = group_relative_advantages(
             batch["rewards"], batch["baselines"], batch["group_stds"], scale_rewards, batch_score_std
