@@ -87,7 +87,7 @@ def build(path: Path, guard: bool, samples, geometry, steps, tmp, kd_topk, timer
     """``trainer_bench.build_openclaw`` with the guard on or off; its store also holds the served turns."""
     extra = {
         "guard": guard,
-        "guard_max_kl_base": 1e9,
+        "guard_max_kl": 1e9,
         "guard_max_entropy_drop": 1e9,
         "guard_max_entropy_rise": 1e9,
     }

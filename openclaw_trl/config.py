@@ -363,21 +363,23 @@ class OpenClawConfig(GRPOConfig):
 
     guard (`bool`, defaults to `True`):
         Check every new adapter before it is served, with signals that need no knowledge of what the person
-        prefers: the trained weights' next-token distributions are compared with the base model's (adapter
-        off) at every reply position of a few short rows, the person's `guard_recent_prompts` most recent
-        turns (their served replies) and `guard_neutral_prompts` (replies sampled once from the base):
-        `guard/kl_base`, the mean KL(base || new) per token of the row that moved most, in nats (what a
-        person teaches moves a few positions of a reply, a broken adapter most of them), and
-        `guard/entropy_gap`, the new weights' mean
-        next-token entropy minus the base's (it falls when answers collapse onto a few strings, it rises when
-        they fall apart). A version past a bound (or with inf/NaN weights) is held back: the last version that
-        passed keeps serving, the trainer rewinds to it (weights, optimizer and scheduler states, kept in
-        memory) and trains on from there, the samples of the held-back update are kept out of training with
-        the reason, and the log, `/v1/status` (`guard`) and the UI say why in plain words. The step still
-        takes its number: the kept weights serve under it (lineage parent: the version kept, 0 updates).
-        Logged per update: `guard/held`, `guard/kl_base`, `guard/entropy_gap`, `guard/seconds`. Cost: one
-        forward of the new weights and one of the base over the rows. Needs a LoRA adapter (the base is the
-        reference): with full fine-tuning set `guard: false`.
+        prefers beyond what they said: the trained weights' next-token distributions are compared, at every
+        reply position of a few short rows (the person's `guard_recent_prompts` most recent turns with their
+        served replies, and `guard_neutral_prompts` with replies sampled once from the base), with the base
+        model's (adapter off) told the person's most recent hints (the OPD teacher's context). `guard/kl`: the
+        mean KL(new || reference) per token of the row that moved most, in nats (large where the new weights
+        put their mass on tokens the reference finds implausible: replies that start with a stray word, repeat
+        or fall apart; small where they only sharpened what the reference allows, the taught style included);
+        `guard/entropy_gap`: the new weights' mean next-token entropy minus the reference's (it falls when
+        answers collapse onto a few strings, it rises when they fall apart). A version past a bound (or with
+        inf/NaN weights) is held back: the last version that passed keeps serving, the trainer rewinds to it
+        (weights, optimizer and scheduler states, kept in memory) and trains on from there, the samples of the
+        held-back update are kept out of training with the reason, and the log, `/v1/status` (`guard`) and
+        the UI say why in plain words. The step still takes its number: the kept weights serve under it
+        (lineage parent: the version kept, 0 updates). Logged per update: `guard/held`, `guard/kl`,
+        `guard/entropy_gap`, `guard/seconds`. Cost: one forward of the new weights and one of the reference
+        over the rows. Needs a LoRA adapter (the base is the reference): with full fine-tuning set `guard:
+        false`.
     guard_recent_prompts (`int`, defaults to `3`):
         The person's most recent main turns (distinct prompts, a reply of 8 tokens or more, private sessions
         left out) the guard compares on, their replies cut to 24 tokens; prompts longer than
@@ -385,8 +387,8 @@ class OpenClawConfig(GRPOConfig):
     guard_neutral_prompts (`list[str]` or `None`, defaults to `None`):
         User messages that ask for nothing in particular (one base reply each, at most 24 tokens, sampled once
         per run); `None`: "Hi! What can you do?" and "Tell me something interesting."; `[]`: none.
-    guard_max_kl_base (`float`, defaults to `0.25`):
-        The most KL(base || new) per token (nats) a version may show on any one row.
+    guard_max_kl (`float`, defaults to `0.5`):
+        The most KL(new || reference) per token (nats) a version may show on any one row.
     guard_max_entropy_drop (`float`, defaults to `1.0`), guard_max_entropy_rise (`float`, defaults to `1.0`):
         How far (nats per token) the entropy gap may fall below 0 (answers collapsing onto a few strings) or
         rise above it (answers falling apart).
@@ -659,9 +661,9 @@ class OpenClawConfig(GRPOConfig):
     guard_neutral_prompts: list[str] | None = field(
         default=None, metadata={"help": "Neutral prompts of the guard's comparison with the base."}
     )
-    guard_max_kl_base: float = field(
-        default=GuardConfig.max_kl_base,
-        metadata={"help": "Most KL(base || new) per token a version may show."},
+    guard_max_kl: float = field(
+        default=GuardConfig.max_kl,
+        metadata={"help": "Most KL(new || reference) per token on any row."},
     )
     guard_max_entropy_drop: float = field(
         default=GuardConfig.max_entropy_drop,
@@ -801,7 +803,7 @@ class OpenClawConfig(GRPOConfig):
                 GuardConfig.max_new_tokens, self.max_completion_length or GuardConfig.max_new_tokens
             ),
             max_prompt_tokens=self.max_judge_prompt_tokens,
-            max_kl_base=self.guard_max_kl_base,
+            max_kl=self.guard_max_kl,
             max_entropy_drop=self.guard_max_entropy_drop,
             max_entropy_rise=self.guard_max_entropy_rise,
             seed=self.seed,

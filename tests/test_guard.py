@@ -20,11 +20,11 @@ from openclaw_trl.trainer.guard import Comparison, GuardConfig, ProbeRow, Versio
 from openclaw_trl.trainer.progress import ProgressCallback, TrainingProgress
 from tests.trainer_helpers import make_trainer, sampled
 
-ROWS = [ProbeRow((1, 2), (3, 4), "neutral")]
+ROWS = [ProbeRow((1, 2), (1, 2), (3, 4), "neutral")]
 
 
 def _verdict(kl: float, gap: float, finite: bool = True, **config):
-    guard = VersionGuard(GuardConfig(**config), render=lambda text: [1], recent_turns=lambda n: [])
+    guard = VersionGuard(GuardConfig(**config), render=lambda messages, tools: [1], recent_turns=lambda n: [])
     return guard.check(ROWS, lambda rows: Comparison(kl, 1.0 + gap, 1.0, 2), finite)
 
 
@@ -32,14 +32,19 @@ def test_a_version_within_the_bounds_passes_and_reports_its_signals():
     verdict = _verdict(0.2, -0.2)
     assert verdict.passed and verdict.reason is None
     metrics = verdict.metrics()
-    assert metrics["guard/held"] == 0.0 and metrics["guard/kl_base"] == pytest.approx(0.2)
+    assert metrics["guard/held"] == 0.0 and metrics["guard/kl"] == pytest.approx(0.2)
     assert metrics["guard/entropy_gap"] == pytest.approx(-0.2) and metrics["guard/rows"] == 1.0
 
 
 @pytest.mark.parametrize(
     ("kl", "gap", "finite", "words"),
     [
-        (1.5, 0.0, True, "drifted too far from the base model's (KL 1.50 nats per token"),
+        (
+            1.5,
+            0.0,
+            True,
+            "moved away from anything the starting model would say, even told what you asked for (KL 1.50",
+        ),
         (0.1, -1.3, True, "became repetitive"),
         (0.1, 1.3, True, "became erratic"),
         (float("nan"), 0.0, True, "could not be scored"),
@@ -52,15 +57,15 @@ def test_a_version_past_a_bound_is_held_with_the_reason_in_plain_words(kl, gap, 
 
 
 def test_nothing_to_compare_on_passes():
-    guard = VersionGuard(GuardConfig(), render=lambda text: [1], recent_turns=lambda n: [])
+    guard = VersionGuard(GuardConfig(), render=lambda messages, tools: [1], recent_turns=lambda n: [])
     assert guard.check([], lambda rows: pytest.fail("no rows: nothing to compute")).passed
 
 
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        (dict(guard_max_kl_base=0), "guard_max_kl_base must be a number > 0"),
-        (dict(guard_max_kl_base=float("inf")), "guard_max_kl_base must be a number > 0"),
+        (dict(guard_max_kl=0), "guard_max_kl must be a number > 0"),
+        (dict(guard_max_kl=float("inf")), "guard_max_kl must be a number > 0"),
         (dict(guard_max_entropy_drop=-1.0), "guard_max_entropy_drop and guard_max_entropy_rise must be"),
         (dict(guard_max_entropy_rise=0), "guard_max_entropy_drop and guard_max_entropy_rise must be"),
         (dict(guard_recent_prompts=-1), "guard_recent_prompts must be an integer >= 0"),
@@ -103,7 +108,7 @@ class Relax(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         guard = self.trainer.guard
         guard.config = dataclasses.replace(
-            guard.config, max_kl_base=1e9, max_entropy_drop=1e9, max_entropy_rise=1e9
+            guard.config, max_kl=1e9, max_entropy_drop=1e9, max_entropy_rise=1e9
         )
 
 
@@ -116,7 +121,7 @@ def test_a_held_back_update_is_rewound_and_its_weights_are_never_served(tiny_mod
     store = Store(tmp_path / "store.sqlite")
     ids = [store.queue.add_sample(s) for s in sampled(tiny_model_dir, 8, hint=True)]
     trainer = make_trainer(
-        tiny_model_dir, tmp_path, store, max_steps=2, learning_rate=0.05, guard_max_kl_base=1e-9
+        tiny_model_dir, tmp_path, store, max_steps=2, learning_rate=0.05, guard_max_kl=1e-9
     )
     engine = trainer.engine = RecordingEngine()
     progress = TrainingProgress()
@@ -133,21 +138,21 @@ def test_a_held_back_update_is_rewound_and_its_weights_are_never_served(tiny_mod
     assert any(not torch.equal(engine.published[2][1][k], t) for k, t in served_at_1.items())  # v2 trained
 
     held = store.lineage.published_version(1)
-    assert (held.parent, held.updates) == (0, 0) and held.note.startswith("held: its answers drifted")
+    assert (held.parent, held.updates) == (0, 0) and held.note.startswith("held: its answers moved away")
     assert store.lineage.published_version(2).parent == 1  # v2 trained from v1 = v0's weights
     rows = {s.sample_id: s for s in store.queries.iter_samples()}
     reasons = [rows[i].dropped_reason for i in ids if rows[i].consumed_step == 1]
     assert len(reasons) == 4 and all(
-        r.startswith("rolled_back: update 1 held back by the guard (its answers drifted") for r in reasons
+        r.startswith("rolled_back: update 1 held back by the guard (its answers moved away") for r in reasons
     )
     assert all(rows[i].dropped_reason is None for i in ids if rows[i].consumed_step == 2)
 
     logged = [e for e in trainer.state.log_history if "reward" in e]
     assert [e["guard/held"] for e in logged] == [1.0, 0.0]
-    assert logged[0]["guard/kl_base"] > 1e-9 and logged[0]["guard/seconds"] >= 0
+    assert logged[0]["guard/kl"] > 1e-9 and logged[0]["guard/seconds"] >= 0
     status = LearningStatus(trainer.args, None, store, progress)()
     assert status["guard"]["held_back"] == [1] and status["guard"]["enabled"]
-    assert status["guard"]["last"].startswith("v1 was held back: its answers drifted too far")
+    assert status["guard"]["last"].startswith("v1 was held back: its answers moved away")
     assert status["guard"]["last"].endswith("The weights of v0 served in its place.")
     assert set(initial) == set(_lora(trainer))
 
@@ -168,7 +173,7 @@ def test_the_rewind_restores_the_optimizer_state_of_the_last_good_version(tiny_m
                     k: {n: t.clone() for n, t in v.items() if torch.is_tensor(t)}
                     for k, v in trainer.optimizer.state_dict()["state"].items()
                 }
-                trainer.guard.config = dataclasses.replace(trainer.guard.config, max_kl_base=1e-12)
+                trainer.guard.config = dataclasses.replace(trainer.guard.config, max_kl=1e-12)
 
     trainer.add_callback(Tighten())
     trainer.train()
@@ -204,30 +209,67 @@ def test_full_fine_tuning_refuses_the_guard_with_what_to_do(tiny_model_dir, tmp_
 
 
 def test_the_one_forward_comparison_equals_two_plain_forwards(tiny_model_dir, tmp_path):
-    """The guard's mixed-adapter forward (recent rows on and off the adapter, neutral rows on it, the base's
-    neutral side kept from the first check) gives the KL and entropies two plain forwards give."""
+    """The guard's mixed-adapter forward (every row on the adapter with its own prompt, the recent rows off it
+    with their hinted prompts, the neutral rows' reference side kept from the first check) gives the KL and
+    entropies that separate plain forwards give."""
     store = Store(tmp_path / "store.sqlite")
     for s in sampled(tiny_model_dir, 4, hint=True):
         store.queue.add_sample(s)
     trainer = make_trainer(tiny_model_dir, tmp_path, store, max_steps=1, learning_rate=0.05)
     trainer.train()
     rows = [
-        ProbeRow(tuple(range(5, 12)), (20, 21, 22, 23, 24), "recent"),
-        ProbeRow((7, 8), (30, 31), "recent"),
+        ProbeRow(tuple(range(5, 12)), tuple(range(5, 15)), (20, 21, 22, 23, 24), "recent"),
+        ProbeRow((7, 8), (7, 8, 9), (30, 31), "recent"),
+        ProbeRow((9, 10, 11), (9, 10, 11, 12), (40, 41, 42), "neutral"),
     ]
-    rows += [ProbeRow((9, 10, 11), (40, 41, 42), "neutral")]
     from openclaw_trl.trainer.safety import _inference
 
     model = trainer.accelerator.unwrap_model(trainer.model)
     with torch.no_grad(), _inference(model):
         first = trainer._compare(rows)
-        again = trainer._compare(rows)  # the neutral rows' base side from the cache
+        again = trainer._compare(rows)  # the neutral rows' reference side from the cache
         candidate, mask = trainer._reply_distributions(model, rows)
         with model.disable_adapter():
-            base, _ = trainer._reply_distributions(model, rows)
-    kl = (((base.exp() * (base - candidate)).sum(-1) * mask).sum(-1) / mask.sum(-1)).max()  # the worst row
+            reference, _ = trainer._reply_distributions(model, rows, reference_from=0)
+    per_row = ((candidate.exp() * (candidate - reference)).sum(-1) * mask).sum(-1) / mask.sum(-1)
     entropy = (-(candidate.exp() * candidate).sum(-1) * mask).sum() / mask.sum()
     for found in (first, again):
         assert found.positions == int(mask.sum()) == 10
-        assert found.kl == pytest.approx(float(kl), abs=1e-5) and found.kl > 1e-4  # it did move
+        assert found.kl == pytest.approx(float(per_row.max()), abs=1e-5) and found.kl > 1e-4
         assert found.entropy_candidate == pytest.approx(float(entropy), abs=1e-5)
+
+
+def test_the_reference_is_told_the_persons_recent_hints():
+    """The reference prompt is the row's prompt with the person's most recent distinct hints appended (the
+    OPD teacher's context); before any hint it is the prompt itself; short replies are left out."""
+    from types import SimpleNamespace
+
+    from openclaw_trl import judge
+
+    rendered = []
+
+    def render(messages, tools):
+        rendered.append(messages)
+        return list(range(len(str(messages))))
+
+    long_reply = SimpleNamespace(
+        prompt_messages=[{"role": "user", "content": "Tell me about apples."}],
+        tools=None,
+        prompt_ids=[1, 2, 3],
+        completion_ids=list(range(30)),
+    )
+    short_reply = SimpleNamespace(**{**vars(long_reply), "completion_ids": [5, 6]})
+    hints = []
+    guard = VersionGuard(
+        GuardConfig(neutral_prompts=()),
+        render=render,
+        recent_turns=lambda n: [short_reply, long_reply],
+        recent_hints=lambda n: list(hints),
+    )
+    (row,) = guard.rows(lambda prompts, n, seed: pytest.fail("no neutral prompt"))
+    assert row.reference_ids == row.prompt_ids == (1, 2, 3) and len(row.reply_ids) == 24
+    hints[:] = ["Use bullets.", "Be brief.", "Use bullets."]
+    assert guard.hint() == "Be brief.\nUse bullets."
+    (row,) = guard.rows(lambda prompts, n, seed: [])
+    assert rendered[-1] == judge.append_hint(long_reply.prompt_messages, "Be brief.\nUse bullets.")
+    assert row.prompt_ids == (1, 2, 3) and row.reference_ids != row.prompt_ids

@@ -334,7 +334,7 @@ def build_config(row: Row, seed: int, settings: BenchSettings, out_dir: Path, mo
     return config, model_args
 
 
-OBSERVE_ONLY = {"guard_max_kl_base": 1e9, "guard_max_entropy_drop": 1e9, "guard_max_entropy_rise": 1e9}
+OBSERVE_ONLY = {"guard_max_kl": 1e9, "guard_max_entropy_drop": 1e9, "guard_max_entropy_rise": 1e9}
 """The guard's bounds of ``--guard observe``: every signal is measured and logged, no version is held back."""
 
 TRAINER_KEYS = (
@@ -355,7 +355,7 @@ TRAINER_KEYS = (
     "best_of_n/score_mean",
     "best_of_n/served_score",
     "guard/held",
-    "guard/kl_base",
+    "guard/kl",
     "guard/entropy_gap",
     "guard/seconds",
     "time/update_s",

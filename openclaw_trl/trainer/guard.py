@@ -1,36 +1,39 @@
 """The version guard: every new adapter is checked before it is served, with signals that need no knowledge of
-what the person prefers.
+what the person prefers beyond what they said.
 
 An online learner trains on a handful of noisy samples per update; one bad step (or an optimizer that keeps
 moving on momentum) can push the adapter off the base model's manifold, into replies that repeat themselves or
-stop being sentences. The person's own verdicts arrive only after they have read such a reply, so the check
-must use signals that hold whatever the person wants. Both come from comparing the candidate's next-token
-distributions with the base model's (adapter off) at the same positions of a few short rows:
+stop being sentences. The person's verdicts arrive only after they have read such a reply, so the check compares
+the candidate's next-token distributions with a *reference* at every reply position of a few short rows:
 
 * the person's ``recent_prompts`` most recent main turns with distinct prompts and a reply of at least
   ``MIN_REPLY_TOKENS`` tokens (an acknowledgement such as "You're welcome." shows nothing), their served
   replies cut to ``max_new_tokens``, and
 * ``neutral_prompts``, fixed prompts that ask for nothing in particular, each with ``samples`` replies sampled
-  once per run from the base;
+  once per run from the base.
 
-* ``kl_base``: for each row, ``mean_t KL(pi_base(. | x, y_<t) || pi_cand(. | x, y_<t))`` over its reply
+The reference is the base model (adapter off) told what the person asked for: the row's prompt with the
+person's most recent distinct hints appended (``judge.append_hint``, the OPD teacher's context; the plain
+prompt before any hint). That is what the person taught, so a version that learned it stays close to it,
+whatever it is (a style the base rarely uses unprompted included). The signals:
+
+* ``kl``: for each row, ``mean_t KL(pi_cand(. | x, y_<t) || pi_ref(. | x + hints, y_<t))`` over its reply
   positions, exact (the whole vocabulary, at the trainer's temperature), in nats per token; the signal is the
-  largest over the rows. What a person teaches moves a few positions of a reply (its opening, a list marker, how
-  many facts) by a few nats, a few hundredths to tenths of a nat per token on average; an adapter that breaks
-  the answers moves most positions of the replies it breaks (the toy model's collapse: 0.01 -> 0.4 in one
-  update on an answer to an everyday request), so the worst row is the one to read, not the mean over rows. It is
-  anchored at the base, so a slow drift that no single update shows still adds up here.
-* ``entropy_gap``: the candidate's mean next-token entropy minus the base's over all those positions (nats). A
+  largest over the rows. This direction is the one that sees breakage: it is large where the candidate puts
+  its mass on tokens the reference finds implausible (a reply that starts with a stray word, repeats itself or
+  falls apart), and small where the candidate only sharpened what the reference already allows (the taught
+  style, fewer facts). The toy model's collapse moves it from about 0.01 to about 1 nat per token on the
+  replies it breaks in one update; the worst row is read because a broken adapter breaks some answers first.
+* ``entropy_gap``: the candidate's mean next-token entropy minus the reference's over all positions (nats). A
   model that collapses onto a few strings becomes certain of them (the gap falls); one that falls apart spreads
   its mass (the gap rises).
 
-A candidate with non-finite weights, or a signal past its bound (``max_kl_base``, ``max_entropy_drop``,
-``max_entropy_rise``), is
-held back: the trainer keeps serving the last version that passed and rewinds to it (``trainer.safety``). The
-verdict says why in plain words (``GuardVerdict.reason``). Cost: one forward of the candidate and one of the
-base over the rows (at most ``recent_prompts + len(neutral_prompts) * samples`` rows of a prompt and
-``max_new_tokens`` reply tokens); prompts longer than ``max_prompt_tokens`` are left out, so an agent's
-20k-token prompt never costs a forward of its own.
+A candidate with non-finite weights, or a signal past its bound (``max_kl``, ``max_entropy_drop``,
+``max_entropy_rise``), is held back: the trainer keeps serving the last version that passed and rewinds to it
+(``trainer.safety``). The verdict says why in plain words (``GuardVerdict.reason``). Cost: one forward of the
+candidate and one of the reference over the rows (at most ``recent_prompts + len(neutral_prompts) * samples``
+rows of a prompt and ``max_new_tokens`` reply tokens); prompts longer than ``max_prompt_tokens`` are left
+out, so an agent's 20k-token prompt never costs a forward of its own.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+from openclaw_trl import judge
 
 NEUTRAL_PROMPTS = (
     "Hi! What can you do?",
@@ -62,7 +67,8 @@ class GuardConfig:
     samples: base replies sampled per neutral prompt (once per run).
     max_new_tokens: the length of those replies.
     max_prompt_tokens: longer prompts are left out of the check.
-    max_kl_base: the most ``kl_base`` (nats per token) a version may show.
+    max_kl: the most ``kl`` (nats per token, the worst row) a version may show.
+    hints: how many of the person's most recent hints (distinct) the reference is told.
     max_entropy_drop: the most ``-entropy_gap`` (nats per token): answers collapsing onto a few strings.
     max_entropy_rise: the most ``entropy_gap`` (nats per token): answers falling apart.
     seed: of the base replies' sampling.
@@ -74,7 +80,8 @@ class GuardConfig:
     samples: int = 1
     max_new_tokens: int = 24
     max_prompt_tokens: int = 1024
-    max_kl_base: float = 0.25
+    max_kl: float = 0.5
+    hints: int = 3
     max_entropy_drop: float = 1.0
     max_entropy_rise: float = 1.0
     seed: int = 0
@@ -88,7 +95,8 @@ class GuardConfig:
             (_count(self.samples, 1), f"the guard's samples must be an integer >= 1, got {self.samples!r}"),
             (_count(self.max_new_tokens, 1), "the guard's max_new_tokens must be an integer >= 1"),
             (_count(self.max_prompt_tokens, 1), "the guard's max_prompt_tokens must be an integer >= 1"),
-            (_positive(self.max_kl_base), "guard_max_kl_base must be a number > 0 (nats per token)"),
+            (_positive(self.max_kl), "guard_max_kl must be a number > 0 (nats per token)"),
+            (_count(self.hints, 0), f"the guard's hints must be an integer >= 0, got {self.hints!r}"),
             (
                 _positive(self.max_entropy_drop) and _positive(self.max_entropy_rise),
                 "guard_max_entropy_drop and guard_max_entropy_rise must be numbers > 0 (nats per token)",
@@ -120,18 +128,19 @@ def _positive(value) -> bool:
 
 @dataclass(frozen=True)
 class ProbeRow:
-    """One row of the check: a prompt and a reply (the person's served one, or a base reply to a neutral
-    prompt)."""
+    """One row of the check: a prompt (as the candidate sees it, and as the reference does: with the person's
+    hints), and a reply (the person's served one, or a base reply to a neutral prompt)."""
 
     prompt_ids: tuple[int, ...]
+    reference_ids: tuple[int, ...]
     reply_ids: tuple[int, ...]
     kind: str  # "recent" or "neutral"
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """Candidate vs base over the rows' reply positions: the largest per-row mean KL and the two mean entropies
-    over every position (nats per token)."""
+    """Candidate vs reference over the rows' reply positions: the largest per-row mean KL and the two mean
+    entropies over every position (nats per token)."""
 
     kl: float
     entropy_candidate: float
@@ -145,7 +154,7 @@ class GuardVerdict:
     it passed, and why not in plain words."""
 
     passed: bool
-    kl_base: float | None = None
+    kl: float | None = None
     entropy_gap: float | None = None
     rows: int = 0
     seconds: float = 0.0
@@ -158,7 +167,7 @@ class GuardVerdict:
             "guard/rows": float(self.rows),
             "guard/seconds": self.seconds,
         }
-        for name in ("kl_base", "entropy_gap"):
+        for name in ("kl", "entropy_gap"):
             value = getattr(self, name)
             if value is not None:
                 out[f"guard/{name}"] = value
@@ -167,47 +176,77 @@ class GuardVerdict:
 
 @dataclass
 class VersionGuard:
-    """Checks candidate versions (``check``) against the config's bounds; owns the neutral rows it built once.
+    """Checks candidate versions (``check``) against the config's bounds; owns the neutral replies it sampled once.
 
-    ``render(prompt)``: a neutral prompt's token ids (the chat template); ``recent_turns(n)``: the person's ``n``
-    most recent main turns with distinct prompts (``store.queries.recent_prompt_turns``).
+    ``render(messages, tools)``: prompt token ids (the chat template); ``recent_turns(n)``: the person's ``n`` most
+    recent main turns with distinct prompts (``store.queries.recent_prompt_turns``); ``recent_hints(n)``: their
+    ``n`` most recent hints, oldest first (``store.queries.recent_hints``).
     """
 
     config: GuardConfig
-    render: Callable[[str], Sequence[int]]
+    render: Callable[[list[dict], list[dict] | None], Sequence[int]]
     recent_turns: Callable[[int], list]
-    _neutral: list[ProbeRow] | None = field(default=None, repr=False)
+    recent_hints: Callable[[int], list[str]] = lambda n: []
+    _neutral: list[tuple[tuple[int, ...], list[dict], tuple[int, ...]]] | None = field(
+        default=None, repr=False
+    )
 
-    def neutral_rows(self, generate_base: Callable[[list[Sequence[int]], int, int], list[Sequence[int]]]):
-        """The neutral rows: ``samples`` base replies per neutral prompt (``generate_base(prompts,
-        max_new_tokens, seed)``), built on the first call, then kept."""
-        if self._neutral is None:
-            prompts = [tuple(self.render(p)) for p in self.config.neutral_prompts]
-            prompts = [p for p in prompts if len(p) <= self.config.max_prompt_tokens]
-            repeated = [p for p in prompts for _ in range(self.config.samples)]
-            replies = (
-                generate_base(repeated, self.config.max_new_tokens, self.config.seed) if repeated else []
-            )
-            self._neutral = [
-                ProbeRow(p, tuple(r), "neutral") for p, r in zip(repeated, replies, strict=True) if r
-            ]
-        return self._neutral
+    def hint(self) -> str | None:
+        """What the reference is told: the person's most recent distinct hints, one per line (None: none yet)."""
+        if self.config.hints <= 0:
+            return None
+        recent = [h.strip() for h in self.recent_hints(self.config.hints * 4) if h and h.strip()]
+        distinct = list(dict.fromkeys(reversed(recent)))[: self.config.hints]  # newest first, no repeats
+        return "\n".join(reversed(distinct)) or None
 
-    def recent_rows(self) -> list[ProbeRow]:
-        """The person's most recent turns as rows (their served replies, cut to ``max_new_tokens``)."""
+    def rows(
+        self, generate_base: Callable[[list[Sequence[int]], int, int], list[Sequence[int]]]
+    ) -> list[ProbeRow]:
+        """The rows of a check: the person's recent turns, then the neutral prompts (their base replies sampled
+        with ``generate_base(prompts, max_new_tokens, seed)`` on the first call, then kept)."""
+        hint = self.hint()
+        return self._recent_rows(hint) + self._neutral_rows(generate_base, hint)
+
+    def _reference(
+        self, messages: list[dict], tools, hint: str | None, plain: Sequence[int]
+    ) -> tuple[int, ...]:
+        if hint is None:
+            return tuple(plain)
+        return tuple(self.render(judge.append_hint(messages, hint), tools))
+
+    def _recent_rows(self, hint: str | None) -> list[ProbeRow]:
         if self.config.recent_prompts <= 0:
             return []
         rows = []
+        limit = self.config.max_prompt_tokens
         for turn in self.recent_turns(self.config.recent_prompts * 4):
-            if (
-                len(turn.completion_ids) >= MIN_REPLY_TOKENS
-                and len(turn.prompt_ids) <= self.config.max_prompt_tokens
-            ):
-                reply = tuple(turn.completion_ids[: self.config.max_new_tokens])
-                rows.append(ProbeRow(tuple(turn.prompt_ids), reply, "recent"))
+            if len(turn.completion_ids) < MIN_REPLY_TOKENS or len(turn.prompt_ids) > limit:
+                continue
+            reference = self._reference(list(turn.prompt_messages), turn.tools, hint, turn.prompt_ids)
+            if len(reference) > limit:
+                continue
+            reply = tuple(turn.completion_ids[: self.config.max_new_tokens])
+            rows.append(ProbeRow(tuple(turn.prompt_ids), reference, reply, "recent"))
             if len(rows) == self.config.recent_prompts:
                 break
         return rows
+
+    def _neutral_rows(self, generate_base, hint: str | None) -> list[ProbeRow]:
+        if self._neutral is None:
+            rendered = [([{"role": "user", "content": p}], p) for p in self.config.neutral_prompts]
+            prompts = [(tuple(self.render(m, None)), m) for m, _ in rendered]
+            prompts = [(ids, m) for ids, m in prompts if len(ids) <= self.config.max_prompt_tokens]
+            repeated = [(ids, m) for ids, m in prompts for _ in range(self.config.samples)]
+            replies = (
+                generate_base([ids for ids, _ in repeated], self.config.max_new_tokens, self.config.seed)
+                if repeated
+                else []
+            )
+            self._neutral = [(ids, m, tuple(r)) for (ids, m), r in zip(repeated, replies, strict=True) if r]
+        return [
+            ProbeRow(ids, self._reference(messages, None, hint, ids), reply, "neutral")
+            for ids, messages, reply in self._neutral
+        ]
 
     def check(
         self,
@@ -233,19 +272,19 @@ class VersionGuard:
         c = self.config
         if not (math.isfinite(kl) and math.isfinite(gap)):
             return "its answers could not be scored (inf or NaN probabilities)"
-        if kl > c.max_kl_base:
+        if kl > c.max_kl:
             return (
-                f"its answers drifted too far from the base model's (KL {kl:.2f} nats per token on one of your "
-                f"recent or everyday prompts, limit {c.max_kl_base:g})"
+                f"its answers moved away from anything the starting model would say, even told what you asked "
+                f"for (KL {kl:.2f} nats per token on one of your recent or everyday prompts, limit {c.max_kl:g})"
             )
         if -gap > c.max_entropy_drop:
             return (
-                f"its answers became repetitive (next-token entropy {gap:+.2f} nats from the base model's, "
+                f"its answers became repetitive (next-token entropy {gap:+.2f} nats from the starting model's, "
                 f"limit -{c.max_entropy_drop:g})"
             )
         if gap > c.max_entropy_rise:
             return (
-                f"its answers became erratic (next-token entropy {gap:+.2f} nats from the base model's, "
+                f"its answers became erratic (next-token entropy {gap:+.2f} nats from the starting model's, "
                 f"limit +{c.max_entropy_rise:g})"
             )
         return None

@@ -3,9 +3,9 @@ held-back one.
 
 After every optimizer step, before the new adapter is published (``callbacks.PublishAndConsume``):
 
-1. ``check_candidate`` compares the trained weights' next-token distributions with the base's (the adapter
-   switched off) on the guard's rows (and, once per run, samples the neutral rows' replies from the base); the
-   main process decides, every process gets the same verdict;
+1. ``check_candidate`` compares the trained weights' next-token distributions with the reference's (the base,
+   adapter switched off, told the person's hints) on the guard's rows (and, once per run, samples the neutral
+   rows' replies from the base); the main process decides, every process gets the same verdict;
 2. a version that passes is published as usual and becomes the *last good* state (``GoodState``: the adapter's
    tensors, the optimizer and scheduler states, kept in memory);
 3. a version that does not pass is held back (``hold_back``): every process loads the last good state back (the
@@ -74,8 +74,8 @@ class GoodState:
 
 
 def make_guard(trainer, args) -> VersionGuard:
-    """The ``VersionGuard`` of ``trainer`` from its config (``args.guard_config()``): neutral prompts rendered
-    with the trainer's chat template, recent turns from its store. The base model is the guard's reference, so
+    """The ``VersionGuard`` of ``trainer`` from its config (``args.guard_config()``): prompts rendered with the
+    trainer's chat template, recent turns and hints from its store. The base model is the guard's reference, so
     it needs an adapter to switch off (a LoRA run)."""
     from openclaw_trl.chat import render_prompt_ids
     from openclaw_trl.errors import UserError
@@ -88,8 +88,9 @@ def make_guard(trainer, args) -> VersionGuard:
     store, tokenizer = trainer.store, trainer.processing_class
     return VersionGuard(
         args.guard_config(),
-        render=lambda text: render_prompt_ids(tokenizer, [{"role": "user", "content": text}]),
+        render=lambda messages, tools: render_prompt_ids(tokenizer, messages, tools),
         recent_turns=store.queries.recent_prompt_turns if store is not None else (lambda n: []),
+        recent_hints=store.queries.recent_hints if store is not None else (lambda n: []),
     )
 
 
@@ -99,7 +100,7 @@ class TrainerSafety:
     guard: VersionGuard | None = None
     _good: GoodState | None = None
     _held_from: int | None = None  # the version whose weights the step's checkpoint holds (a held-back step)
-    _neutral_base: tuple[list[ProbeRow], torch.Tensor] | None = None  # the base's side of the neutral rows
+    _neutral_reference: tuple[list, torch.Tensor] | None = None  # the reference side of the neutral rows
 
     # ------------------------------------------------------------------ checking
     def check_candidate(self) -> GuardVerdict:
@@ -113,60 +114,67 @@ class TrainerSafety:
 
     def _run_check(self, finite: bool) -> GuardVerdict:
         with torch.no_grad(), _inference(self.accelerator.unwrap_model(self.model)):
-            rows = self.guard.recent_rows() + self.guard.neutral_rows(self._generate_base)
-            return self.guard.check(rows, self._compare, finite)
+            return self.guard.check(self.guard.rows(self._generate_base), self._compare, finite)
 
     def _compare(self, rows: list[ProbeRow]) -> Comparison:
-        """The largest per-row mean KL(base || candidate) and both entropies over every reply position of ``rows``
-        (module docstring of ``trainer.guard``), from the full next-token distributions at the trainer's
-        temperature. One forward:
-        the recent rows with the adapter on and off (PEFT's per-row adapter names), the neutral rows with it
-        on; the base's side of the neutral rows never changes, so it is computed once and kept."""
+        """The largest per-row mean KL(candidate || reference) and both entropies over every reply position of
+        ``rows`` (module docstring of ``trainer.guard``), from the full next-token distributions at the trainer's
+        temperature. One forward: every row with the adapter on (its plain prompt) and the recent rows with it
+        off (their hinted prompts: PEFT's per-row adapter names); the reference side of the neutral rows changes
+        only with the hints, so it is kept until they do."""
         model = self.accelerator.unwrap_model(self.model)
         recent = [r for r in rows if r.kind != "neutral"]
         neutral = [r for r in rows if r.kind == "neutral"]
-        if neutral and (self._neutral_base is None or self._neutral_base[0] != neutral):
-            self._neutral_base = (
-                neutral,
-                self._reply_distributions(model, neutral, ["__base__"] * len(neutral))[0],
-            )
-        n = len(recent)
-        names = [model.active_adapter] * n + ["__base__"] * n + [model.active_adapter] * len(neutral)
-        found, mask = self._reply_distributions(model, recent + recent + neutral, names)
-        candidate = torch.cat([found[:n], found[2 * n :]])
-        base_parts = [found[n : 2 * n]] + ([_widen(self._neutral_base[1], found.size(1))] if neutral else [])
-        base = torch.cat(base_parts)
-        mask = torch.cat([mask[:n], mask[2 * n :]])
-        kl = (base.exp() * (base - candidate)).sum(-1)
+        key = [r.reference_ids for r in neutral]
+        if neutral and (self._neutral_reference is None or self._neutral_reference[0] != key):
+            found = self._reply_distributions(model, neutral, ["__base__"] * len(neutral), reference_from=0)[
+                0
+            ]
+            self._neutral_reference = (key, found)
+        n = len(rows)
+        names = [model.active_adapter] * n + ["__base__"] * len(recent)
+        found, mask = self._reply_distributions(model, rows + recent, names, reference_from=n)
+        candidate, mask = found[:n], mask[:n]
+        parts = [found[n:]] + ([_widen(self._neutral_reference[1], found.size(1))] if neutral else [])
+        reference = torch.cat(parts)  # rows are recent first, then neutral (VersionGuard.rows)
+        kl = (candidate.exp() * (candidate - reference)).sum(-1)
         entropy_candidate = -(candidate.exp() * candidate).sum(-1)
-        entropy_base = -(base.exp() * base).sum(-1)
+        entropy_reference = -(reference.exp() * reference).sum(-1)
         count = mask.sum().clamp(min=1)
 
         def mean(values: torch.Tensor) -> float:
             return float((values * mask).sum() / count)
 
         per_row = (kl * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-        return Comparison(float(per_row.max()), mean(entropy_candidate), mean(entropy_base), int(mask.sum()))
+        return Comparison(
+            float(per_row.max()), mean(entropy_candidate), mean(entropy_reference), int(mask.sum())
+        )
 
     def _reply_distributions(
-        self, model, rows: list[ProbeRow], adapter_names: list[str] | None = None
+        self,
+        model,
+        rows: list[ProbeRow],
+        adapter_names: list[str] | None = None,
+        reference_from: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(log_softmax(logits / T) [rows, C, vocab], mask [rows, C])`` at the positions that predict each
-        row's reply tokens (prompts left-padded, replies right-padded, as TRL lays a batch out);
-        ``adapter_names``: per row, PEFT's adapter name or ``"__base__"`` (the adapter off for that row)."""
+        row's reply tokens (prompts left-padded, replies right-padded, as TRL lays a batch out). Rows from
+        ``reference_from`` on are given their ``reference_ids`` as prompt, the others their ``prompt_ids``;
+        ``adapter_names``: per row, PEFT's adapter name or ``"__base__"`` (the adapter off)."""
         from openclaw_trl.trainer.batches import collate_samples, prompt_and_completion
 
+        first = len(rows) if reference_from is None else reference_from
         samples = [
             TrainingSample(
                 turn_id=0,
-                prompt_ids=list(r.prompt_ids),
+                prompt_ids=list(r.reference_ids if i >= first else r.prompt_ids),
                 completion_ids=list(r.reply_ids),
                 sampling_logprobs=[0.0] * len(r.reply_ids),
                 temperature=self.temperature,
                 policy_version=0,
                 reward=0.0,
             )
-            for r in rows
+            for i, r in enumerate(rows)
         ]
         batch = collate_samples(samples, self.processing_class.pad_token_id, device=self.accelerator.device)
         mask = batch["completion_mask"]
