@@ -12,10 +12,12 @@ the candidate's next-token distributions with a *reference* at every reply posit
 * ``neutral_prompts``, fixed prompts that ask for nothing in particular, each with ``samples`` replies sampled
   once per run from the base.
 
-The reference is the base model (adapter off) told what the person asked for: the row's prompt with the
-person's most recent distinct hints appended (``judge.append_hint``, the OPD teacher's context; the plain
-prompt before any hint). That is what the person taught, so a version that learned it stays close to it,
-whatever it is (a style the base rarely uses unprompted included). The signals:
+The reference is the base model (adapter off) as it was and as told what the person asked for: the even
+mixture of its distributions on the row's prompt and on that prompt with the person's most recent distinct
+hints appended (``judge.append_hint``, the OPD teacher's context); the plain base before any hint. A
+continuation is plausible when either finds it so, so a version that has not learned yet and one that has
+learned what the person taught (a style the base rarely uses unprompted included) both stay close to it, while
+one that breaks the replies is far from both. The signals:
 
 * ``kl``: for each row, ``mean_t KL(pi_cand(. | x, y_<t) || pi_ref(. | x + hints, y_<t))`` over its reply
   positions, exact (the whole vocabulary, at the trainer's temperature), in nats per token; the signal is the

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -32,6 +33,18 @@ from openclaw_trl.records import TrainingSample
 from openclaw_trl.trainer.guard import Comparison, GuardVerdict, ProbeRow, VersionGuard
 
 logger = logging.getLogger(__name__)
+
+
+def _mixture(plain: torch.Tensor, hinted: torch.Tensor, rows: list[ProbeRow]) -> torch.Tensor:
+    """Log-probs of the reference: the even mixture of the base on the plain prompt and on the hinted one (the
+    plain base alone for a row without hints). A continuation counts as plausible when either finds it so: the
+    model as it was, or the model told what the person asked for; so neither a version that has not learned yet
+    nor one that has is far from it, while one that breaks the replies is far from both."""
+    hinted_rows = torch.tensor(
+        [r.reference_ids != r.prompt_ids for r in rows], dtype=torch.bool, device=plain.device
+    )
+    mixed = torch.logsumexp(torch.stack([plain, hinted]), dim=0) - math.log(2.0)
+    return torch.where(hinted_rows[:, None, None], mixed, plain)
 
 
 def _widen(logps: torch.Tensor, width: int) -> torch.Tensor:
@@ -119,23 +132,26 @@ class TrainerSafety:
     def _compare(self, rows: list[ProbeRow]) -> Comparison:
         """The largest per-row mean KL(candidate || reference) and both entropies over every reply position of
         ``rows`` (module docstring of ``trainer.guard``), from the full next-token distributions at the trainer's
-        temperature. One forward: every row with the adapter on (its plain prompt) and the recent rows with it
-        off (their hinted prompts: PEFT's per-row adapter names); the reference side of the neutral rows changes
-        only with the hints, so it is kept until they do."""
+        temperature. One forward: every row with the adapter on (its plain prompt), and for the recent rows the
+        base (adapter off, PEFT's per-row adapter names) on the plain and on the hinted prompt; the reference
+        side of the neutral rows changes only with the hints, so it is kept until they do."""
         model = self.accelerator.unwrap_model(self.model)
         recent = [r for r in rows if r.kind != "neutral"]
         neutral = [r for r in rows if r.kind == "neutral"]
         key = [r.reference_ids for r in neutral]
         if neutral and (self._neutral_reference is None or self._neutral_reference[0] != key):
-            found = self._reply_distributions(model, neutral, ["__base__"] * len(neutral), reference_from=0)[
-                0
-            ]
-            self._neutral_reference = (key, found)
-        n = len(rows)
-        names = [model.active_adapter] * n + ["__base__"] * len(recent)
-        found, mask = self._reply_distributions(model, rows + recent, names, reference_from=n)
+            self._neutral_reference = (key, self._reference(model, neutral))
+        n, k = len(rows), len(recent)
+        found, mask = self._reply_distributions(
+            model,
+            rows + recent + recent,
+            [model.active_adapter] * n + ["__base__"] * 2 * k,
+            reference_from=n + k,
+        )
         candidate, mask = found[:n], mask[:n]
-        parts = [found[n:]] + ([_widen(self._neutral_reference[1], found.size(1))] if neutral else [])
+        parts = [_mixture(found[n : n + k], found[n + k :], recent)]
+        if neutral:
+            parts.append(_widen(self._neutral_reference[1], found.size(1)))
         reference = torch.cat(parts)  # rows are recent first, then neutral (VersionGuard.rows)
         kl = (candidate.exp() * (candidate - reference)).sum(-1)
         entropy_candidate = -(candidate.exp() * candidate).sum(-1)
@@ -149,6 +165,12 @@ class TrainerSafety:
         return Comparison(
             float(per_row.max()), mean(entropy_candidate), mean(entropy_reference), int(mask.sum())
         )
+
+    def _reference(self, model, rows: list[ProbeRow]) -> torch.Tensor:
+        """The reference distributions of ``rows`` alone (the base on the plain and on the hinted prompt)."""
+        k = len(rows)
+        found, _ = self._reply_distributions(model, rows + rows, ["__base__"] * 2 * k, reference_from=k)
+        return _mixture(found[:k], found[k:], rows)
 
     def _reply_distributions(
         self,
