@@ -366,28 +366,27 @@ class OpenClawConfig(GRPOConfig):
         prefers beyond what they said: the trained weights' next-token distributions are compared, at every
         reply position of a few short rows (the person's `guard_recent_prompts` most recent turns with their
         served replies, and `guard_neutral_prompts` with replies sampled once from the base), with the base
-        model's (adapter off) told the person's most recent hints (the OPD teacher's context). `guard/kl`: the
-        mean KL(new || reference) per token of the row that moved most, in nats (large where the new weights
-        put their mass on tokens the reference finds implausible: replies that start with a stray word, repeat
-        or fall apart; small where they only sharpened what the reference allows, the taught style included);
-        `guard/entropy_gap`: the new weights' mean next-token entropy minus the reference's (it falls when
-        answers collapse onto a few strings, it rises when they fall apart). A version past a bound (or with
-        inf/NaN weights) is held back: the last version that passed keeps serving, the trainer rewinds to it
-        (weights, optimizer and scheduler states, kept in memory) and trains on from there, the samples of the
-        held-back update are kept out of training with the reason, and the log, `/v1/status` (`guard`) and
-        the UI say why in plain words. The step still takes its number: the kept weights serve under it
-        (lineage parent: the version kept, 0 updates). Logged per update: `guard/held`, `guard/kl`,
-        `guard/entropy_gap`, `guard/seconds`. Cost: one forward of the new weights and one of the reference
-        over the rows. Needs a LoRA adapter (the base is the reference): with full fine-tuning set `guard:
-        false`.
-    guard_recent_prompts (`int`, defaults to `3`):
+        model's (adapter off), as it was or, for a row that does not explain, also as told the person's most
+        recent hints (the OPD teacher's context). `guard/kl`: the mean KL(new || reference) per token of the
+        row that moved most, in nats (large where the new weights put their mass on tokens the reference finds
+        implausible: replies that start with a stray word, repeat or fall apart; small where they only
+        sharpened what the reference allows, the taught style included); `guard/entropy_gap`: the new weights'
+        mean next-token entropy minus the base's (it falls when answers collapse onto a few strings, it rises
+        when they fall apart). A version past a bound (or with inf/NaN weights) is held back: the last version
+        that passed keeps serving, the trainer rewinds to it (weights, optimizer and scheduler states, kept in
+        memory) and trains on from there, the samples of the held-back update are kept out of training with
+        the reason, and the log, `/v1/status` (`guard`) and the UI say why in plain words. The step still takes
+        its number: the kept weights serve under it (lineage parent: the version kept, 0 updates). Logged per
+        update: `guard/held`, `guard/kl`, `guard/entropy_gap`, `guard/seconds`. Cost: one forward over a few
+        rows of at most 256 prompt and 24 reply tokens (`benchmarks/guard_bench.py`). Needs a LoRA adapter
+        (the base is the reference): with full fine-tuning set `guard: false`.
+    guard_recent_prompts (`int`, defaults to `2`):
         The person's most recent main turns (distinct prompts, a reply of 8 tokens or more, private sessions
-        left out) the guard compares on, their replies cut to 24 tokens; prompts longer than
-        `max_judge_prompt_tokens` are left out.
+        left out) the guard compares on, their replies cut to 24 tokens and their prompts to the last 256.
     guard_neutral_prompts (`list[str]` or `None`, defaults to `None`):
         User messages that ask for nothing in particular (one base reply each, at most 24 tokens, sampled once
         per run); `None`: "Hi! What can you do?" and "Tell me something interesting."; `[]`: none.
-    guard_max_kl (`float`, defaults to `0.5`):
+    guard_max_kl (`float`, defaults to `0.3`):
         The most KL(new || reference) per token (nats) a version may show on any one row.
     guard_max_entropy_drop (`float`, defaults to `1.0`), guard_max_entropy_rise (`float`, defaults to `1.0`):
         How far (nats per token) the entropy gap may fall below 0 (answers collapsing onto a few strings) or
@@ -802,7 +801,6 @@ class OpenClawConfig(GRPOConfig):
             max_new_tokens=min(
                 GuardConfig.max_new_tokens, self.max_completion_length or GuardConfig.max_new_tokens
             ),
-            max_prompt_tokens=self.max_judge_prompt_tokens,
             max_kl=self.guard_max_kl,
             max_entropy_drop=self.guard_max_entropy_drop,
             max_entropy_rise=self.guard_max_entropy_rise,

@@ -209,10 +209,11 @@ def test_full_fine_tuning_refuses_the_guard_with_what_to_do(tiny_model_dir, tmp_
         )
 
 
-def test_the_one_forward_comparison_equals_two_plain_forwards(tiny_model_dir, tmp_path):
-    """The guard's mixed-adapter forward (every row on the adapter with its own prompt, the recent rows off it
-    with their hinted prompts, the neutral rows' reference side kept from the first check) gives the KL and
-    entropies that separate plain forwards give."""
+def test_the_one_forward_comparison_equals_plain_forwards(tiny_model_dir, tmp_path):
+    """The guard's mixed-adapter forward (every row on the adapter, the recent rows off it, the neutral rows'
+    base side kept from the first check) gives what separate plain forwards give: per row the KL to the plain
+    base, or (a hinted row past the bound) the smaller of that and the KL to the even mixture of the plain and
+    the hinted base."""
     store = Store(tmp_path / "store.sqlite")
     for s in sampled(tiny_model_dir, 4, hint=True):
         store.queue.add_sample(s)
@@ -220,25 +221,34 @@ def test_the_one_forward_comparison_equals_two_plain_forwards(tiny_model_dir, tm
     trainer.train()
     rows = [
         ProbeRow(tuple(range(5, 12)), tuple(range(5, 15)), (20, 21, 22, 23, 24), "recent"),
-        ProbeRow((7, 8), (7, 8, 9), (30, 31), "recent"),
+        ProbeRow((7, 8), (7, 8), (30, 31), "recent"),  # no hint: its reference prompt is its prompt
         ProbeRow((9, 10, 11), (9, 10, 11, 12), (40, 41, 42), "neutral"),
     ]
     from openclaw_trl.trainer.safety import _inference
 
     model = trainer.accelerator.unwrap_model(trainer.model)
     with torch.no_grad(), _inference(model):
-        first = trainer._compare(rows)
-        again = trainer._compare(rows)  # the neutral rows' reference side from the cache
+        loose = trainer._compare(rows)
+        trainer.guard.config = dataclasses.replace(trainer.guard.config, max_kl=1e-12)
+        tight = trainer._compare(rows)  # every hinted row is also compared with the mixture
+        again = trainer._compare(rows)  # the neutral rows' base side from the cache
         candidate, mask = trainer._reply_distributions(model, rows)
         with model.disable_adapter():
             plain, _ = trainer._reply_distributions(model, rows)
             hinted, _ = trainer._reply_distributions(model, rows, reference_from=0)
-    reference = torch.logsumexp(torch.stack([plain, hinted]), dim=0) - math.log(2.0)  # the even mixture
-    per_row = ((candidate.exp() * (candidate - reference)).sum(-1) * mask).sum(-1) / mask.sum(-1)
+
+    def row_kl(reference):
+        return ((candidate.exp() * (candidate - reference)).sum(-1) * mask).sum(-1) / mask.sum(-1)
+
+    to_plain = row_kl(plain)
+    to_mixture = row_kl(torch.logsumexp(torch.stack([plain, hinted]), dim=0) - math.log(2.0))
+    told = torch.tensor([True, False, True])
     entropy = (-(candidate.exp() * candidate).sum(-1) * mask).sum() / mask.sum()
-    for found in (first, again):
+    assert loose.kl == pytest.approx(float(to_plain.max()), abs=1e-5) and loose.kl > 1e-4
+    best = torch.where(told, torch.minimum(to_plain, to_mixture), to_plain)
+    for found in (tight, again):
         assert found.positions == int(mask.sum()) == 10
-        assert found.kl == pytest.approx(float(per_row.max()), abs=1e-5) and found.kl > 1e-4
+        assert found.kl == pytest.approx(float(best.max()), abs=1e-5)
         assert found.entropy_candidate == pytest.approx(float(entropy), abs=1e-5)
 
 

@@ -35,16 +35,16 @@ from openclaw_trl.trainer.guard import Comparison, GuardVerdict, ProbeRow, Versi
 logger = logging.getLogger(__name__)
 
 
-def _mixture(plain: torch.Tensor, hinted: torch.Tensor, rows: list[ProbeRow]) -> torch.Tensor:
-    """Log-probs of the reference: the even mixture of the base on the plain prompt and on the hinted one (the
-    plain base alone for a row without hints). A continuation counts as plausible when either finds it so: the
-    model as it was, or the model told what the person asked for; so neither a version that has not learned yet
-    nor one that has is far from it, while one that breaks the replies is far from both."""
-    hinted_rows = torch.tensor(
-        [r.reference_ids != r.prompt_ids for r in rows], dtype=torch.bool, device=plain.device
-    )
-    mixed = torch.logsumexp(torch.stack([plain, hinted]), dim=0) - math.log(2.0)
-    return torch.where(hinted_rows[:, None, None], mixed, plain)
+def _mixture(plain: torch.Tensor, hinted: torch.Tensor) -> torch.Tensor:
+    """Log-probs of the even mixture of the base on the plain prompt and on the hinted one: a continuation is
+    plausible when either finds it so (the model as it was, or the model told what the person asked for)."""
+    return torch.logsumexp(torch.stack([plain, hinted]), dim=0) - math.log(2.0)
+
+
+def _row_kl(candidate: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[rows]``: the mean over each row's reply positions of KL(candidate || reference), exact."""
+    kl = (candidate.exp() * (candidate - reference)).sum(-1)
+    return (kl * mask).sum(-1) / mask.sum(-1).clamp(min=1)
 
 
 def _widen(logps: torch.Tensor, width: int) -> torch.Tensor:
@@ -113,7 +113,7 @@ class TrainerSafety:
     guard: VersionGuard | None = None
     _good: GoodState | None = None
     _held_from: int | None = None  # the version whose weights the step's checkpoint holds (a held-back step)
-    _neutral_reference: tuple[list, torch.Tensor] | None = None  # the reference side of the neutral rows
+    _neutral_reference: tuple[list, torch.Tensor] | None = None  # the base's side of the neutral rows
 
     # ------------------------------------------------------------------ checking
     def check_candidate(self) -> GuardVerdict:
@@ -132,45 +132,45 @@ class TrainerSafety:
     def _compare(self, rows: list[ProbeRow]) -> Comparison:
         """The largest per-row mean KL(candidate || reference) and both entropies over every reply position of
         ``rows`` (module docstring of ``trainer.guard``), from the full next-token distributions at the trainer's
-        temperature. One forward: every row with the adapter on (its plain prompt), and for the recent rows the
-        base (adapter off, PEFT's per-row adapter names) on the plain and on the hinted prompt; the reference
-        side of the neutral rows changes only with the hints, so it is kept until they do."""
+        temperature. One forward runs every row with the adapter on and the recent rows with it off (PEFT's
+        per-row adapter names); the base's side of the neutral rows never changes, so it is computed once. The
+        base told the hints is only run for rows the plain base does not explain (a KL past the bound)."""
         model = self.accelerator.unwrap_model(self.model)
         recent = [r for r in rows if r.kind != "neutral"]
         neutral = [r for r in rows if r.kind == "neutral"]
-        key = [r.reference_ids for r in neutral]
-        if neutral and (self._neutral_reference is None or self._neutral_reference[0] != key):
-            self._neutral_reference = (key, self._reference(model, neutral))
+        if neutral and (self._neutral_reference is None or self._neutral_reference[0] != neutral):
+            plain_neutral = self._reply_distributions(model, neutral, ["__base__"] * len(neutral))[0]
+            self._neutral_reference = (neutral, plain_neutral)
         n, k = len(rows), len(recent)
         found, mask = self._reply_distributions(
-            model,
-            rows + recent + recent,
-            [model.active_adapter] * n + ["__base__"] * 2 * k,
-            reference_from=n + k,
+            model, rows + recent, [model.active_adapter] * n + ["__base__"] * k
         )
         candidate, mask = found[:n], mask[:n]
-        parts = [_mixture(found[n : n + k], found[n + k :], recent)]
-        if neutral:
-            parts.append(_widen(self._neutral_reference[1], found.size(1)))
-        reference = torch.cat(parts)  # rows are recent first, then neutral (VersionGuard.rows)
-        kl = (candidate.exp() * (candidate - reference)).sum(-1)
+        parts = [found[n:]] + ([_widen(self._neutral_reference[1], found.size(1))] if neutral else [])
+        plain = torch.cat(parts)  # rows are recent first, then neutral (VersionGuard.rows)
+        per_row = _row_kl(candidate, plain, mask)
+        hinted_rows = [
+            i
+            for i, r in enumerate(rows)
+            if r.reference_ids != r.prompt_ids and per_row[i] > self.guard.config.max_kl
+        ]
+        if hinted_rows:
+            told = [rows[i] for i in hinted_rows]
+            hinted = self._reply_distributions(model, told, ["__base__"] * len(told), reference_from=0)[0]
+            mixed = _mixture(plain[hinted_rows], _widen(hinted, plain.size(1)))
+            per_row[hinted_rows] = torch.minimum(
+                per_row[hinted_rows], _row_kl(candidate[hinted_rows], mixed, mask[hinted_rows])
+            )
         entropy_candidate = -(candidate.exp() * candidate).sum(-1)
-        entropy_reference = -(reference.exp() * reference).sum(-1)
+        entropy_reference = -(plain.exp() * plain).sum(-1)
         count = mask.sum().clamp(min=1)
 
         def mean(values: torch.Tensor) -> float:
             return float((values * mask).sum() / count)
 
-        per_row = (kl * mask).sum(-1) / mask.sum(-1).clamp(min=1)
         return Comparison(
             float(per_row.max()), mean(entropy_candidate), mean(entropy_reference), int(mask.sum())
         )
-
-    def _reference(self, model, rows: list[ProbeRow]) -> torch.Tensor:
-        """The reference distributions of ``rows`` alone (the base on the plain and on the hinted prompt)."""
-        k = len(rows)
-        found, _ = self._reply_distributions(model, rows + rows, ["__base__"] * 2 * k, reference_from=k)
-        return _mixture(found[:k], found[k:], rows)
 
     def _reply_distributions(
         self,
