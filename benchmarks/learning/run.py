@@ -234,6 +234,7 @@ class BenchSettings:
     weight_decay: float = 0.0
     lr_scheduler_type: str = "constant"
     beta: float = 0.0  # TRL's per-token KL penalty to the base (the adapter switched off)
+    advantage_baseline: str = "none"  # the RL term's baseline: none, session_mean or batch_mean
     guard: str = "on"  # the version guard: on, off, or observe (signals logged, no version held back)
     lora_r: int = 8
     lora_alpha: int = 16
@@ -301,6 +302,7 @@ def build_config(row: Row, seed: int, settings: BenchSettings, out_dir: Path, mo
         weight_decay=settings.weight_decay,
         lr_scheduler_type=settings.lr_scheduler_type,
         beta=settings.beta,
+        advantage_baseline=settings.advantage_baseline,
         guard=settings.guard != "off",
         **(OBSERVE_ONLY if settings.guard == "observe" else {}),
         w_rl=settings.w_rl,
@@ -628,6 +630,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-grad-norm", type=float, default=None)
     parser.add_argument("--lr-scheduler-type", default=None)
     parser.add_argument("--beta", type=float, default=None, help="KL penalty to the base model (TRL's beta)")
+    parser.add_argument("--advantage-baseline", default=None, choices=("none", "session_mean", "batch_mean"))
     parser.add_argument(
         "--guard",
         choices=("on", "off", "observe"),
@@ -685,6 +688,7 @@ def main(argv: list[str] | None = None) -> int:
         "max_grad_norm",
         "lr_scheduler_type",
         "beta",
+        "advantage_baseline",
         "guard",
     )
     for name in tunable:
