@@ -68,6 +68,7 @@ TARGETS = {
         1.1,
     ),  # one user's update with 4 users training / alone (turn wait apart)
     "multi_user_serving_p95_ratio": ("<=", 1.3),  # serving p95, 4 users' adapters / 1 (4 and 2 slots)
+    "guard_share": ("<=", 0.10),  # the version guard's check / an update without it
 }
 
 
@@ -271,6 +272,11 @@ def plan(args, tmp: Path) -> list[tuple[str, list[str] | None, Path | str, int]]
     stage("help", "help_bench.py", [], ["--repeats", "3"], 300)
     # one base, one adapter per user: --quick measures the tiny model only (the 0.6B shape takes ~10 min)
     stage("multi_user", "multi_user_bench.py", [], ["--models", "tiny"] if quick else [], 1800)
+    # the version guard's cost per update (guard on / off, paired steps)
+    stage("guard", "guard_bench.py", [], ["--quick"] if quick else [], 1200)
+    # the offline demo's recipe with a simulated person (2 seeds x 10 updates quick; the promise needs 30)
+    demo_sizes = ["--seeds", "0", "1", "--updates", "10"] if quick else []
+    stage("demo", "learning/demo.py", [], demo_sizes, 1800)
     return stages
 
 
@@ -604,6 +610,29 @@ def summarize(reports: dict, check_targets: bool = True) -> list[dict]:
             f"median of {helps['repeats']}; a bare python start takes {helps['python_start_s']:.2f} s",
         )
     multi_user_rows(reports.get("multi_user"), row)
+    for g in (reports.get("guard") or {}).get("models", []):
+        row(
+            "update time with the version guard / without (paired steps)",
+            g["model"],
+            f"{g['guard_on_step_s']:.3f} s",
+            f"{g['guard_off_step_s']:.3f} s",
+            g["guard_share"],
+            "guard_share",
+            f"the guard's share of an update on {g['basis']}; batch {g['geometry']['batch']} x "
+            f"~{g['geometry']['prompt_len']}+{g['geometry']['completion_len']} tokens",
+        )
+    demo = reports.get("demo")
+    if demo:
+        row(
+            "offline demo recipe, simulated person: every answer styled by update "
+            f"{demo['by']}, then >= 90% styled with fidelity >= 0.9 through update {demo['updates']}",
+            "toy",
+            f"{demo['passed']}/{len(demo['runs'])} seeds",
+            "-",
+            None,
+            note=f"{demo['answers_per_topic']} answers per topic per version; held back: "
+            + ", ".join(str(r["held_back"]) for r in demo["runs"]),
+        )
     learning = reports.get("learning") or {}
     for name, a in learning.get("aggregate", {}).items():
         row(
