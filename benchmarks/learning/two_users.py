@@ -8,7 +8,8 @@
 One run of ``recipes/toy_two_users.yaml`` (``users``: alice wants bulleted answers, bob brief ones, as the
 recipe's ``simulated_user`` of each says) with the learning benchmark's best settings without an oracle
 (``run.py``'s ``combine+bo4+memory`` row: Combine, Best-of-4 with the ``memory`` quick judge, ``scale_rewards:
-group``, lr 2e-3, ``max_grad_norm`` 0.1, LoRA r 8, batches of 8, judge noise 0), for :data:`UPDATES`
+group``, the benchmark's optimizer and baseline (``run.BenchSettings``), LoRA r 8, batches of 8, judge noise 0),
+for :data:`UPDATES`
 updates per user. Everything goes through the multi-user path (``openclaw_trl.users_runtime``): one engine
 serving both adapters, one shared copy of the base weights, one training thread per user taking turns on
 the device, each user's store, scorer and Best-of-N picker; each simulated user talks to the one server with
@@ -93,6 +94,8 @@ def recipe_argv(settings: BenchSettings, seed: int, out_dir: Path, model: str | 
         "per_device_train_batch_size": settings.batch_size,
         "learning_rate": settings.learning_rate,
         "max_grad_norm": settings.max_grad_norm,
+        "optim": settings.optim,
+        "advantage_baseline": settings.advantage_baseline,
         "max_completion_length": settings.max_tokens,
         "max_steps": settings.updates,
         "teacher": settings.teacher,
