@@ -13,16 +13,19 @@ asks for ("Please answer as a bulleted list.", the requests of what the reply mi
 correction into the hint. The schedule is the learning benchmark's lockstep one (``lockstep.py``): seeded
 requests, turns judged in step, each batch taken once the person paused, so a run is a function of its seed.
 
-After every update (and before the first) the served policy answers "Tell me about <topic>." ``--answers``
-times for each topic of the toy world (fixed seeds, the serving temperature): ``styled`` is the share in the
-taught style, ``fidelity`` the share of well-formed answers about the asked topic. The demo's promise, checked
-per seed: every answer styled by update 8 (``--by``), and from then on through the last update at least 90%
-styled with fidelity >= 0.9 at every version. Results: ``benchmarks/results/demo_person.json`` (``--out``).
+After every update (and before the first) the served policy answers the demo's walk-through prompt, "Tell me
+about apples.", ``--answers`` times (fixed seeds, the serving temperature: what the learning panel's *What
+changed* samples), and "Tell me about <topic>." as often for every topic of the toy world: ``apples`` is how many
+of the walk-through answers are in the taught style, ``styled`` the share over every topic, ``fidelity`` the
+share of well-formed answers about the asked topic. The demo's promise, checked per seed: every walk-through
+answer styled by update 8 (``--by``), and from then on through the last update at least 90% of them styled
+with fidelity >= 0.9 at every version. Results: ``benchmarks/results/demo_person.json`` (``--out``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -50,6 +53,7 @@ class DemoSettings:
     max_tokens: int = 48
     eval_per_topic: int = 10
     eval_seed: int = 777
+    eval_topics: tuple[str, ...] = toy_world.TOPICS
     preferred: str = "bullets"
     max_conversations: int = 400
 
@@ -62,14 +66,25 @@ class Curve:
     seed: int
     noise: float = 0.0
     rates: list[float] = None
+    apples: list[int] = None
     fidelity: list[float] = None
     conversations: list[int] = None
     turns: list[int] = None
     online_first_ok: list = None
 
     def __post_init__(self):
-        for name in ("rates", "fidelity", "conversations", "turns", "online_first_ok"):
+        for name in ("rates", "apples", "fidelity", "conversations", "turns", "online_first_ok"):
             setattr(self, name, [])
+
+
+def walkthrough_styled(engine, settings: DemoSettings) -> int:
+    """How many of ``eval_per_topic`` answers to "Tell me about apples." are in the taught style."""
+    from evaluation import sample
+
+    one = dataclasses.replace(settings, eval_topics=("apples",))
+    _, texts = sample(engine, one, 0)
+    wants = toy_world.preference(settings.preferred)
+    return sum(wants.matches(t) for t in texts)
 
 
 def run_seed(seed: int, updates: int, answers: int, overrides: list[str], work: Path) -> dict:
@@ -101,6 +116,7 @@ def run_seed(seed: int, updates: int, answers: int, overrides: list[str], work: 
         point = evaluate(runtime.engine, settings, settings.preferred)
         curve.rates.append(point.rate)
         curve.fidelity.append(point.fidelity)
+        curve.apples.append(walkthrough_styled(runtime.engine, settings))
 
     started, user = time.perf_counter(), None
     try:
@@ -122,6 +138,7 @@ def run_seed(seed: int, updates: int, answers: int, overrides: list[str], work: 
     return {
         "guard": [{k: e[k] for k in e if k.startswith("guard/") or k == "time/update_s"} for e in updates],
         "seed": seed,
+        "apples": curve.apples,
         "styled": curve.rates,
         "fidelity": curve.fidelity,
         "conversations": curve.conversations,
@@ -130,17 +147,17 @@ def run_seed(seed: int, updates: int, answers: int, overrides: list[str], work: 
     }
 
 
-def verdict(run: dict, by: int) -> dict:
-    """The demo's promise for one run: all styled by update ``by``; >= 0.9 styled and fidelity >= 0.9 from
-    then on through the last update."""
-    styled, fidelity = run["styled"], run["fidelity"]
-    first_all = next((i for i, r in enumerate(styled) if r >= 1.0), None)
-    later = list(zip(styled[by:], fidelity[by:], strict=True))
+def verdict(run: dict, by: int, answers: int) -> dict:
+    """The demo's promise for one run: every walk-through answer styled by update ``by``; from then on at least
+    90% of them styled and fidelity >= 0.9 through the last update."""
+    apples, fidelity = run["apples"], run["fidelity"]
+    first_all = next((i for i, n in enumerate(apples) if n == answers), None)
+    later = list(zip(apples[by:], fidelity[by:], strict=True))
     return {
         "all_styled_at_update": first_all,
         "all_styled_by": first_all is not None and first_all <= by,
-        "stays_whole": bool(later) and all(r >= 0.9 and f >= 0.9 for r, f in later),
-        "lowest_styled_after": min((r for r, _ in later), default=None),
+        "stays_whole": bool(later) and all(n >= 0.9 * answers and f >= 0.9 for n, f in later),
+        "fewest_styled_after": min((n for n, _ in later), default=None),
         "lowest_fidelity_overall": min(fidelity) if fidelity else None,
     }
 
@@ -174,9 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="demo-bench-") as work:
         for seed in args.seeds:
             run = run_seed(seed, args.updates, args.answers, overrides, Path(work))
-            run["verdict"] = verdict(run, args.by)
+            run["verdict"] = verdict(run, args.by, args.answers)
             runs.append(run)
-            log.info("seed %d: styled %s; %s", seed, [round(r, 2) for r in run["styled"]], run["verdict"])
+            log.info("seed %d: walk-through answers styled %s; %s", seed, run["apples"], run["verdict"])
     report = {
         "recipe": str(RECIPE.relative_to(ROOT)),
         "overrides": args.set,

@@ -42,10 +42,11 @@ class EvalPoint:
 
 
 def eval_items(settings) -> list[tuple[str, list[dict]]]:
-    """``(topic, prompt messages)`` of every evaluation opening, topic by topic."""
+    """``(topic, prompt messages)`` of every evaluation opening, topic by topic (``settings.eval_topics`` when
+    it has them, else every topic of the toy world)."""
     return [
         (topic, [{"role": "user", "content": toy_world.opening(topic)}])
-        for topic in toy_world.TOPICS
+        for topic in getattr(settings, "eval_topics", toy_world.TOPICS)
         for _ in range(settings.eval_per_topic)
     ]
 

@@ -293,7 +293,7 @@ def build_config(row: Row, seed: int, settings: BenchSettings, out_dir: Path, mo
 
     from openclaw_trl.config import OpenClawConfig
 
-    config = OpenClawConfig(
+    fields = dict(
         output_dir=str(out_dir),
         method=row.method,
         batch_size=settings.batch_size,
@@ -328,8 +328,8 @@ def build_config(row: Row, seed: int, settings: BenchSettings, out_dir: Path, mo
         report_to="none",
         disable_tqdm=True,
         seed=seed,
-        **dict(row.fields),
     )
+    config = OpenClawConfig(**(fields | dict(row.fields)))  # a row's own fields win (combine+baseline)
     model_args = ModelConfig(
         model_name_or_path=str(model_dir),
         dtype="float32",
