@@ -119,3 +119,22 @@ def test_the_plan_runs_p0_first_and_skips_what_cannot_run():
     expected.sort(key=lambda r: (r[1], r[2]))
     assert runs == expected
     assert skipped == ["combine+feedback at p > 0: the feedback backend has no rule judge to add noise to"]
+
+
+def test_a_lockstep_run_is_a_function_of_its_seed(toy_model, tmp_path):
+    """Two lockstep runs of one seed (seeded requests, turns judged in step, each batch taken once the user
+    paused) give the same curves and the same updates; a live run is made under another cache key."""
+    run = _load("run")
+    settings = run.BenchSettings(
+        updates=3, batch_size=2, eval_per_topic=1, max_tokens=12, sample_timeout_s=120
+    )
+    first, second = (
+        run.run_one(toy_model, "combine+bo4+memory", 1, settings, tmp_path / f"run{i}", noise=0.2)
+        for i in (1, 2)
+    )
+    for name in ("rates", "fidelity", "distinct", "served_rates", "conversations", "turns", "first_ok"):
+        assert getattr(first, name) == getattr(second, name), name
+    losses = [[m["loss"] for m in r.trainer_metrics] for r in (first, second)]
+    assert losses[0] == losses[1] and len(losses[0]) == 6
+    live = dataclasses.replace(settings, schedule="live")
+    assert run.row_key(live)("combine") != run.row_key(settings)("combine")
