@@ -226,20 +226,24 @@ class SampleQueue:
         stale = [(i, v) for i, v in rows if v in distance and distance[v] > max_staleness]
         if not stale:
             return 0
+        self._drop(
+            (
+                i,
+                f"stale: sampled by v{v}, {distance[v]} updates from policy v{policy_version}, "
+                f"max_staleness {max_staleness}",
+            )
+            for i, v in stale
+        )
+        return len(stale)
+
+    def _drop(self, reasons) -> None:
+        """Mark ``(sample id, reason)`` pairs dropped, each with its reason; a consumed or leased sample is
+        never dropped (it is in a batch being trained, or was trained on)."""
         with self._db.tx() as tx:
             tx.executemany(
-                "UPDATE samples SET dropped_reason = ? WHERE id = ?"
-                " AND consumed_step IS NULL AND lease IS NULL",
-                [
-                    (
-                        f"stale: sampled by v{v}, {distance[v]} updates from policy v{policy_version}, "
-                        f"max_staleness {max_staleness}",
-                        i,
-                    )
-                    for i, v in stale
-                ],
+                "UPDATE samples SET dropped_reason = ? WHERE id = ? AND consumed_step IS NULL AND lease IS NULL",
+                [(reason, i) for i, reason in reasons],
             )
-        return len(stale)
 
     def drop_other_temperature(self, temperature: float) -> int:
         """Mark the waiting samples sampled at another temperature than ``temperature`` as dropped (kept, with
@@ -248,19 +252,14 @@ class SampleQueue:
         rows = self._db.conn().execute(sql, (float(temperature),)).fetchall()
         if not rows:
             return 0
-        with self._db.tx() as tx:
-            tx.executemany(
-                "UPDATE samples SET dropped_reason = ? WHERE id = ?"
-                " AND consumed_step IS NULL AND lease IS NULL",
-                [
-                    (
-                        f"{TEMPERATURE_REASON} sampled at T={t:g}, the trainer trains at T={temperature:g} "
-                        f"(a run with temperature {t:g} can train on it)",
-                        i,
-                    )
-                    for i, t in rows
-                ],
+        self._drop(
+            (
+                i,
+                f"{TEMPERATURE_REASON} sampled at T={t:g}, the trainer trains at T={temperature:g} "
+                f"(a run with temperature {t:g} can train on it)",
             )
+            for i, t in rows
+        )
         logger.warning(
             "%d judged samples were sampled at another temperature than the trainer's (T=%g): they are kept "
             "in the store, not trained on (set temperature to theirs to train on them)",
