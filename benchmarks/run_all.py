@@ -370,6 +370,14 @@ def gpu_plan(args, tmp: Path, stage, skip) -> None:
         )
     # --- agent scale (agent_bench.py): the 40,000-character session and agent-length updates on the 0.6B shape
     stage("agent", "agent_bench.py", [], ["--smoke"] if tiny else [], 150 * slow)
+    # the version guard's share of an update (guard on / off, paired steps)
+    stage(
+        "guard",
+        "guard_bench.py",
+        [] if tiny else ["--gpu"],
+        ["--smoke"] if tiny else ["--steps", "5", "--rounds", "1"],
+        120 * slow,
+    )
 
 
 # -------------------------------------------------------------------------------------------- summary

@@ -27,7 +27,7 @@ def gpu_stages(tmp_path, **kw):
 
 def test_rehearsal_plan_runs_every_stage_on_the_tiny_model(tmp_path):
     stages = gpu_stages(tmp_path, device="cpu", tiny=True)
-    assert {"engine", "trainer", "combine_4b", "serving", "learning", "judge"} <= set(stages)
+    assert {"engine", "trainer", "combine_4b", "serving", "learning", "judge", "guard"} <= set(stages)
     for name, (cmd, _, timeout) in stages.items():
         if cmd is None:
             continue
