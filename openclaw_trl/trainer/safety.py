@@ -4,8 +4,9 @@ held-back one.
 After every optimizer step, before the new adapter is published (``callbacks.PublishAndConsume``):
 
 1. ``check_candidate`` compares the trained weights' next-token distributions with the reference's (the base,
-   adapter switched off, told the person's hints) on the guard's rows (and, once per run, samples the neutral
-   rows' replies from the base); the main process decides, every process gets the same verdict;
+   adapter switched off; for a row it does not explain, also the base told the person's hints) on the guard's
+   rows (and, once per run, samples the neutral rows' replies from the base); the main process decides, every
+   process gets the same verdict;
 2. a version that passes is published as usual and becomes the *last good* state (``GoodState``: the adapter's
    tensors, the optimizer and scheduler states, kept in memory);
 3. a version that does not pass is held back (``hold_back``): every process loads the last good state back (the
