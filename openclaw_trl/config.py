@@ -380,13 +380,13 @@ class OpenClawConfig(GRPOConfig):
         update: `guard/held`, `guard/kl`, `guard/entropy_gap`, `guard/seconds`. Cost: one forward over a few
         rows of at most 256 prompt and 24 reply tokens (`benchmarks/guard_bench.py`). Needs a LoRA adapter
         (the base is the reference): with full fine-tuning set `guard: false`.
-    guard_recent_prompts (`int`, defaults to `2`):
+    guard_recent_prompts (`int`, defaults to `3`):
         The person's most recent main turns (distinct prompts, a reply of 8 tokens or more, private sessions
         left out) the guard compares on, their replies cut to 24 tokens and their prompts to the last 256.
     guard_neutral_prompts (`list[str]` or `None`, defaults to `None`):
         User messages that ask for nothing in particular (one base reply each, at most 24 tokens, sampled once
         per run); `None`: "Hi! What can you do?" and "Tell me something interesting."; `[]`: none.
-    guard_max_kl (`float`, defaults to `0.3`):
+    guard_max_kl (`float`, defaults to `0.5`):
         The most KL(new || reference) per token (nats) a version may show on any one row.
     guard_max_entropy_drop (`float`, defaults to `1.0`), guard_max_entropy_rise (`float`, defaults to `1.0`):
         How far (nats per token) the entropy gap may fall below 0 (answers collapsing onto a few strings) or

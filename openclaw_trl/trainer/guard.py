@@ -12,30 +12,32 @@ the candidate's next-token distributions with a *reference* at every reply posit
 * ``neutral_prompts``, fixed prompts that ask for nothing in particular, each with ``samples`` replies sampled
   once per run from the base.
 
-The reference is the base model (adapter off) as it was and as told what the person asked for: the even
-mixture of its distributions on the row's prompt and on that prompt with the person's most recent distinct
-hints appended (``judge.append_hint``, the OPD teacher's context); the plain base before any hint. A
-continuation is plausible when either finds it so, so a version that has not learned yet and one that has
-learned what the person taught (a style the base rarely uses unprompted included) both stay close to it, while
-one that breaks the replies is far from both. The signals:
+The reference is the base model (adapter off): as it was, and, for a row it does not explain (a KL past the
+bound), also as told what the person asked for: the even mixture of its distributions on the row's prompt and
+on that prompt with the person's most recent distinct hints appended (``judge.append_hint``, the OPD teacher's
+context). A row's KL is the smaller of the two. So a version that has not learned yet and one that has learned
+what the person taught (a style the base rarely uses unprompted included) both stay close, while one that breaks
+the replies is far from both. The signals:
 
-* ``kl``: for each row, ``mean_t KL(pi_cand(. | x, y_<t) || pi_ref(. | x + hints, y_<t))`` over its reply
+* ``kl``: for each row, ``mean_t KL(pi_cand(. | x, y_<t) || pi_ref(. | x, y_<t))`` over its reply
   positions, exact (the whole vocabulary, at the trainer's temperature), in nats per token; the signal is the
   largest over the rows. This direction is the one that sees breakage: it is large where the candidate puts
   its mass on tokens the reference finds implausible (a reply that starts with a stray word, repeats itself or
   falls apart), and small where the candidate only sharpened what the reference already allows (the taught
-  style, fewer facts). The toy model's collapse moves it from about 0.01 to about 1 nat per token on the
-  replies it breaks in one update; the worst row is read because a broken adapter breaks some answers first.
-* ``entropy_gap``: the candidate's mean next-token entropy minus the reference's over all positions (nats). A
+  style, fewer facts). On the toy model it stays under 0.4 while a preference is learned (bulleted, brief or
+  both) and jumps to 0.6-1.5 on the update that breaks the answers; the worst row is read because a broken
+  adapter breaks some answers first.
+* ``entropy_gap``: the candidate's mean next-token entropy minus the plain base's over all positions (nats). A
   model that collapses onto a few strings becomes certain of them (the gap falls); one that falls apart spreads
   its mass (the gap rises).
 
 A candidate with non-finite weights, or a signal past its bound (``max_kl``, ``max_entropy_drop``,
 ``max_entropy_rise``), is held back: the trainer keeps serving the last version that passed and rewinds to it
-(``trainer.safety``). The verdict says why in plain words (``GuardVerdict.reason``). Cost: one forward of the
-candidate and one of the reference over the rows (at most ``recent_prompts + len(neutral_prompts) * samples``
-rows of a prompt and ``max_new_tokens`` reply tokens); prompts longer than ``max_prompt_tokens`` are left
-out, so an agent's 20k-token prompt never costs a forward of its own.
+(``trainer.safety``). The verdict says why in plain words (``GuardVerdict.reason``). Cost: one forward over the
+rows with the adapter on and the recent rows with it off (at most ``2 * recent_prompts + len(neutral_prompts) *
+samples`` rows of a prompt and ``max_new_tokens`` reply tokens; the base told the hints only for a row the plain
+base does not explain). A prompt is cut to its last ``max_prompt_tokens`` tokens for the check, so an agent's
+20k-token prompt costs no more than a chat message's.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ class GuardConfig:
     neutral_prompts: the fixed prompts (user messages) of the anchored comparison with the base.
     samples: base replies sampled per neutral prompt (once per run).
     max_new_tokens: the length of those replies.
-    max_prompt_tokens: longer prompts are left out of the check.
+    max_prompt_tokens: a prompt is cut to its last this many tokens for the check.
     max_kl: the most ``kl`` (nats per token, the worst row) a version may show.
     hints: how many of the person's most recent hints (distinct) the reference is told.
     max_entropy_drop: the most ``-entropy_gap`` (nats per token): answers collapsing onto a few strings.
@@ -81,7 +83,7 @@ class GuardConfig:
     neutral_prompts: tuple[str, ...] = NEUTRAL_PROMPTS
     samples: int = 1
     max_new_tokens: int = 24
-    max_prompt_tokens: int = 1024
+    max_prompt_tokens: int = 256
     max_kl: float = 0.5
     hints: int = 3
     max_entropy_drop: float = 1.0
@@ -213,22 +215,22 @@ class VersionGuard:
         self, messages: list[dict], tools, hint: str | None, plain: Sequence[int]
     ) -> tuple[int, ...]:
         if hint is None:
-            return tuple(plain)
-        return tuple(self.render(judge.append_hint(messages, hint), tools))
+            return self._cut(plain)
+        return self._cut(self.render(judge.append_hint(messages, hint), tools))
+
+    def _cut(self, ids: Sequence[int]) -> tuple[int, ...]:
+        return tuple(ids[-self.config.max_prompt_tokens :])
 
     def _recent_rows(self, hint: str | None) -> list[ProbeRow]:
         if self.config.recent_prompts <= 0:
             return []
         rows = []
-        limit = self.config.max_prompt_tokens
         for turn in self.recent_turns(self.config.recent_prompts * 4):
-            if len(turn.completion_ids) < MIN_REPLY_TOKENS or len(turn.prompt_ids) > limit:
+            if len(turn.completion_ids) < MIN_REPLY_TOKENS:
                 continue
             reference = self._reference(list(turn.prompt_messages), turn.tools, hint, turn.prompt_ids)
-            if len(reference) > limit:
-                continue
             reply = tuple(turn.completion_ids[: self.config.max_new_tokens])
-            rows.append(ProbeRow(tuple(turn.prompt_ids), reference, reply, "recent"))
+            rows.append(ProbeRow(self._cut(turn.prompt_ids), reference, reply, "recent"))
             if len(rows) == self.config.recent_prompts:
                 break
         return rows
@@ -236,8 +238,7 @@ class VersionGuard:
     def _neutral_rows(self, generate_base, hint: str | None) -> list[ProbeRow]:
         if self._neutral is None:
             rendered = [([{"role": "user", "content": p}], p) for p in self.config.neutral_prompts]
-            prompts = [(tuple(self.render(m, None)), m) for m, _ in rendered]
-            prompts = [(ids, m) for ids, m in prompts if len(ids) <= self.config.max_prompt_tokens]
+            prompts = [(self._cut(self.render(m, None)), m) for m, _ in rendered]
             repeated = [(ids, m) for ids, m in prompts for _ in range(self.config.samples)]
             replies = (
                 generate_base([ids for ids, _ in repeated], self.config.max_new_tokens, self.config.seed)
