@@ -11,7 +11,9 @@ users with a ready batch).
 
 ``run_users`` starts the source (the server, whose bearer keys select the user, or one simulated user per
 user) and one training thread per user; Ctrl-C or SIGTERM stops them all, each saving a checkpoint of its
-last update, and the same command continues every user from there.
+last update, and the same command continues every user from there. A user's training that ends with an error
+stops the run the same way, and the run then fails with that error: a server whose learning ended for one user
+does not go on as if it learned.
 """
 
 from __future__ import annotations
@@ -166,9 +168,13 @@ def run_users(runtime: Runtime, share: bool = False) -> dict[str, dict]:
         raise UserError("--share needs source: live")
     start_users_source(runtime, share)
     results: dict[str, dict] = {}
+    failures: dict[str, BaseException] = {}
     threads = [
         threading.Thread(
-            target=_train_user, args=(user, results), name=f"openclaw-train-{user.name}", daemon=True
+            target=_train_user,
+            args=(user, results, failures),
+            name=f"openclaw-train-{user.name}",
+            daemon=True,
         )
         for user in runtime.users
     ]
@@ -176,7 +182,7 @@ def run_users(runtime: Runtime, share: bool = False) -> dict[str, dict]:
         thread.start()
     try:
         with sigterm_as_interrupt():
-            while any(thread.is_alive() for thread in threads):
+            while any(thread.is_alive() for thread in threads) and not failures:
                 for thread in threads:
                     thread.join(timeout=0.2)
     except KeyboardInterrupt:
@@ -186,6 +192,13 @@ def run_users(runtime: Runtime, share: bool = False) -> dict[str, dict]:
         for thread in threads:
             thread.join(timeout=STOP_JOIN_S)
         runtime.close()
+    if failures:
+        name, err = next(iter(failures.items()))
+        raise RuntimeError(
+            f"the training of user {name} ended with an error ({type(err).__name__}: {err}); the run stops so "
+            "that no user is left without learning: every user's last update is saved, and the same command "
+            "continues them"
+        ) from err
     return results
 
 
@@ -200,9 +213,10 @@ def stop_users(runtime: Runtime) -> None:
         user.store.queue.fail_waiters("the run is stopping")
 
 
-def _train_user(user: UserRuntime, results: dict) -> None:
+def _train_user(user: UserRuntime, results: dict, failures: dict) -> None:
     """One user's training thread: train from their checkpoint until ``max_steps`` or a stop; then save a
-    checkpoint of their last update and their run information, whatever ended it."""
+    checkpoint of their last update and their run information, whatever ended it. An error that was not a stop
+    goes into ``failures`` (the run then stops every user: one user's learning never ends silently)."""
     from openclaw_trl.store.queue import SampleSourceError
     from openclaw_trl.trainer.trainer import StopTraining
 
@@ -212,8 +226,10 @@ def _train_user(user: UserRuntime, results: dict) -> None:
     except (StopTraining, SampleSourceError) as err:
         if not trainer.stop_requested:
             logger.error("user %s: training stopped: %s", user.name, err)
-    except Exception:
+            failures[user.name] = err
+    except Exception as err:
         logger.exception("user %s: training failed; their last checkpoint is kept", user.name)
+        failures[user.name] = err
     finally:
         trainer.end_turn()
         try:

@@ -80,6 +80,15 @@ def test_two_users_train_their_own_adapters_and_continue_after_a_restart(tmp_pat
         logged = [json.loads(line) for line in path.read_text().splitlines()]
         assert sorted({m["step"] for m in logged if "loss" in m}) == [1, 2]  # continued, not restarted
 
+    # one user's training that fails stops the run with that error, every user's checkpoint kept
+    (tmp_path / "run" / "users" / "bob" / "checkpoint-2" / "rng_state.pth").write_bytes(b"not a checkpoint")
+    config, model_args, recipe = _load(_argv(tmp_path, "--max_steps", "4"))
+    runtime = build_runtime(config, model_args, recipe)
+    with pytest.raises(RuntimeError, match="the training of user bob ended with an error"):
+        run(runtime)
+    for name in ("alice", "bob"):
+        assert (tmp_path / "run" / "users" / name / "checkpoint-2" / "trainer_state.json").exists()
+
 
 @pytest.fixture
 def live(tmp_path, keys):
@@ -340,3 +349,36 @@ def test_sigkill_and_sigterm_keep_every_users_updates(tmp_path):
             assert (checkpoint / part).exists(), (name, part)
         assert _consumed_step(run, name) == step  # the store agrees: nothing consumed after the checkpoint
         assert f"user {name}: stopped at v{step}" in err
+
+
+def test_trainers_of_one_process_load_checkpoint_rng_states_at_once(tiny_model_dir, tmp_path):
+    """Two users' trainers resuming together load their RNG states at the same moment: each load succeeds (the
+    Trainer's load goes through torch's process-wide allow-list of safe globals, set and restored around it)."""
+    import threading
+
+    from openclaw_trl.store import Store
+    from tests.trainer_helpers import make_trainer
+
+    trainers = [
+        make_trainer(tiny_model_dir, tmp_path / name, Store(tmp_path / f"{name}.sqlite"))
+        for name in ("a", "b")
+    ]
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    trainers[0]._save_rng_state(str(checkpoint))  # python, numpy and torch states, as a checkpoint holds them
+    errors, start = [], threading.Barrier(2)
+
+    def load(trainer):
+        start.wait()
+        for _ in range(200):
+            try:
+                trainer._load_rng_state(str(checkpoint))
+            except Exception as err:  # noqa: BLE001 - collected: the assertion below names it
+                errors.append(err)
+
+    threads = [threading.Thread(target=load, args=(t,)) for t in trainers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

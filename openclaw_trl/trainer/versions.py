@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 import time
 from pathlib import Path
 
@@ -49,6 +50,13 @@ from openclaw_trl.trainer.callbacks import AdapterSnapshot, run_info
 from openclaw_trl.trainer.control import RollbackResult
 
 logger = logging.getLogger(__name__)
+
+RNG_STATE_LOCK = threading.Lock()
+"""Held while a trainer loads a checkpoint's RNG state. The Trainer loads it under
+``torch.serialization.safe_globals``, which sets torch's *process-wide* allow-list of unpickling globals and
+restores it on exit: with two trainers in one process (a run with users, both resuming at once) one would restore
+the list while the other is loading, and that load fails ("Unsupported global: numpy...": that user's training
+ends and only the other one learns on). The allow-list is process-wide, so the lock is too."""
 
 
 def checkpoint_dir(output_dir: str | Path, step: int) -> Path:
@@ -230,6 +238,11 @@ class TrainerVersions:
         self._load_optimizer_and_scheduler(str(checkpoint))
         self._load_rng_state(str(checkpoint))
         self._adapter_snapshot = AdapterSnapshot()
+
+    def _load_rng_state(self, checkpoint):
+        """The Trainer's RNG load (resume, rollback), one trainer of the process at a time (``RNG_STATE_LOCK``)."""
+        with RNG_STATE_LOCK:
+            super()._load_rng_state(checkpoint)
 
     def republish(self, restored_from: int, step: int, note: str) -> None:
         """Publish the weights of version ``restored_from`` (loaded now) as version ``step`` (every process):
