@@ -179,7 +179,7 @@ def run_two_users(settings: BenchSettings, seed: int, out_dir: Path, model: str 
     runtime = build_runtime(config, model_args, recipe)
     prefs = {u.name: user_preference(u.config) for u in runtime.users}
     names = list(prefs)
-    curves, talkers, results = {}, {}, {}
+    curves, talkers, results, failures = {}, {}, {}, {}
     try:
         for i, user in enumerate(runtime.users):
             other = prefs[names[1 - i]]
@@ -217,13 +217,17 @@ def run_two_users(settings: BenchSettings, seed: int, out_dir: Path, model: str 
         # the training threads of ``run_users`` (which would also start the recipe's free-running simulated
         # users: here each user talks in lock-step with their trainer instead)
         threads = [
-            threading.Thread(target=_train_user, args=(u, results), name=f"train-{u.name}", daemon=True)
+            threading.Thread(
+                target=_train_user, args=(u, results, failures), name=f"train-{u.name}", daemon=True
+            )
             for u in runtime.users
         ]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
+        for name, err in failures.items():
+            raise RuntimeError(f"the training of {name} failed: {err!r}") from err
         train_seconds = time.perf_counter() - started
         for talker in talkers.values():
             talker.close()
