@@ -79,8 +79,13 @@ class OpenClawConfig(GRPOConfig):
     mask_truncated_completions (`bool`, defaults to `False`):
         Leave turns cut at the token limit (stored `finish_reason` `"length"`) out of the loss (TRL's
         semantics: their completion mask is zeroed). Samples without a stored finish reason count as finished.
-    loss_type (`str`, defaults to `"grpo"`):
-        TRL's aggregation; `"grpo"` = token mean per sample, then mean over samples (the reference's).
+    loss_type (`str`, defaults to `"dapo"`):
+        TRL's aggregation of the per-token loss; `"dapo"` (TRL's default) = the sum over every reply token of
+        the batch divided by their number: each token counts the same, so a liked reply's update does not
+        grow as the reply gets shorter. `"grpo"` (a token mean per sample, then the mean over samples) gives a
+        short reply's tokens more weight: with liked replies in most batches it pushes the model towards its
+        shortest liked answers and the answers stop varying (on the toy benchmark, Best-of-4 with the memory
+        judge: distinct answers 0.44-0.53 at the end in 2 seeds with `grpo`, 0.84-0.88 with `dapo`).
     vllm_importance_sampling_correction (`bool`, defaults to `True`):
         Truncated importance sampling against the engine's sampling log-probs when a batch is stale or
         several optimisation passes are made (`vllm_importance_sampling_clip_max`, 3 by default, caps the
@@ -719,7 +724,9 @@ class OpenClawConfig(GRPOConfig):
         default="group", metadata={"help": "Best-of-N group advantages: group, batch or none (TRL's)."}
     )
     shuffle_dataset: bool | None = field(default=False, metadata={"help": "Samples train oldest first."})
-    loss_type: str = field(default="grpo", metadata={"help": "TRL loss aggregation."})
+    loss_type: str = field(
+        default="dapo", metadata={"help": "TRL loss aggregation (dapo: every token alike)."}
+    )
     vllm_importance_sampling_mode: str = field(
         default="token_truncate", metadata={"help": "Per-token truncated IS (chat turns vary in length)."}
     )

@@ -73,9 +73,10 @@ def clipped_surrogate(logp, advantages, low: float = 0.8, high: float = 1.28):
     return -torch.min(ratio * advantages, ratio.clamp(low, high) * advantages)
 
 
-def per_sequence_mean(per_token, mask):
-    """The mean over sequences of each sequence's mean over its unmasked tokens (TRL's ``grpo`` loss)."""
-    return ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1.0)).mean()
+def token_mean(per_token, mask):
+    """The sum over every unmasked token of the batch divided by their number (TRL's ``dapo`` loss, the
+    default ``loss_type``)."""
+    return (per_token * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 def served_turn(session_id: int, text: str = "q", **fields):

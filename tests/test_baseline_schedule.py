@@ -12,7 +12,7 @@ from openclaw_trl.export import collect_rows
 from openclaw_trl.losses import scheduled_weights
 from openclaw_trl.records import Judgement, TrainingSample
 from openclaw_trl.store import Store
-from tests.helpers import clipped_surrogate, per_sequence_mean, served_turn
+from tests.helpers import clipped_surrogate, served_turn, token_mean
 from tests.trainer_helpers import direct_grads, sampled, train_and_capture
 
 
@@ -61,9 +61,7 @@ def test_trainer_rl_term_is_reward_minus_baseline(tiny_model_dir, tmp_path):
     assert trainer.state.log_history[0]["rl/baseline_mean"] == pytest.approx(0.375)
 
     def loss_fn(logp, logits, batch, mask):  # clipped objective with A = r - b; ratio 1 on the first pass
-        return per_sequence_mean(
-            clipped_surrogate(logp, (batch["rewards"] - batch["baselines"])[:, None]), mask
-        )
+        return token_mean(clipped_surrogate(logp, (batch["rewards"] - batch["baselines"])[:, None]), mask)
 
     want = direct_grads(tiny_model_dir, init, samples, loss_fn)
     assert set(want) == set(got)
@@ -167,7 +165,7 @@ def test_trainer_rl_term_is_reward_minus_the_other_rows_mean(tiny_model_dir, tmp
     loo = torch.tensor([1 / 3, 1.0, 1 / 3, 1 / 3])
 
     def loss_fn(logp, logits, batch, mask):
-        return per_sequence_mean(clipped_surrogate(logp, (batch["rewards"] - loo)[:, None]), mask)
+        return token_mean(clipped_surrogate(logp, (batch["rewards"] - loo)[:, None]), mask)
 
     want = direct_grads(tiny_model_dir, init, samples, loss_fn)
     for n in want:

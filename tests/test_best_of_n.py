@@ -27,7 +27,7 @@ from openclaw_trl.records import TrainingSample
 from openclaw_trl.status import LearningStatus
 from openclaw_trl.store import Store
 from tests._server_helpers import ScriptedEngine, running_stack
-from tests.helpers import clipped_surrogate, per_sequence_mean, served_turn, tiny_hf_engine
+from tests.helpers import clipped_surrogate, served_turn, tiny_hf_engine, token_mean
 from tests.trainer_helpers import direct_grads, train_and_capture
 
 ROOT = Path(__file__).parent.parent
@@ -383,7 +383,7 @@ def test_best_of_4_served_over_http_stored_as_a_group_and_trained(hf_engine, tin
     assert logs["best_of_n/reward_std"] == pytest.approx(float(scores.std()), rel=1e-5)
 
     def loss_fn(logp, logits, batch, mask):  # the clipped GRPO objective, ratio 1 on the first pass
-        return per_sequence_mean(clipped_surrogate(logp, want_adv[:, None]), mask)
+        return token_mean(clipped_surrogate(logp, want_adv[:, None]), mask)
 
     want = direct_grads(tiny_model_dir, init, samples, loss_fn)
     assert set(want) == set(got)

@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM
 from openclaw_trl.config import OpenClawConfig
 from openclaw_trl.losses import topk_distillation_loss
 from openclaw_trl.store import Store
-from tests.helpers import clipped_surrogate, per_sequence_mean
+from tests.helpers import clipped_surrogate, token_mean
 from tests.trainer_helpers import direct_grads, lora_params, make_trainer, sampled, train_and_capture
 
 
@@ -89,7 +89,7 @@ def test_beta_gradient_equals_direct_ppo_plus_kl_to_base(tiny_model_dir, tmp_pat
         ratio = torch.exp(logp - logp.detach())
         kl = (torch.exp(ref - logp) - (ref - logp) - 1) * ratio  # TRL's use_bias_correction_kl
         per_token = clipped_surrogate(logp, batch["rewards"][:, None]) + 0.5 * kl
-        return per_sequence_mean(per_token, mask)
+        return token_mean(per_token, mask)
 
     want = direct_grads(tiny_model_dir, init, samples, loss_fn)
     got = capture.grads[0]
@@ -110,7 +110,7 @@ def test_truncated_completions_leave_the_loss(tiny_model_dir, tmp_path, masked):
     keep = torch.tensor([0.0, 1.0, 0.0, 1.0]) if masked else torch.ones(4)
 
     def loss_fn(logp, logits, batch, mask):
-        return per_sequence_mean(clipped_surrogate(logp, batch["rewards"][:, None]), mask * keep[:, None])
+        return token_mean(clipped_surrogate(logp, batch["rewards"][:, None]), mask * keep[:, None])
 
     want = direct_grads(tiny_model_dir, init, samples, loss_fn)
     for n in want:

@@ -9,7 +9,7 @@ from peft import LoraConfig
 from openclaw_trl.records import TrainingSample
 from openclaw_trl.store import Store
 from openclaw_trl.trainer import collate_samples, truncated_is_weight
-from tests.helpers import clipped_surrogate, per_sequence_mean
+from tests.helpers import clipped_surrogate, token_mean
 from tests.trainer_helpers import (
     LORA,
     direct_grads,
@@ -52,7 +52,7 @@ def test_rl_gradient_equals_direct_policy_gradient(tiny_model_dir, tmp_path):
     _, init, got = train_and_capture(tiny_model_dir, tmp_path, samples, method="rl")
 
     def loss_fn(logp, logits, batch, mask):  # the clipped objective; ratio 1 on the first pass
-        return per_sequence_mean(clipped_surrogate(logp, batch["rewards"][:, None]), mask)
+        return token_mean(clipped_surrogate(logp, batch["rewards"][:, None]), mask)
 
     want = direct_grads(tiny_model_dir, init, samples, loss_fn)
     assert set(want) == set(got)
@@ -134,7 +134,7 @@ def test_stale_batch_gradient_carries_the_truncated_is_weight(tiny_model_dir, tm
 
     def loss_fn(logp, logits, batch, mask):
         weight = torch.exp(logp.detach() - batch["sampling_logprobs"]).clamp(max=3.0)
-        return per_sequence_mean(clipped_surrogate(logp, batch["rewards"][:, None] * weight), mask)
+        return token_mean(clipped_surrogate(logp, batch["rewards"][:, None] * weight), mask)
 
     want = direct_grads(tiny_model_dir, init, samples, loss_fn)
     for n in want:

@@ -7,7 +7,7 @@ import pytest
 import torch
 import trl.trainer.utils as trl_utils
 
-from tests.helpers import clipped_surrogate, per_sequence_mean
+from tests.helpers import clipped_surrogate, token_mean
 from tests.trainer_helpers import direct_grads, sampled, train_and_capture
 
 
@@ -23,7 +23,7 @@ class _HeadRows:
 
 
 def _rl_loss(logp, logits, batch, mask):  # the clipped objective; ratio 1 on the first pass
-    return per_sequence_mean(clipped_surrogate(logp, batch["rewards"][:, None]), mask)
+    return token_mean(clipped_surrogate(logp, batch["rewards"][:, None]), mask)
 
 
 @pytest.mark.parametrize("checkpointing", [False, True])

@@ -240,6 +240,7 @@ class BenchSettings:
     lr_scheduler_type: str = "constant"
     beta: float = 0.0  # TRL's per-token KL penalty to the base (the adapter switched off)
     advantage_baseline: str = "batch_mean"  # the RL term's baseline: none, session_mean or batch_mean
+    loss_type: str = "dapo"  # TRL's aggregation of the per-token loss: grpo, bnpo, dr_grpo, dapo
     guard: str = "on"  # the version guard: on, off, or observe (signals logged, no version held back)
     lora_r: int = 8
     lora_alpha: int = 16
@@ -308,6 +309,7 @@ def build_config(row: Row, seed: int, settings: BenchSettings, out_dir: Path, mo
         lr_scheduler_type=settings.lr_scheduler_type,
         beta=settings.beta,
         advantage_baseline=settings.advantage_baseline,
+        loss_type=settings.loss_type,
         guard=settings.guard != "off",
         **(OBSERVE_ONLY if settings.guard == "observe" else {}),
         w_rl=settings.w_rl,
@@ -516,12 +518,19 @@ def run_one(
 
 
 # ---------------------------------------------------------------------------------------------- main
+KEY_DEFAULTS = {"loss_type": "grpo"}
+"""Settings left out of a run's cache key at these values (what runs cached before the setting existed used)."""
+
+
 def row_key(settings: BenchSettings):
     """The cache key of a row's runs: its settings (all but the sample timeout) and its definition."""
 
     def key(row: str) -> dict:
         recipe = asdict(row_settings(ROWS[row], settings))
         recipe.pop("sample_timeout_s")
+        for name, value in KEY_DEFAULTS.items():
+            if recipe.get(name) == value:
+                recipe.pop(name)
         return {"settings": recipe, "row": asdict(ROWS[row])}
 
     return key
@@ -637,6 +646,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beta", type=float, default=None, help="KL penalty to the base model (TRL's beta)")
     parser.add_argument("--advantage-baseline", default=None, choices=("none", "session_mean", "batch_mean"))
     parser.add_argument(
+        "--loss-type",
+        default=None,
+        choices=("grpo", "bnpo", "dr_grpo", "dapo"),
+        help="TRL's loss aggregation",
+    )
+    parser.add_argument(
         "--guard",
         choices=("on", "off", "observe"),
         default=None,
@@ -694,6 +709,7 @@ def main(argv: list[str] | None = None) -> int:
         "lr_scheduler_type",
         "beta",
         "advantage_baseline",
+        "loss_type",
         "guard",
     )
     for name in tunable:

@@ -96,6 +96,7 @@ def recipe_argv(settings: BenchSettings, seed: int, out_dir: Path, model: str | 
         "max_grad_norm": settings.max_grad_norm,
         "optim": settings.optim,
         "advantage_baseline": settings.advantage_baseline,
+        "loss_type": settings.loss_type,
         "max_completion_length": settings.max_tokens,
         "max_steps": settings.updates,
         "teacher": settings.teacher,
