@@ -117,8 +117,9 @@ def build_users(model_dir: Path, n: int, geometry: dict, updates: list[int], tmp
             processing_class=tokenizer,
             peft_config=peft_config,
             sample_timeout=PHASE_TIMEOUT_S,
+            update_turns=turns,
+            user_name=name,
         )
-        trainer.update_turns, trainer.user_name = turns, name
         counter = UpdateCount()
         trainer.add_callback(counter.callback)
         users.append(User(name, trainer, store, counter))

@@ -750,8 +750,6 @@ class OpenClawConfig(GRPOConfig):
         default=True, metadata={"help": "Always true: one log line per update instead of a progress bar."}
     )
 
-    user_name = None  # not a field: the user a per-user copy of the config serves (``users.user_config``)
-
     def __post_init__(self):
         check_openclaw_fields(self)
         check_users(self)
@@ -851,8 +849,11 @@ class OpenClawConfig(GRPOConfig):
             correction_window_s=self.correction_window_s,
         )
 
-    def server_settings(self, port: int | None = None, ui: bool = True) -> ServerSettings:
-        """The serving fields as ``ServerSettings``; ``port`` overrides the recipe's (0: a free port).
+    def server_settings(
+        self, port: int | None = None, ui: bool = True, model_id: str | None = None
+    ) -> ServerSettings:
+        """The serving fields as ``ServerSettings``; ``port`` overrides the recipe's (0: a free port);
+        ``model_id`` is the served model's id (the UI's header names it).
 
         Trainable turns are sampled at ``temperature``, which is also the default of the other turns; a
         request's ``max_tokens`` defaults to ``min(512, max_completion_length)`` and is capped at
@@ -872,6 +873,7 @@ class OpenClawConfig(GRPOConfig):
             max_tokens_cap=max(self.max_completion_length or 512, 1),
             limits=self.request_limits(),
             ui=ui,
+            model_id=model_id,
         )
 
     def engine_kwargs(self, lora_config=None, dtype: str | None = None) -> dict:

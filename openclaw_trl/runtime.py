@@ -141,8 +141,7 @@ def start_server(runtime: Runtime, port: int | None = None, ui: bool = True) -> 
         return start_users_server(runtime, port, ui)
     from openclaw_trl.serving.app import ServerThread, create_app
 
-    settings = runtime.config.server_settings(port=port, ui=ui)
-    settings.model_id = runtime.model_name  # the UI's header names it
+    settings = runtime.config.server_settings(port=port, ui=ui, model_id=runtime.model_name)
     logger.info("starting the server (%s)", "UI and API" if ui else "API")
     app = create_app(
         runtime.engine,

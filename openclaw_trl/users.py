@@ -132,7 +132,6 @@ def user_config(config, spec: UserSpec):
     out.logging_dir = str(folder / "runs") if getattr(config, "logging_dir", None) else None
     out.store_path = str(folder / "openclaw.sqlite")
     out.users = None
-    out.user_name = spec.name
     out.run_name = f"{config.run_name}-{spec.name}" if config.run_name else spec.name
     if spec.simulated_user:
         out.simulated_user = spec.simulated_user

@@ -90,8 +90,9 @@ def build_users_runtime(
                 peft_config=peft_config,
                 recipe_yaml=recipe_yaml,
                 learning=parts.learning,
+                update_turns=turns,
+                user_name=spec.name,
             )
-            trainer.update_turns, trainer.user_name = turns, spec.name
             trainer.add_callback(ProgressCallback(progress))
         users.append(
             UserRuntime(
@@ -119,8 +120,7 @@ def start_users_server(runtime: Runtime, port: int | None = None, ui: bool = Tru
     from openclaw_trl.serving.app import ServerThread, UserParts, create_users_app
 
     config = runtime.config
-    settings = config.server_settings(port=port, ui=ui)
-    settings.model_id = runtime.model_name
+    settings = config.server_settings(port=port, ui=ui, model_id=runtime.model_name)
     parts = [
         UserParts(u.name, u.engine, u.collector, u.store, u.status, u.best_of_n, u.learning)
         for u in runtime.users
@@ -207,7 +207,7 @@ def stop_users(runtime: Runtime) -> None:
     runtime.stop_event.set()
     for user in runtime.users:
         if user.trainer is not None:
-            user.trainer.stop_requested = True
+            user.trainer.request_stop()
         if user.learning is not None:
             user.learning.stop()
         user.store.queue.fail_waiters("the run is stopping")

@@ -240,12 +240,15 @@ def test_adapter_view_behaves_like_a_single_adapter_engine(tiny_model_dir, tiny_
 
 
 # ---------------------------------------------------------------------- the slot bookkeeping alone
-def _table(max_adapters: int, gate: dict | None = None):
-    """A ``SlotTable`` whose fill records ``slot -> weights`` (waiting on ``gate[weights]`` when given)."""
+def _table(max_adapters: int, gate: dict | None = None, entered: dict | None = None):
+    """A ``SlotTable`` whose fill records ``slot -> weights``; a fill of weights in ``gate`` sets
+    ``entered[weights]`` (when given) and then waits on ``gate[weights]``."""
     held: dict[str, object] = {}
 
     def fill(slot, published):
         if gate and published.weights in gate:
+            if entered and published.weights in entered:
+                entered[published.weights].set()
             gate[published.weights].wait(timeout=30)
         held[slot] = published.weights
 
@@ -277,19 +280,19 @@ def test_slots_keep_pinned_weights_and_versions():
 def test_slots_refill_waits_for_a_publishers_copy_never_for_pins():
     """K = 1: a learning task pins b's slot, a publisher is writing b's new weights into the other slot; a
     refill for c waits for that copy (bounded), then takes the slot; with both slots pinned it fails clearly."""
-    gate = {"b2": threading.Event()}
-    table, held = _table(1, gate)
+    gate, entered = {"b2": threading.Event()}, {"b2": threading.Event()}
+    table, held = _table(1, gate, entered)
     for name in "abc":
         table.publish(name, f"{name}1", 1)
     learning, _ = table.pin("policy", "b")
     publisher = threading.Thread(target=table.publish, args=("b", "b2", 2))
     publisher.start()
-    time.sleep(0.1)  # the publisher holds the other slot, copying
+    assert entered["b2"].wait(10)  # the publisher holds the other slot, copying
     got = {}
     refill = threading.Thread(target=lambda: got.update(pin=table.pin("policy", "c")))
     refill.start()
     refill.join(0.2)
-    assert refill.is_alive()  # waits for the copy ...
+    assert refill.is_alive() and "pin" not in got  # waits for the copy ...
     gate["b2"].set()
     publisher.join(10)
     refill.join(10)
@@ -307,13 +310,13 @@ def test_slots_refill_waits_for_a_publishers_copy_never_for_pins():
 def test_slots_refill_racing_a_publish_keeps_the_newer_weights():
     """A refill of a's v1 still running when a's v2 is published (a not resident): the work runs on v1 and
     says so, a is not mapped to v1, and the next work refills v2."""
-    gate = {"a1": threading.Event()}
-    table, held = _table(2, gate)
+    gate, entered = {"a1": threading.Event()}, {"a1": threading.Event()}
+    table, held = _table(2, gate, entered)
     table.publish("a", "a1", 1)
     got = {}
     worker = threading.Thread(target=lambda: got.update(pin=table.pin("policy", "a")))
     worker.start()
-    time.sleep(0.1)
+    assert entered["a1"].wait(10)  # the refill of v1 is copying
     table.publish("a", "a2", 2)  # not resident: CPU copy only, returns at once
     gate["a1"].set()
     worker.join(10)

@@ -137,7 +137,7 @@ def best_of_2(engine, tmp_path):
     app = create_app(engine, TurnCollector(store), store, settings, best_of_n=picker)
     server = ServerThread(app).start()
     try:
-        yield server.url, store, app.state.service
+        yield server.url, store, app.state.tenants[None].service
     finally:
         server.stop()
         store.close()

@@ -279,7 +279,7 @@ def test_the_ui_path_gets_readable_errors(engine, tmp_path):
     from openclaw_trl.serving.ui_guide import guide_for
 
     with running_stack(engine, tmp_path / "store.db", limits=RequestLimits(max_feedback_chars=10)) as stack:
-        service = stack.app.state.service
+        service = stack.app.state.tenants[None].service
         with pytest.raises(ApiError, match=r"above the limit max_message_chars=100000"):
             service.prepare(
                 {"messages": [{"role": "user", "content": "x" * 100_001}]}, {"x-session-id": "ui"}

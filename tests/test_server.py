@@ -73,7 +73,7 @@ def test_chat_sync_stores_the_turn_before_replying(stack, client):
     assert len(turn.completion_ids) == reply.usage.completion_tokens == len(turn.sampling_logprobs)
     assert len(turn.prompt_ids) == reply.usage.prompt_tokens
     # an anonymous conversation is trainable, so sampled at the training temperature whatever it asks
-    assert turn.temperature == pytest.approx(stack.app.state.service.settings.train_temperature)
+    assert turn.temperature == pytest.approx(stack.app.state.tenants[None].service.settings.train_temperature)
     assert reply.model_extra["openclaw"]["turn_id"] == turn_id
 
 
@@ -221,7 +221,7 @@ def test_trainable_turns_are_sampled_at_the_training_temperature(stack, client):
         used = raw.parse().model_extra["openclaw"]["temperature"]
         return used, _turn(stack, raw.headers["x-openclaw-turn-id"]).temperature
 
-    train_t = stack.app.state.service.settings.train_temperature
+    train_t = stack.app.state.tenants[None].service.settings.train_temperature
     assert ask(0.3, **{"X-Session-Id": "temp-main"}) == (train_t, train_t)
     assert ask(0.0, **{"X-Session-Id": "temp-greedy"}) == (train_t, train_t)  # never greedy when trainable
     assert ask(0.3) == (train_t, train_t)  # anonymous: trained on as a conversation recognised by its history
@@ -233,7 +233,7 @@ def test_trainable_turns_are_sampled_at_the_training_temperature(stack, client):
 def test_trainable_turns_are_sampled_from_the_full_distribution(stack, client, monkeypatch):
     """A client's top_p / top_k truncate only untrainable turns: the stored log-probs of a trainable turn are
     those of the distribution it was sampled from (the importance weight and the PPO ratio need that)."""
-    engine, seen = stack.app.state.service.engine, []
+    engine, seen = stack.app.state.tenants[None].service.engine, []
     real = engine.generate
 
     def spy(requests, **kwargs):
@@ -343,7 +343,7 @@ def test_feedback_route_addresses_any_turn_with_each_action(stack, client):
         {
             "turn_id": last,
             "action": "correct",
-            "text": "x" * (stack.app.state.service.settings.limits.max_feedback_chars + 1),
+            "text": "x" * (stack.app.state.tenants[None].service.settings.limits.max_feedback_chars + 1),
         },
     ]:
         r = post(bad)
@@ -415,7 +415,7 @@ def test_build_serving_wires_a_working_stack(tiny_model_dir, tmp_path):
 
 
 def test_status_with_nan_metrics_is_valid_json(stack):
-    service = stack.app.state.service
+    service = stack.app.state.tenants[None].service
     service._status = lambda: {
         "policy_version": 2,
         "history": [{"step": 1, "hint_accept_rate": float("nan")}],

@@ -90,7 +90,7 @@ def test_chat_dislike_and_correct_in_the_browser(tiny_model_dir, tmp_path, drive
     engine = ScriptedEngine(hf, lambda _ids: next(scripted, None))
     try:
         with running_stack(engine, tmp_path / "store.db", ui=True, default_max_tokens=12) as stack:
-            stack.app.state.service._status = fake_status
+            stack.app.state.tenants[None].service._status = fake_status
             wait = WebDriverWait(driver, 60)
             notice = lambda: driver.find_element(By.ID, "notice").text  # noqa: E731
 

@@ -29,10 +29,8 @@ def test_users_get_their_own_folder_and_store(tmp_path):
     alice = user_config(config, config.user_specs[0])
     assert alice.output_dir == str(tmp_path / "run" / "users" / "alice")
     assert alice.store_path == str(tmp_path / "run" / "users" / "alice" / "openclaw.sqlite")
-    assert alice.users is None and alice.user_name == "alice" and alice.run_name == "run-alice"
-    assert (
-        config.output_dir == str(tmp_path / "run") and config.user_name is None
-    )  # the recipe's is untouched
+    assert alice.users is None and alice.run_name == "run-alice"
+    assert config.output_dir == str(tmp_path / "run") and config.users == TWO  # the recipe's is untouched
 
 
 @pytest.mark.parametrize(

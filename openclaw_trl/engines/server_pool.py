@@ -45,7 +45,6 @@ class Server:
     outstanding: int = 0
     learning: int = 0
     last_error: str = ""
-    failures: int = 0
     loaded: set[str] = field(default_factory=set)  # adapter names this server has (as far as we know)
 
 
@@ -129,7 +128,6 @@ class ServerPool:
             if server.healthy:
                 logger.warning("vLLM server %s out of rotation: %s", server.url, error)
             server.healthy = False
-            server.failures += 1
             server.last_error = str(error)[:300]
             server.loaded.clear()  # a restarted server has no adapters: the reviver reloads what is in use
             self._cond.notify_all()

@@ -43,10 +43,6 @@ class LoraRegistry:
         """The ``LoRARequest`` serving ``policy`` of the run's only adapter (``None`` = base weights)."""
         return self._active.get(None)
 
-    def active_for(self, name: str | None):
-        """The ``LoRARequest`` serving ``policy`` for adapter ``name`` (``None`` = base weights)."""
-        return self._active.get(name)
-
     def prepare(self, adapter, version: int, lora_config, name: str | None = None) -> tuple[int, Path]:
         """Write ``adapter`` (a PEFT state dict or an adapter directory) to a fresh directory; ``(id, path)``.
 

@@ -41,9 +41,9 @@ logger = logging.getLogger(__name__)
 
 QUICK_JUDGE_BACKENDS = ("engine", "openai", "callable", "memory")
 MAX_BEST_OF_N = 16
+"""The most candidates per served turn: each one is decoded, scored and stored, and the reply waits for all."""
 MAX_HINTS = 16
 """The most recent hints the ``memory`` backend weighs: each distinct one is a scoring row per candidate."""
-"""The most candidates per served turn: each one is decoded, scored and stored, and the reply waits for all."""
 
 
 @dataclass(frozen=True)

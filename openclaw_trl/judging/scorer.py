@@ -178,8 +178,6 @@ class Scorer:
             total += n
         return total
 
-    drain = run_until_idle
-
     # ------------------------------------------------------------------ one group
     def score_once(self) -> int:
         """Judge one group of ready turns and commit the results; returns the number of turns handled

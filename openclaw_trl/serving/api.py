@@ -19,9 +19,10 @@
 
 One module per route group, each with its own ``router``: ``api_chat`` (chat completions), ``api_responses``
 (the Responses API), ``api_feedback`` (per-turn signals), ``api_status`` (health, models, status); ``api_base``
-holds what they share. Each handler reads the ``ChatService`` from ``request.app.state.service``, the
-collector (feedback goes to it directly) from ``request.app.state.collector`` and the bearer key from
-``request.app.state.api_key`` (``None`` = no auth; ``/healthz`` is always open).
+holds what they share. Every route but ``/healthz`` depends on ``api_base.require_api_key``, which checks the
+bearer key and puts the caller's ``Tenant`` (their chat service, collector and learning control) on
+``request.state``; a handler reads only that tenant (``api_base.tenant_of``), so one user's request never
+reaches another user's parts.
 
 Why the server renders the chat template itself: the engine gets token ids and returns the sampled
 ids + log-probs, and those exact ids are stored. The turn is written to the store

@@ -41,17 +41,15 @@ def create_app(
     ``collector`` attaches next states and writes turns to ``store`` (``openclaw_trl.sessions``);
     ``status()`` returns the learning status for ``/v1/status`` and the learning panel.
     ``best_of_n`` (a ``judging.BestOfN``) samples and quick-judges its ``n`` candidates per trainable turn.
-    ``app.state.service`` is the ``ChatService`` both use, ``app.state.collector`` the collector their per-turn
-    signals (feedback) go to, ``app.state.api_key`` the bearer key (or ``None``).
     ``learning`` (a ``LearningControl``, or ``None`` when nothing trains) backs ``/v1/adapters``,
-    ``/v1/learning`` and the UI's version controls (``app.state.learning``).
+    ``/v1/learning`` and the UI's version controls. The one user's parts are ``app.state.tenants[None]`` (a
+    ``Tenant``: chat service, collector, learning control); ``app.state.api_key`` is the bearer key (or ``None``).
     """
     settings = settings or ServerSettings()
     api_key = _resolve_api_key(settings)
     service = ChatService(engine, collector, store, settings, status, best_of_n=best_of_n)
     app = _api_app({None: Tenant(None, service, collector, learning)}, settings)
     app.state.api_key = api_key
-    app.state.service, app.state.collector, app.state.learning = service, collector, learning
     if settings.ui:
         app = _mount_ui(app, settings, api_key)
     return app

@@ -96,9 +96,15 @@ class LearningControl:
         self._cond = threading.Condition()
         self._pending: _Request | None = None
         self._trainer_running = False
-        self.trainer_state = "stopped"  # stopped / waiting for samples / paused / updating / rolling back
+        self._trainer_state = "stopped"  # stopped / waiting for samples / paused / updating / rolling back
 
     # -- the server's side ---------------------------------------------------------------------------
+
+    @property
+    def trainer_state(self) -> str:
+        """What the trainer is doing: stopped, waiting for samples, paused, updating or rolling back."""
+        with self._cond:
+            return self._trainer_state
 
     @property
     def paused(self) -> bool:
@@ -191,13 +197,13 @@ class LearningControl:
         """Around the trainer's loop: rollbacks are accepted only inside it; a request left over fails."""
         with self._cond:
             self._trainer_running = True
-            self.trainer_state = "updating"
+            self._trainer_state = "updating"
         try:
             yield self
         finally:
             with self._cond:
                 self._trainer_running = False
-                self.trainer_state = "stopped"
+                self._trainer_state = "stopped"
                 request, self._pending = self._pending, None
             if request is not None and not request.done.is_set():
                 request.error = LearningUnavailable("training ended before the rollback was carried out")
@@ -210,8 +216,13 @@ class LearningControl:
             if request is None or request.taken:
                 return None
             request.taken = True
-            self.trainer_state = "rolling back"
+            self._trainer_state = "rolling back"
             return request.version
+
+    def note_state(self, state: str) -> None:
+        """The trainer says what it is doing now (``trainer_state``)."""
+        with self._cond:
+            self._trainer_state = state
 
     def stop(self) -> None:
         """The run is ending: a trainer waiting while paused goes on (to find that no batch will come)."""
@@ -227,7 +238,7 @@ class LearningControl:
             if version is not None or not self.paused or self.stopping:
                 return version
             with self._cond:
-                self.trainer_state = "paused"
+                self._trainer_state = "paused"
                 self._cond.wait(self.poll_s)
 
     def finish(self, result: RollbackResult | None = None, error: BaseException | None = None) -> None:

@@ -1,8 +1,8 @@
 """Between two updates, on the main process: wait for the next batch of judged samples, or a rollback request.
 
 ``next_event`` returns a batch once ``wanted`` samples wait in the store and learning is not paused, or the
-version of a rollback request as soon as one arrives (``LearningControl``). While it waits it sets the
-control's ``trainer_state`` (``waiting for samples``, ``updating`` once a batch is taken). With
+version of a rollback request as soon as one arrives (``LearningControl``). While it waits it tells the
+control its ``trainer_state`` (``waiting for samples``, ``updating`` once a batch is taken). With
 ``max_staleness`` the store drops the too-stale samples as it hands a batch out (kept, with the reason), and
 always those sampled at another temperature than the trainer's (``temperature``: one temperature per sample).
 Each sample's ``staleness`` is set along the lineage (updates between its policy version and the trainer's).
@@ -46,7 +46,7 @@ def next_event(
         if learning is not None and (version := learning.wait_while_paused()) is not None:
             return NextEvent(rollback=version)
         if learning is not None:
-            learning.trainer_state = "waiting for samples"
+            learning.note_state("waiting for samples")
         left = None if sample_timeout is None else sample_timeout - waited
         wait = left if poll is None else (poll if left is None else min(poll, left))
         try:
@@ -75,5 +75,5 @@ def next_event(
         for s in samples:
             s.staleness = lineage.staleness(s.policy_version, policy_version)
         if learning is not None:
-            learning.trainer_state = "updating"
+            learning.note_state("updating")
         return NextEvent(samples=samples, dropped_stale=dropped, dropped_temperature=other_temperature)

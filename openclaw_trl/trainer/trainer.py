@@ -45,6 +45,7 @@ and resume (``resume_from``) are its methods (``trainer.versions``).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import torch
@@ -99,6 +100,8 @@ class OpenClawTrainer(TrainerSafety, TrainerVersions, GRPOTrainer):
         sample_timeout: float | None = None,
         recipe_yaml: str | None = None,
         learning=None,
+        update_turns=None,
+        user_name: str | None = None,
     ):
         # The data come from the store; the dataset only drives TRL's loop (one row per sample slot).
         placeholder = Dataset.from_dict({"prompt": [""] * args.generation_batch_size})
@@ -117,9 +120,9 @@ class OpenClawTrainer(TrainerSafety, TrainerVersions, GRPOTrainer):
         self.recipe_yaml = recipe_yaml
         self.learning = learning  # a LearningControl (main process), or None: never paused, no rollback
         self.ledger = BatchLedger()
-        self.update_turns = None  # a sharing.UpdateTurns when several users' trainers share the device
-        self.user_name: str | None = None  # whose adapter this trainer trains (None: the run's only one)
-        self.stop_requested = False  # set from another thread: no new batch is taken (``StopTraining``)
+        self.update_turns = update_turns  # sharing.UpdateTurns: several users' trainers take turns
+        self.user_name = user_name  # whose adapter this trainer trains (None: the run's only one)
+        self._stop = threading.Event()  # set by ``request_stop`` from another thread
         self._next_batch: list[TrainingSample] | None = None  # taken before the step that trains on it
         self.batch_summary = None  # where the current batch's samples came from (reporting.BatchSummary)
         self._adapter_snapshot = AdapterSnapshot()
@@ -131,6 +134,15 @@ class OpenClawTrainer(TrainerSafety, TrainerVersions, GRPOTrainer):
         self.add_callback(MetricsFile(args.output_dir))
         check_kd_teacher(self.args, self.accelerator.unwrap_model(self.model))
         self.guard = make_guard(self, args) if args.guard else None
+
+    def request_stop(self) -> None:
+        """Ask this trainer, from any thread, to take no new batch: it raises ``StopTraining`` before its next
+        update (the current one finishes, is published and checkpointed)."""
+        self._stop.set()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
 
     @property
     def samples_used(self) -> int:
@@ -424,7 +436,7 @@ class OpenClawTrainer(TrainerSafety, TrainerVersions, GRPOTrainer):
 
 
 class StopTraining(Exception):
-    """Raised between two updates of a trainer asked to stop (``stop_requested``) from another thread."""
+    """Raised between two updates of a trainer asked to stop (``request_stop``) from another thread."""
 
 
 def judged_reward(prompts=None, completions=None, **kwargs):
