@@ -46,7 +46,9 @@ MEMBERS = (
         ("self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy"),
         "overridden and called: the policy's log-probs of the stored completions",
     ),
-    Member("_load_from_checkpoint", ("self", "resume_from_checkpoint", "model"), "a rollback restores weights"),
+    Member(
+        "_load_from_checkpoint", ("self", "resume_from_checkpoint", "model"), "a rollback restores weights"
+    ),
     Member("_load_optimizer_and_scheduler", ("self", "checkpoint"), "a rollback restores the optimizer"),
     Member("_load_rng_state", ("self", "checkpoint"), "a rollback restores the RNG (one load at a time)"),
     Member("_save_checkpoint", ("self", "model", "trial"), "every update is checkpointed as its version"),
