@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     from openclaw_trl.engines.hf import HFEngine
-    from openclaw_trl.judging import QuickJudge, QuickJudgeConfig
+    from openclaw_trl.judging import QuickJudgeConfig, make_quick_judge
     from openclaw_trl.testing import build_tiny_model
 
     torch.set_num_threads(args.threads)
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = args.model_dir or build_tiny_model(Path(tmp) / "tiny")
         engine = HFEngine(model_dir, dtype="float32", max_batch_size=8)
-        quick_judge = QuickJudge(
+        quick_judge = make_quick_judge(
             QuickJudgeConfig(backend="engine"), engine=engine, tokenizer=engine.tokenizer
         )
         try:

@@ -60,9 +60,9 @@ def build_serving(
 
 def make_best_of_n(n: int, quick_judge_config, engine, tokenizer, store):
     """The ``judging.BestOfN`` of ``n`` candidates per trainable turn (None when ``n == 1``)."""
-    from openclaw_trl.judging import BestOfN, QuickJudge
+    from openclaw_trl.judging import BestOfN, make_quick_judge
 
     if n <= 1:
         return None
-    quick_judge = QuickJudge(quick_judge_config, engine=engine, tokenizer=tokenizer, store=store)
+    quick_judge = make_quick_judge(quick_judge_config, engine=engine, tokenizer=tokenizer, store=store)
     return BestOfN(n, quick_judge, store, explore=quick_judge_config.explore)

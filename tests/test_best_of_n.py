@@ -20,7 +20,7 @@ import torch
 from openclaw_trl.config import OpenClawConfig
 from openclaw_trl.engines.base import Completion
 from openclaw_trl.export import collect_rows
-from openclaw_trl.judging import BestOfN, QuickJudge, QuickJudgeConfig, QuickJudgeInput
+from openclaw_trl.judging import BestOfN, QuickJudgeConfig, QuickJudgeInput, make_quick_judge
 from openclaw_trl.judging.best_of_n import group_samples, served_index
 from openclaw_trl.losses import group_relative_advantages, group_statistics
 from openclaw_trl.records import TrainingSample
@@ -106,7 +106,7 @@ def test_callable_quick_judge_scores_in_parallel_and_bounds_bad_answers():
             raise RuntimeError("judge broke")
         return {"reply ": True, "reply x": 2}.get(text)
 
-    qj = QuickJudge(QuickJudgeConfig(backend="callable", callable="unused:fn"), fn=judge)
+    qj = make_quick_judge(QuickJudgeConfig(backend="callable", callable="unused:fn"), fn=judge)
     try:
         assert qj.scores(_items(3)) == [None, 2.0, None]  # a bool is no score, an exception is no score
     finally:
@@ -119,7 +119,7 @@ def test_callable_quick_judge_scores_in_parallel_and_bounds_bad_answers():
             released.wait(60)
         return 1.0
 
-    qj = QuickJudge(QuickJudgeConfig(backend="callable", callable="unused:fn", timeout_s=0.2), fn=slow)
+    qj = make_quick_judge(QuickJudgeConfig(backend="callable", callable="unused:fn", timeout_s=0.2), fn=slow)
     try:
         assert qj.scores(_items(2)) == [1.0, None]  # late: no score
     finally:
@@ -128,7 +128,7 @@ def test_callable_quick_judge_scores_in_parallel_and_bounds_bad_answers():
 
 
 def test_callable_quick_judge_is_imported_from_its_path():
-    qj = QuickJudge(QuickJudgeConfig(backend="callable", callable="tests.test_best_of_n:length_score"))
+    qj = make_quick_judge(QuickJudgeConfig(backend="callable", callable="tests.test_best_of_n:length_score"))
     try:
         assert qj.scores(_items(2)) == [pytest.approx(6.001), pytest.approx(7.001)]
     finally:
@@ -148,7 +148,7 @@ class _Spy:
 
 def test_engine_quick_judge_rates_on_the_base_weights(hf_engine):
     spy = _Spy(hf_engine)
-    qj = QuickJudge(QuickJudgeConfig(backend="engine"), engine=spy, tokenizer=hf_engine.tokenizer)
+    qj = make_quick_judge(QuickJudgeConfig(backend="engine"), engine=spy, tokenizer=hf_engine.tokenizer)
     try:
         scores = qj.scores(_items(3))
     finally:
@@ -163,7 +163,7 @@ def test_engine_quick_judge_rates_on_the_base_weights(hf_engine):
 
 def test_engine_quick_judge_parses_the_rating(hf_engine):
     scripted = ScriptedEngine(hf_engine, script=lambda ids: "Rating: 8")
-    qj = QuickJudge(QuickJudgeConfig(backend="engine"), engine=scripted, tokenizer=hf_engine.tokenizer)
+    qj = make_quick_judge(QuickJudgeConfig(backend="engine"), engine=scripted, tokenizer=hf_engine.tokenizer)
     try:
         assert qj.scores(_items(1)) == [8.0]
     finally:
@@ -176,7 +176,7 @@ def test_openai_quick_judge_against_our_own_server(hf_engine, tmp_path):
         config = QuickJudgeConfig(
             backend="openai", openai_base_url=judge_server.url + "/v1", openai_model="openclaw"
         )
-        qj = QuickJudge(config)
+        qj = make_quick_judge(config)
         try:
             assert qj.scores(_items(2)) == [9.0, 9.0]
         finally:
@@ -239,7 +239,9 @@ def _turn(store: Store, key: str = "s") -> int:
 def _group(store: Store, turn_id: int, scores) -> int:
     comps = [_completion([5 + i, 6]) for i in range(len(scores))]
     choice_index = served_index(scores)
-    picker = BestOfN(len(scores), QuickJudge(QuickJudgeConfig("callable", "x:y"), fn=length_score), store)
+    picker = BestOfN(
+        len(scores), make_quick_judge(QuickJudgeConfig("callable", "x:y"), fn=length_score), store
+    )
     from openclaw_trl.judging.best_of_n import GroupChoice
 
     try:
@@ -317,7 +319,7 @@ def test_best_of_4_served_over_http_stored_as_a_group_and_trained(hf_engine, tin
     from openclaw_trl.sessions import TurnCollector
 
     store = Store(tmp_path / "store.sqlite")
-    quick = QuickJudge(QuickJudgeConfig("callable", "x:y"), fn=length_score)
+    quick = make_quick_judge(QuickJudgeConfig("callable", "x:y"), fn=length_score)
     picker = BestOfN(4, quick, store, explore=0.0)  # always the best
     app = create_app(
         hf_engine,

@@ -18,7 +18,7 @@ import random
 import pytest
 import torch
 
-from openclaw_trl.judging import JudgeConfig, QuickJudge, QuickJudgeConfig, Scorer
+from openclaw_trl.judging import JudgeConfig, QuickJudgeConfig, Scorer, make_quick_judge
 from openclaw_trl.judging.best_of_n import BestOfN, choose_served, served_probability, verdict_weight
 from openclaw_trl.judging.voters import Verdict
 from openclaw_trl.records import Candidate, CandidateGroup
@@ -135,7 +135,9 @@ def test_the_scorer_weights_the_served_verdict_and_leaves_a_certain_pick_untrain
 
 def test_best_of_n_records_the_served_probability(tmp_path):
     with Store(tmp_path / "s.db") as store:
-        judge = QuickJudge(QuickJudgeConfig("callable", "x:y"), fn=lambda item: float(len(item.response)))
+        judge = make_quick_judge(
+            QuickJudgeConfig("callable", "x:y"), fn=lambda item: float(len(item.response))
+        )
         picker = BestOfN(2, judge, store, explore=1.0, seed=0)
         choice = picker.choose([{"role": "user", "content": "q"}], "s", [{"content": "a"}, {"content": "bb"}])
         assert choice.served_prob == served_probability(choice.served_index == 1, 1, 2, 1.0) == 0.5

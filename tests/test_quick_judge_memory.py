@@ -15,7 +15,8 @@ from openclaw_trl import judge
 from openclaw_trl.chat import render_prompt_ids
 from openclaw_trl.config import OpenClawConfig
 from openclaw_trl.engines.base import Completion
-from openclaw_trl.judging import BestOfN, QuickJudge, QuickJudgeConfig, QuickJudgeInput
+from openclaw_trl.judging import BestOfN, QuickJudgeConfig, QuickJudgeInput, make_quick_judge
+from openclaw_trl.judging.quick import MemoryQuickJudge
 from openclaw_trl.records import Judgement
 from openclaw_trl.store import Store
 from openclaw_trl.toy import pretrain
@@ -55,9 +56,9 @@ def candidates(engine, styles: list[str]) -> list[QuickJudgeInput]:
     ]
 
 
-def memory_judge(engine, store, **fields) -> QuickJudge:
+def memory_judge(engine, store, **fields) -> MemoryQuickJudge:
     config = QuickJudgeConfig(backend="memory", **fields)
-    return QuickJudge(config, engine=engine, tokenizer=engine.tokenizer, store=store)
+    return make_quick_judge(config, engine=engine, tokenizer=engine.tokenizer, store=store)
 
 
 def teacher_sum(engine, hint: str | None, item: QuickJudgeInput, weights: str = "base") -> float:
@@ -168,7 +169,7 @@ def test_config_builds_the_memory_judge_with_the_teacher_weights(tmp_path):
     quick = config.quick_judge_config()
     assert (quick.backend, quick.hints, quick.teacher) == ("memory", 6, "policy")
     with pytest.raises(ValueError, match="needs the serving engine, its tokenizer and the store"):
-        QuickJudge(quick)
+        make_quick_judge(quick)
 
 
 def test_the_score_measures_the_hints_not_the_distance_between_policy_and_teacher(tmp_path):

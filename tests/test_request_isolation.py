@@ -125,14 +125,14 @@ def quick_length(turn) -> float:
 @pytest.fixture
 def best_of_2(engine, tmp_path):
     """A served stack with Best-of-2 (a callable quick judge) over the shared engine."""
-    from openclaw_trl.judging import BestOfN, QuickJudge, QuickJudgeConfig
+    from openclaw_trl.judging import BestOfN, QuickJudgeConfig, make_quick_judge
     from openclaw_trl.serving.app import ServerThread, create_app
     from openclaw_trl.serving.settings import ServerSettings
     from openclaw_trl.sessions import TurnCollector
     from openclaw_trl.store import Store
 
     store = Store(tmp_path / "store.db")
-    picker = BestOfN(2, QuickJudge(QuickJudgeConfig("callable", "x:y"), fn=quick_length), store)
+    picker = BestOfN(2, make_quick_judge(QuickJudgeConfig("callable", "x:y"), fn=quick_length), store)
     settings = ServerSettings(ui=False, default_max_tokens=3, max_context_len=256)
     app = create_app(engine, TurnCollector(store), store, settings, best_of_n=picker)
     server = ServerThread(app).start()

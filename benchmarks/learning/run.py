@@ -394,7 +394,7 @@ def served_scorer(spec: Row, runtime, seed: int, first_hint_only: bool = False):
     """How the evaluation scores Best-of-N candidates for ``spec``: its own quick judge. The memory judge reads
     the run's store (``first_hint_only``: only the first hint the user gave); the proxy is told the preference
     (an oracle row)."""
-    from openclaw_trl.judging import QuickJudge
+    from openclaw_trl.judging import make_quick_judge
     from openclaw_trl.judging.memory import HintMemory
     from openclaw_trl.toy.proxy import StyleProxy
 
@@ -414,7 +414,7 @@ def served_scorer(spec: Row, runtime, seed: int, first_hint_only: bool = False):
             60.0,
         )
     else:
-        judge = QuickJudge(
+        judge = make_quick_judge(
             config, engine=runtime.engine, tokenizer=runtime.engine.tokenizer, store=runtime.store
         )
     return quick_judge_scorer(judge, runtime.config.temperature)

@@ -12,7 +12,13 @@ GRPO group (:mod:`~openclaw_trl.judging.best_of_n`).
 
 from openclaw_trl.judging.best_of_n import BestOfN
 from openclaw_trl.judging.config import JudgeConfig
-from openclaw_trl.judging.quick import MAX_BEST_OF_N, QuickJudge, QuickJudgeConfig, QuickJudgeInput
+from openclaw_trl.judging.quick import (
+    MAX_BEST_OF_N,
+    QuickJudge,
+    QuickJudgeConfig,
+    QuickJudgeInput,
+    make_quick_judge,
+)
 from openclaw_trl.judging.scorer import Scorer
 from openclaw_trl.judging.voters import JudgeInput, Verdict, load_callable
 
@@ -27,4 +33,5 @@ __all__ = [
     "Scorer",
     "Verdict",
     "load_callable",
+    "make_quick_judge",
 ]

@@ -146,89 +146,34 @@ def as_score(value) -> float | None:
 
 
 class QuickJudge:
-    """Scores the candidates of one served turn (``scores``); thread-safe, one instance per server.
+    """Scores the candidates of one served turn (``scores``); thread-safe, one instance per server. One
+    subclass per ``QuickJudgeConfig.backend``, built by :func:`make_quick_judge`."""
 
-    ``engine`` / ``tokenizer``: the serving engine (``engine`` and ``memory`` backends); ``store``: where the
-    ``memory`` backend reads the hints; ``fn``: a callable given directly instead of ``config.callable``;
-    ``http_client``: an ``httpx.Client`` for the ``openai`` backend (tests).
-    """
+    backend: str
 
-    def __init__(
-        self, config: QuickJudgeConfig, engine=None, tokenizer=None, fn=None, http_client=None, store=None
-    ):
-        self.config, self.engine, self.tokenizer = config, engine, tokenizer
-        self.backend = config.backend
-        self.pool = cf.ThreadPoolExecutor(config.max_concurrency, thread_name_prefix="openclaw-quick-judge")
-        self.fn: Callable | None = None
-        self.client = None
-        self.memory = None
-        if config.backend == "memory":
-            if engine is None or tokenizer is None or store is None:
-                raise ValueError(
-                    "the memory quick judge needs the serving engine, its tokenizer and the store"
-                )
-            from openclaw_trl.judging.memory import HintMemory
-
-            self.memory = HintMemory(
-                store.queries.recent_hints,
-                engine,
-                tokenizer,
-                config.hints,
-                config.teacher,
-                config.max_prompt_tokens,
-                config.timeout_s,
-            )
-        elif config.backend == "callable":
-            self.fn = fn or load_callable(config.callable)
-        elif config.backend == "openai":
-            from openclaw_trl.openai_client import OpenAIClient
-
-            key = os.environ.get(config.openai_api_key_env) if config.openai_api_key_env else None
-            self.client = OpenAIClient(
-                config.openai_base_url, config.openai_model, key, config.timeout_s, http=http_client
-            )
-        elif engine is None or tokenizer is None:
-            raise ValueError("the engine quick judge needs the serving engine and its tokenizer")
+    def __init__(self, config: QuickJudgeConfig):
+        self.config = config
 
     def scores(self, items: list[QuickJudgeInput]) -> list[float | None]:
         """One score per item (None = no opinion, failed or late), all within ``timeout_s``."""
-        if not items:
-            return []
-        if self.backend == "engine":
-            return self._engine_scores(items)
-        if self.memory is not None:
-            return self.memory.scores(items)
-        call = self._callable_score if self.backend == "callable" else self._openai_score
-        deadline = time.monotonic() + self.config.timeout_s
-        futures = [self.pool.submit(call, item) for item in items]
-        return [self._wait(f, deadline) for f in futures]
+        raise NotImplementedError
 
-    def _wait(self, future: cf.Future, deadline: float):
-        """The future's result by ``deadline``; None when it is late or raised (logged)."""
-        try:
-            return future.result(timeout=max(0.0, deadline - time.monotonic()))
-        except cf.TimeoutError:
-            future.cancel()
-            logger.warning("quick judge timed out after %.1f s: no score", self.config.timeout_s)
-        except Exception:  # noqa: BLE001 - a failed score is no opinion, never a failed chat request
-            logger.exception("quick judge (%s) failed: no score", self.backend)
-        return None
+    def close(self) -> None:
+        """Release what the backend holds (threads, connections)."""
 
-    def _callable_score(self, item: QuickJudgeInput) -> float | None:
-        value = self.fn(item)
-        score = as_score(value)
-        if score is None and value is not None:
-            logger.warning("quick judge callable returned %r, not a finite number: no score", value)
-        return score
 
-    def _openai_score(self, item: QuickJudgeInput) -> float | None:
-        messages = judge.build_quick_judge_messages(item.messages, item.response)
-        message, _ = self.client.chat(
-            messages, headers=SIDE_TURN, temperature=0.0, max_tokens=self.config.max_tokens
-        )
-        return judge.parse_quick_score(flatten_content(message.get("content")))
+class EngineQuickJudge(QuickJudge):
+    """The ``engine`` backend: the serving engine rates each candidate (module docstring)."""
 
-    def _engine_scores(self, items: list[QuickJudgeInput]) -> list[float | None]:
+    backend = "engine"
+
+    def __init__(self, config: QuickJudgeConfig, engine, tokenizer):
+        if engine is None or tokenizer is None:
+            raise ValueError("the engine quick judge needs the serving engine and its tokenizer")
+        super().__init__(config)
+        self.engine, self.tokenizer = engine, tokenizer
+
+    def scores(self, items: list[QuickJudgeInput]) -> list[float | None]:
         """All candidates in one batched ``generate`` on the base weights (greedy), bounded by ``timeout_s``."""
         from openclaw_trl.chat import render_prompt_ids
 
@@ -256,7 +201,118 @@ class QuickJudge:
             out[i] = judge.parse_quick_score(text)
         return out
 
+
+class MemoryQuickJudge(QuickJudge):
+    """The ``memory`` backend: each candidate's log-likelihood gain under the user's recent hints
+    (:class:`~openclaw_trl.judging.memory.HintMemory`, reading the hints from ``store``)."""
+
+    backend = "memory"
+
+    def __init__(self, config: QuickJudgeConfig, engine, tokenizer, store):
+        if engine is None or tokenizer is None or store is None:
+            raise ValueError("the memory quick judge needs the serving engine, its tokenizer and the store")
+        from openclaw_trl.judging.memory import HintMemory
+
+        super().__init__(config)
+        self.memory = HintMemory(
+            store.queries.recent_hints,
+            engine,
+            tokenizer,
+            config.hints,
+            config.teacher,
+            config.max_prompt_tokens,
+            config.timeout_s,
+        )
+
+    def scores(self, items: list[QuickJudgeInput]) -> list[float | None]:
+        return self.memory.scores(items) if items else []
+
+
+class PooledQuickJudge(QuickJudge):
+    """A backend that scores one candidate at a time (``score_one``), the candidates in parallel on
+    ``max_concurrency`` threads; a score not back within ``timeout_s`` is None."""
+
+    def __init__(self, config: QuickJudgeConfig):
+        super().__init__(config)
+        self.pool = cf.ThreadPoolExecutor(config.max_concurrency, thread_name_prefix="openclaw-quick-judge")
+
+    def score_one(self, item: QuickJudgeInput) -> float | None:
+        raise NotImplementedError
+
+    def scores(self, items: list[QuickJudgeInput]) -> list[float | None]:
+        deadline = time.monotonic() + self.config.timeout_s
+        futures = [self.pool.submit(self.score_one, item) for item in items]
+        return [self._wait(f, deadline) for f in futures]
+
+    def _wait(self, future: cf.Future, deadline: float):
+        """The future's result by ``deadline``; None when it is late or raised (logged)."""
+        try:
+            return future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except cf.TimeoutError:
+            future.cancel()
+            logger.warning("quick judge timed out after %.1f s: no score", self.config.timeout_s)
+        except Exception:  # noqa: BLE001 - a failed score is no opinion, never a failed chat request
+            logger.exception("quick judge (%s) failed: no score", self.backend)
+        return None
+
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
-        if self.client is not None:
-            self.client.close()
+
+
+class CallableQuickJudge(PooledQuickJudge):
+    """The ``callable`` backend: ``fn(QuickJudgeInput) -> float | None`` per candidate."""
+
+    backend = "callable"
+
+    def __init__(self, config: QuickJudgeConfig, fn: Callable | None = None):
+        super().__init__(config)
+        self.fn = fn or load_callable(config.callable)
+
+    def score_one(self, item: QuickJudgeInput) -> float | None:
+        value = self.fn(item)
+        score = as_score(value)
+        if score is None and value is not None:
+            logger.warning("quick judge callable returned %r, not a finite number: no score", value)
+        return score
+
+
+class OpenAIQuickJudge(PooledQuickJudge):
+    """The ``openai`` backend: the rating prompt sent to an OpenAI-compatible endpoint per candidate."""
+
+    backend = "openai"
+
+    def __init__(self, config: QuickJudgeConfig, http_client=None):
+        from openclaw_trl.openai_client import OpenAIClient
+
+        super().__init__(config)
+        key = os.environ.get(config.openai_api_key_env) if config.openai_api_key_env else None
+        self.client = OpenAIClient(
+            config.openai_base_url, config.openai_model, key, config.timeout_s, http=http_client
+        )
+
+    def score_one(self, item: QuickJudgeInput) -> float | None:
+        messages = judge.build_quick_judge_messages(item.messages, item.response)
+        message, _ = self.client.chat(
+            messages, headers=SIDE_TURN, temperature=0.0, max_tokens=self.config.max_tokens
+        )
+        return judge.parse_quick_score(flatten_content(message.get("content")))
+
+    def close(self) -> None:
+        super().close()
+        self.client.close()
+
+
+def make_quick_judge(
+    config: QuickJudgeConfig, engine=None, tokenizer=None, fn=None, http_client=None, store=None
+) -> QuickJudge:
+    """The quick judge of ``config.backend``. ``engine`` / ``tokenizer``: the serving engine (``engine`` and
+    ``memory`` backends); ``store``: where the ``memory`` backend reads the hints; ``fn``: a callable given
+    directly instead of ``config.callable``; ``http_client``: an ``httpx.Client`` for the ``openai`` backend
+    (tests)."""
+    if config.backend == "memory":
+        return MemoryQuickJudge(config, engine, tokenizer, store)
+    if config.backend == "callable":
+        return CallableQuickJudge(config, fn)
+    if config.backend == "openai":
+        return OpenAIQuickJudge(config, http_client)
+    return EngineQuickJudge(config, engine, tokenizer)
