@@ -186,3 +186,13 @@ def sigterm_as_interrupt():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def share_publicly(runtime: Runtime) -> str:
+    """A public Gradio link to the running server. It exposes an API that trains the model, so :func:`run`
+    refuses it unless the API requires a key (``api_key_env``)."""
+    from openclaw_trl.serving.app import open_share_link
+
+    url = open_share_link(runtime.config.host, runtime.server.port)
+    logger.info("public link: %s", url)
+    return url

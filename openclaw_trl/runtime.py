@@ -45,6 +45,7 @@ from openclaw_trl.run_parts import (  # noqa: F401 - RunThreads, Runtime, prepar
     Runtime,
     learning_parts,
     prepare_start,
+    share_publicly,
     sigterm_as_interrupt,
 )
 from openclaw_trl.sources import Simulation, replay_and_judge, start_simulation
@@ -167,16 +168,6 @@ def start_server(runtime: Runtime, port: int | None = None, ui: bool = True) -> 
                 "learning is paused (kept from the last run): resume it in the UI or POST /v1/learning"
             )
     return server
-
-
-def share_publicly(runtime: Runtime) -> str:
-    """A public Gradio link to the running server. It exposes an API that trains the model, so :func:`run`
-    refuses it unless the API requires a key (``api_key_env``)."""
-    from openclaw_trl.serving.app import open_share_link
-
-    url = open_share_link(runtime.config.host, runtime.server.port)
-    logger.info("public link: %s", url)
-    return url
 
 
 def run(runtime: Runtime, share: bool = False) -> dict:

@@ -24,7 +24,14 @@ import threading
 from openclaw_trl.config import OpenClawConfig
 from openclaw_trl.errors import UserError
 from openclaw_trl.recipe import load_tokenizer, lora_config, resolve_model_path, set_model_init_kwargs
-from openclaw_trl.run_parts import Runtime, UserRuntime, learning_parts, prepare_start, sigterm_as_interrupt
+from openclaw_trl.run_parts import (
+    Runtime,
+    UserRuntime,
+    learning_parts,
+    prepare_start,
+    share_publicly,
+    sigterm_as_interrupt,
+)
 from openclaw_trl.sources import Simulation, start_simulation
 from openclaw_trl.trainer import last_step_metrics
 from openclaw_trl.trainer.progress import ProgressCallback, TrainingProgress
@@ -149,8 +156,6 @@ def start_users_source(runtime: Runtime, share: bool = False) -> None:
     if config.source == "live":
         start_users_server(runtime)
         if share:
-            from openclaw_trl.runtime import share_publicly
-
             share_publicly(runtime)
         return
     url = start_users_server(runtime, port=0, ui=False).url
