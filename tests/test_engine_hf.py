@@ -4,6 +4,7 @@ padding, adapter directories, chunked scoring)."""
 from __future__ import annotations
 
 import threading
+import time
 
 import engine_contract as contract
 import pytest
@@ -58,6 +59,21 @@ def test_concurrent_callers_share_batches(tiny_model_dir, tiny_tokenizer):
         assert len(outs) == 4
         assert eng.stats["batches"] <= 2, eng.stats
         assert eng.stats["requests"] == 4
+    finally:
+        eng.close()
+
+
+def test_scoring_does_not_wait_for_the_batch_window(tiny_model_dir, tiny_tokenizer):
+    """Only generation rows are batched together, so a scoring job starts as soon as the worker takes it: the
+    window (``batch_wait_s``) is not a fixed cost of every ``score`` call (it was most of one on small models)."""
+    eng = create_engine("hf", tiny_model_dir, dtype="float32", batch_wait_s=5.0)
+    try:
+        ps = contract.prompts(tiny_tokenizer, 2)
+        eng.score(ps, [[10, 11], [12]])  # warm-up
+        t0 = time.monotonic()
+        scores = eng.score(ps, [[10, 11], [12]])
+        assert time.monotonic() - t0 < 2.5
+        assert [len(lp) for lp in scores.logprobs] == [2, 1]
     finally:
         eng.close()
 

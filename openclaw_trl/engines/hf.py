@@ -11,7 +11,8 @@ Concurrency model: one owner thread runs every computation on the model.
 * ``generate`` and ``score`` may be called from any thread. Each call becomes a job on the engine's queue
   (``worker.EngineWorker``) and the caller waits for it. The owner thread collects what arrives within a short
   window (``batch_wait_s``, up to ``max_batch_size`` rows) and decodes the generation rows as one batch, whatever
-  their weights (see below); a scoring job runs on its own.
+  their weights (see below); a scoring job runs on its own, so while only scoring jobs wait the window is
+  skipped (nothing could join them: waiting would only add its length to every ``score`` call).
 * Serving goes ahead of learning (``priority``, see ``engines/base.py``). ``serve`` work runs to its end.
   ``learn`` work (judge votes, teacher scoring) runs one bounded piece at a time — one decode step of its batch,
   or one scoring forward — and before each piece the thread takes in new jobs and runs every waiting ``serve``
@@ -124,7 +125,8 @@ class HFEngine:
         dtype: model dtype, a ``torch.dtype`` or its name (default float32 on CPU, where bf16 is ~160x slower,
             bfloat16 on GPU).
         max_batch_size: most requests decoded together.
-        batch_wait_s: how long the worker waits for more requests after the first one arrives.
+        batch_wait_s: how long the worker waits for more requests after the first generation request arrives
+            (a scoring job runs on its own: it does not wait).
         score_batch_tokens: padded tokens per scoring forward (bounds activation memory).
         score_logits_elems: most ``positions x vocab`` logits materialised at once while scoring.
         tokenizer: an already loaded tokenizer (default: loaded from ``model_path``).
@@ -332,17 +334,22 @@ class HFEngine:
 
     def _collect(self, block: bool, wait_s: float) -> bool:
         """Take in queued jobs (waiting for one when ``block``), then more for up to ``wait_s`` while less than a
-        batch is pending; False once the engine closes."""
+        batch of generation rows is pending (scoring jobs alone do not wait: each runs on its own); False once
+        the engine closes."""
         if block and not self._admit(self._worker.next_job()):
             return False
         deadline = time.monotonic() + wait_s
         while True:
-            short = len(self._pending) < self.max_batch_size
+            short = len(self._pending) < self.max_batch_size and self._pending_generation()
             job = self._worker.next_job(deadline - time.monotonic() if short else 0)
             if job is False:
                 return True
             if not self._admit(job):
                 return False
+
+    def _pending_generation(self) -> bool:
+        """Whether a generation row waits (only those are batched together, so only they wait for more)."""
+        return any(job.kind == "gen" for rows in self._pending.rows.values() for job, _ in rows)
 
     def _admit(self, job: Job | None) -> bool:
         """Queue the rows of ``job`` by priority; ``None`` (close) fails every pending row and returns False."""
