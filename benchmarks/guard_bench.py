@@ -88,6 +88,7 @@ def build(path: Path, guard: bool, samples, geometry, steps, tmp, kd_topk, timer
     extra = {
         "guard": guard,
         "guard_max_kl": 1e9,
+        "guard_max_implausible": 1e9,
         "guard_max_entropy_drop": 1e9,
         "guard_max_entropy_rise": 1e9,
     }

@@ -375,14 +375,17 @@ class OpenClawConfig(GRPOConfig):
         recent hints (the OPD teacher's context). `guard/kl`: the mean KL(new || reference) per token of the
         row that moved most, in nats (large where the new weights put their mass on tokens the reference finds
         implausible: replies that start with a stray word, repeat or fall apart; small where they only
-        sharpened what the reference allows, the taught style included); `guard/entropy_gap`: the new weights'
-        mean next-token entropy minus the base's (it falls when answers collapse onto a few strings, it rises
-        when they fall apart). A version past a bound (or with inf/NaN weights) is held back: the last version
+        sharpened what the reference allows, the taught style included); `guard/implausible`: at the reply
+        position where it is largest, the probability mass the new weights moved onto tokens the reference
+        gives less than 1 in 8,000 (a wrong fact or a stray word: answers that start to break a little at a
+        time show here first); `guard/entropy_gap`: the new weights' mean next-token entropy minus the base's
+        (it falls when answers collapse onto a few strings, it rises when they fall apart). A version past a
+        bound (or with inf/NaN weights) is held back: the last version
         that passed keeps serving, the trainer rewinds to it (weights, optimizer and scheduler states, kept in
         memory) and trains on from there, the samples of the held-back update are kept out of training with
         the reason, and the log, `/v1/status` (`guard`) and the UI say why in plain words. The step still takes
         its number: the kept weights serve under it (lineage parent: the version kept, 0 updates). Logged per
-        update: `guard/held`, `guard/kl`, `guard/entropy_gap`, `guard/seconds`. Cost: one forward over a few
+        update: `guard/held`, `guard/kl`, `guard/implausible`, `guard/entropy_gap`, `guard/seconds`. Cost: one forward over a few
         rows of at most 256 prompt and 24 reply tokens (`benchmarks/guard_bench.py`). Needs a LoRA adapter
         (the base is the reference): with full fine-tuning set `guard: false`.
     guard_recent_prompts (`int`, defaults to `3`):
@@ -393,6 +396,11 @@ class OpenClawConfig(GRPOConfig):
         per run); `None`: "Hi! What can you do?" and "Tell me something interesting."; `[]`: none.
     guard_max_kl (`float`, defaults to `0.5`):
         The most KL(new || reference) per token (nats) a version may show on any one row.
+    guard_max_implausible (`float`, defaults to `0.01`):
+        The most probability mass a version may move, at any one reply position, onto tokens the reference finds
+        implausible there (below 1 in 8,000): the first sign of answers starting to break. Measured on the toy
+        model; on a real model, read `guard/implausible` over the first updates and raise it if healthy
+        versions are held back.
     guard_max_entropy_drop (`float`, defaults to `1.0`), guard_max_entropy_rise (`float`, defaults to `1.0`):
         How far (nats per token) the entropy gap may fall below 0 (answers collapsing onto a few strings) or
         rise above it (answers falling apart).
@@ -669,6 +677,10 @@ class OpenClawConfig(GRPOConfig):
         default=GuardConfig.max_kl,
         metadata={"help": "Most KL(new || reference) per token on any row."},
     )
+    guard_max_implausible: float = field(
+        default=GuardConfig.max_implausible,
+        metadata={"help": "Most probability mass moved onto implausible tokens at any reply position."},
+    )
     guard_max_entropy_drop: float = field(
         default=GuardConfig.max_entropy_drop,
         metadata={"help": "Most entropy fall from the base (nats/token)."},
@@ -807,6 +819,7 @@ class OpenClawConfig(GRPOConfig):
                 GuardConfig.max_new_tokens, self.max_completion_length or GuardConfig.max_new_tokens
             ),
             max_kl=self.guard_max_kl,
+            max_implausible=self.guard_max_implausible,
             max_entropy_drop=self.guard_max_entropy_drop,
             max_entropy_rise=self.guard_max_entropy_rise,
             seed=self.seed,

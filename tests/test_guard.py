@@ -17,22 +17,23 @@ from transformers import TrainerCallback
 from openclaw_trl.config import OpenClawConfig
 from openclaw_trl.status import LearningStatus
 from openclaw_trl.store import Store
-from openclaw_trl.trainer.guard import Comparison, GuardConfig, ProbeRow, VersionGuard
+from openclaw_trl.trainer.guard import IMPLAUSIBLE_LOGP, Comparison, GuardConfig, ProbeRow, VersionGuard
 from openclaw_trl.trainer.progress import ProgressCallback, TrainingProgress
 from tests.trainer_helpers import make_trainer, sampled
 
 ROWS = [ProbeRow((1, 2), (1, 2), (3, 4), "neutral")]
 
 
-def _verdict(kl: float, gap: float, finite: bool = True, **config):
+def _verdict(kl: float, gap: float, finite: bool = True, implausible: float = 0.0, **config):
     guard = VersionGuard(GuardConfig(**config), render=lambda messages, tools: [1], recent_turns=lambda n: [])
-    return guard.check(ROWS, lambda rows: Comparison(kl, 1.0 + gap, 1.0, 2), finite)
+    return guard.check(ROWS, lambda rows: Comparison(kl, 1.0 + gap, 1.0, 2, implausible), finite)
 
 
 def test_a_version_within_the_bounds_passes_and_reports_its_signals():
-    verdict = _verdict(0.2, -0.2)
+    verdict = _verdict(0.2, -0.2, implausible=0.004)
     assert verdict.passed and verdict.reason is None
     metrics = verdict.metrics()
+    assert metrics["guard/implausible"] == pytest.approx(0.004)
     assert metrics["guard/held"] == 0.0 and metrics["guard/kl"] == pytest.approx(0.2)
     assert metrics["guard/entropy_gap"] == pytest.approx(-0.2) and metrics["guard/rows"] == 1.0
 
@@ -57,6 +58,13 @@ def test_a_version_past_a_bound_is_held_with_the_reason_in_plain_words(kl, gap, 
     assert not verdict.passed and words in verdict.reason and verdict.metrics()["guard/held"] == 1.0
 
 
+def test_a_version_that_moves_mass_onto_implausible_words_is_held_even_with_a_small_kl():
+    verdict = _verdict(0.05, 0.0, implausible=0.03)
+    assert not verdict.passed and verdict.kl == pytest.approx(0.05)
+    assert "started to go wrong" in verdict.reason and "3.0% of its probability" in verdict.reason
+    assert _verdict(0.05, 0.0, implausible=0.03, max_implausible=0.05).passed
+
+
 def test_nothing_to_compare_on_passes():
     guard = VersionGuard(GuardConfig(), render=lambda messages, tools: [1], recent_turns=lambda n: [])
     assert guard.check([], lambda rows: pytest.fail("no rows: nothing to compute")).passed
@@ -67,6 +75,8 @@ def test_nothing_to_compare_on_passes():
     [
         (dict(guard_max_kl=0), "guard_max_kl must be a number > 0"),
         (dict(guard_max_kl=float("inf")), "guard_max_kl must be a number > 0"),
+        (dict(guard_max_implausible=0), "guard_max_implausible must be a number > 0"),
+        (dict(guard_max_implausible=float("nan")), "guard_max_implausible must be a number > 0"),
         (dict(guard_max_entropy_drop=-1.0), "guard_max_entropy_drop and guard_max_entropy_rise must be"),
         (dict(guard_max_entropy_rise=0), "guard_max_entropy_drop and guard_max_entropy_rise must be"),
         (dict(guard_recent_prompts=-1), "guard_recent_prompts must be an integer >= 0"),
@@ -240,15 +250,24 @@ def test_the_one_forward_comparison_equals_plain_forwards(tiny_model_dir, tmp_pa
     def row_kl(reference):
         return ((candidate.exp() * (candidate - reference)).sum(-1) * mask).sum(-1) / mask.sum(-1)
 
+    def row_implausible(reference):
+        tail = reference < IMPLAUSIBLE_LOGP
+        return (((candidate.exp() - reference.exp()) * tail).sum(-1) * mask).amax(-1)
+
     to_plain = row_kl(plain)
     to_mixture = row_kl(torch.logsumexp(torch.stack([plain, hinted]), dim=0) - math.log(2.0))
     told = torch.tensor([True, False, True])
     entropy = (-(candidate.exp() * candidate).sum(-1) * mask).sum() / mask.sum()
     assert loose.kl == pytest.approx(float(to_plain.max()), abs=1e-5) and loose.kl > 1e-4
     best = torch.where(told, torch.minimum(to_plain, to_mixture), to_plain)
+    mixture = torch.logsumexp(torch.stack([plain, hinted]), dim=0) - math.log(2.0)
+    moved = torch.where(
+        told, torch.minimum(row_implausible(plain), row_implausible(mixture)), row_implausible(plain)
+    )
     for found in (tight, again):
         assert found.positions == int(mask.sum()) == 10
         assert found.kl == pytest.approx(float(best.max()), abs=1e-5)
+        assert found.implausible == pytest.approx(float(moved.max()), abs=1e-5)
         assert found.entropy_candidate == pytest.approx(float(entropy), abs=1e-5)
 
 

@@ -343,7 +343,12 @@ def build_config(row: Row, seed: int, settings: BenchSettings, out_dir: Path, mo
     return config, model_args
 
 
-OBSERVE_ONLY = {"guard_max_kl": 1e9, "guard_max_entropy_drop": 1e9, "guard_max_entropy_rise": 1e9}
+OBSERVE_ONLY = {
+    "guard_max_kl": 1e9,
+    "guard_max_implausible": 1e9,
+    "guard_max_entropy_drop": 1e9,
+    "guard_max_entropy_rise": 1e9,
+}
 """The guard's bounds of ``--guard observe``: every signal is measured and logged, no version is held back."""
 
 TRAINER_KEYS = (
@@ -365,6 +370,7 @@ TRAINER_KEYS = (
     "best_of_n/served_score",
     "guard/held",
     "guard/kl",
+    "guard/implausible",
     "guard/entropy_gap",
     "guard/seconds",
     "time/update_s",

@@ -30,9 +30,17 @@ the replies is far from both. The signals:
 * ``entropy_gap``: the candidate's mean next-token entropy minus the plain base's over all positions (nats). A
   model that collapses onto a few strings becomes certain of them (the gap falls); one that falls apart spreads
   its mass (the gap rises).
+* ``implausible``: for each row and reply position, the probability mass the candidate moved onto tokens the
+  reference gives less than ``exp(IMPLAUSIBLE_LOGP)`` (1 in 8,000): ``sum_v (p_cand(v) - p_ref(v)) *
+  1[log p_ref(v) < IMPLAUSIBLE_LOGP]``; the signal is the largest over every position of every row (the
+  reference as for ``kl``: the plain base, or for a row it does not explain, the base told the hints). It is
+  the first sign of an adapter that starts to break its answers a little at a time: the mass it puts on a wrong
+  fact or a stray word, at the one position where it does, which the per-token mean of ``kl`` dilutes over the
+  reply. On the toy model it stays under 0.002 while a preference is learned (bulleted, brief or both) and
+  reaches 0.01-0.04 on versions whose answers are starting to drift, 0.8-1.0 on a broken one.
 
-A candidate with non-finite weights, or a signal past its bound (``max_kl``, ``max_entropy_drop``,
-``max_entropy_rise``), is held back: the trainer keeps serving the last version that passed and rewinds to it
+A candidate with non-finite weights, or a signal past its bound (``max_kl``, ``max_implausible``,
+``max_entropy_drop``, ``max_entropy_rise``), is held back: the trainer keeps serving the last version that passed and rewinds to it
 (``trainer.safety``). The verdict says why in plain words (``GuardVerdict.reason``). Cost: one forward over the
 rows with the adapter on and the recent rows with it off (at most ``2 * recent_prompts + len(neutral_prompts) *
 samples`` rows of a prompt and ``max_new_tokens`` reply tokens; the base told the hints only for a row the plain
@@ -60,6 +68,9 @@ person teaches it."""
 MIN_REPLY_TOKENS = 8
 """The shortest served reply the guard compares on."""
 
+IMPLAUSIBLE_LOGP = -9.0
+"""A token the reference gives a log-probability below this (about 1 in 8,000) is implausible there."""
+
 
 @dataclass(frozen=True)
 class GuardConfig:
@@ -72,6 +83,7 @@ class GuardConfig:
     max_new_tokens: the length of those replies.
     max_prompt_tokens: a prompt is cut to its last this many tokens for the check.
     max_kl: the most ``kl`` (nats per token, the worst row) a version may show.
+    max_implausible: the most ``implausible`` (probability mass, the worst position) a version may show.
     hints: how many of the person's most recent hints (distinct) the reference is told.
     max_entropy_drop: the most ``-entropy_gap`` (nats per token): answers collapsing onto a few strings.
     max_entropy_rise: the most ``entropy_gap`` (nats per token): answers falling apart.
@@ -85,6 +97,7 @@ class GuardConfig:
     max_new_tokens: int = 24
     max_prompt_tokens: int = 256
     max_kl: float = 0.5
+    max_implausible: float = 0.01
     hints: int = 3
     max_entropy_drop: float = 1.0
     max_entropy_rise: float = 1.0
@@ -100,6 +113,10 @@ class GuardConfig:
             (_count(self.max_new_tokens, 1), "the guard's max_new_tokens must be an integer >= 1"),
             (_count(self.max_prompt_tokens, 1), "the guard's max_prompt_tokens must be an integer >= 1"),
             (_positive(self.max_kl), "guard_max_kl must be a number > 0 (nats per token)"),
+            (
+                _positive(self.max_implausible),
+                "guard_max_implausible must be a number > 0 (a probability mass; 1 or more never holds)",
+            ),
             (_count(self.hints, 0), f"the guard's hints must be an integer >= 0, got {self.hints!r}"),
             (
                 _positive(self.max_entropy_drop) and _positive(self.max_entropy_rise),
@@ -144,12 +161,13 @@ class ProbeRow:
 @dataclass(frozen=True)
 class Comparison:
     """Candidate vs reference over the rows' reply positions: the largest per-row mean KL and the two mean
-    entropies over every position (nats per token)."""
+    entropies over every position (nats per token), and the largest mass moved onto implausible tokens."""
 
     kl: float
     entropy_candidate: float
     entropy_base: float
     positions: int
+    implausible: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -160,6 +178,7 @@ class GuardVerdict:
     passed: bool
     kl: float | None = None
     entropy_gap: float | None = None
+    implausible: float | None = None
     rows: int = 0
     seconds: float = 0.0
     reason: str | None = None
@@ -171,7 +190,7 @@ class GuardVerdict:
             "guard/rows": float(self.rows),
             "guard/seconds": self.seconds,
         }
-        for name in ("kl", "entropy_gap"):
+        for name in ("kl", "entropy_gap", "implausible"):
             value = getattr(self, name)
             if value is not None:
                 out[f"guard/{name}"] = value
@@ -264,21 +283,33 @@ class VersionGuard:
         if not rows:
             return GuardVerdict(True, seconds=time.perf_counter() - started)
         found = compare(rows)
-        kl, gap = found.kl, found.entropy_candidate - found.entropy_base
-        reason = self._reason(kl, gap)
+        kl, gap, implausible = found.kl, found.entropy_candidate - found.entropy_base, found.implausible
+        reason = self._reason(kl, gap, implausible)
         return GuardVerdict(
-            reason is None, kl, gap, rows=len(rows), seconds=time.perf_counter() - started, reason=reason
+            reason is None,
+            kl,
+            gap,
+            implausible,
+            rows=len(rows),
+            seconds=time.perf_counter() - started,
+            reason=reason,
         )
 
-    def _reason(self, kl: float, gap: float) -> str | None:
+    def _reason(self, kl: float, gap: float, implausible: float = 0.0) -> str | None:
         """Why a candidate with these signals must not be served, in the person's words (None: it may)."""
         c = self.config
-        if not (math.isfinite(kl) and math.isfinite(gap)):
+        if not (math.isfinite(kl) and math.isfinite(gap) and math.isfinite(implausible)):
             return "its answers could not be scored (inf or NaN probabilities)"
         if kl > c.max_kl:
             return (
                 f"its answers moved away from anything the starting model would say, even told what you asked "
                 f"for (KL {kl:.2f} nats per token on one of your recent or everyday prompts, limit {c.max_kl:g})"
+            )
+        if implausible > c.max_implausible:
+            return (
+                f"its answers started to go wrong: at one point of a recent or everyday reply it puts "
+                f"{implausible:.1%} of its probability on words the starting model finds implausible there, even "
+                f"told what you asked for (limit {c.max_implausible:.1%})"
             )
         if -gap > c.max_entropy_drop:
             return (

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from openclaw_trl.records import TrainingSample
-from openclaw_trl.trainer.guard import Comparison, GuardVerdict, ProbeRow, VersionGuard
+from openclaw_trl.trainer.guard import IMPLAUSIBLE_LOGP, Comparison, GuardVerdict, ProbeRow, VersionGuard
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +46,14 @@ def _row_kl(candidate: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor
     """``[rows]``: the mean over each row's reply positions of KL(candidate || reference), exact."""
     kl = (candidate.exp() * (candidate - reference)).sum(-1)
     return (kl * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+
+
+def _row_implausible(candidate: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[rows]``: the largest, over each row's reply positions, probability mass the candidate moved onto tokens
+    the reference finds implausible, ``sum_v (p_cand(v) - p_ref(v)) * 1[log p_ref(v) < IMPLAUSIBLE_LOGP]``."""
+    tail = reference < IMPLAUSIBLE_LOGP
+    moved = ((candidate.exp() - reference.exp()) * tail).sum(-1)
+    return (moved * mask).amax(-1)
 
 
 def _widen(logps: torch.Tensor, width: int) -> torch.Tensor:
@@ -131,11 +139,13 @@ class TrainerSafety:
             return self.guard.check(self.guard.rows(self._generate_base), self._compare, finite)
 
     def _compare(self, rows: list[ProbeRow]) -> Comparison:
-        """The largest per-row mean KL(candidate || reference) and both entropies over every reply position of
-        ``rows`` (module docstring of ``trainer.guard``), from the full next-token distributions at the trainer's
-        temperature. One forward runs every row with the adapter on and the recent rows with it off (PEFT's
-        per-row adapter names); the base's side of the neutral rows never changes, so it is computed once. The
-        base told the hints is only run for rows the plain base does not explain (a KL past the bound)."""
+        """The largest per-row mean KL(candidate || reference), the largest mass moved onto implausible tokens
+        and both entropies over every reply position of ``rows`` (module docstring of ``trainer.guard``), from
+        the full next-token distributions at the trainer's temperature. One forward runs every row with the
+        adapter on and the recent rows with it off (PEFT's per-row adapter names); the base's side of the
+        neutral rows never changes, so it is computed once. The base told the hints is only run for rows the
+        plain base does not explain (a signal past its bound); a row's signals are then the smaller of the two
+        references'."""
         model = self.accelerator.unwrap_model(self.model)
         recent = [r for r in rows if r.kind != "neutral"]
         neutral = [r for r in rows if r.kind == "neutral"]
@@ -149,11 +159,14 @@ class TrainerSafety:
         candidate, mask = found[:n], mask[:n]
         parts = [found[n:]] + ([_widen(self._neutral_reference[1], found.size(1))] if neutral else [])
         plain = torch.cat(parts)  # rows are recent first, then neutral (VersionGuard.rows)
+        bounds = self.guard.config
         per_row = _row_kl(candidate, plain, mask)
+        implausible = _row_implausible(candidate, plain, mask)
         hinted_rows = [
             i
             for i, r in enumerate(rows)
-            if r.reference_ids != r.prompt_ids and per_row[i] > self.guard.config.max_kl
+            if r.reference_ids != r.prompt_ids
+            and (per_row[i] > bounds.max_kl or implausible[i] > bounds.max_implausible)
         ]
         if hinted_rows:
             told = [rows[i] for i in hinted_rows]
@@ -161,6 +174,9 @@ class TrainerSafety:
             mixed = _mixture(plain[hinted_rows], _widen(hinted, plain.size(1)))
             per_row[hinted_rows] = torch.minimum(
                 per_row[hinted_rows], _row_kl(candidate[hinted_rows], mixed, mask[hinted_rows])
+            )
+            implausible[hinted_rows] = torch.minimum(
+                implausible[hinted_rows], _row_implausible(candidate[hinted_rows], mixed, mask[hinted_rows])
             )
         entropy_candidate = -(candidate.exp() * candidate).sum(-1)
         entropy_reference = -(plain.exp() * plain).sum(-1)
@@ -170,7 +186,11 @@ class TrainerSafety:
             return float((values * mask).sum() / count)
 
         return Comparison(
-            float(per_row.max()), mean(entropy_candidate), mean(entropy_reference), int(mask.sum())
+            float(per_row.max()),
+            mean(entropy_candidate),
+            mean(entropy_reference),
+            int(mask.sum()),
+            float(implausible.max()),
         )
 
     def _reply_distributions(
