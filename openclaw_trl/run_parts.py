@@ -45,6 +45,7 @@ class UserRuntime:
     status: LearningStatus | None = None
     trainer: OpenClawTrainer | None = None
     progress: TrainingProgress = field(default_factory=TrainingProgress)
+    resume: str | None = None  # the checkpoint their trainer continues (None: a new run)
 
 
 class RunThreads:
@@ -102,6 +103,8 @@ class Runtime:
     threads: RunThreads = field(default_factory=RunThreads)
     users: tuple[UserRuntime, ...] = ()  # a run with several users: each one's components (the fields above
     # that belong to one user are then None; ``engine`` is the shared engine)
+    resume: str | None = None  # the checkpoint the trainer continues (None: a new run); the recipe's
+    # ``resume_from_checkpoint`` when set, else the latest complete one in ``output_dir``
 
     @property
     def server(self) -> ServerThread | None:

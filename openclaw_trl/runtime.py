@@ -86,7 +86,7 @@ def build_runtime(
     if main:
         resolve_model_path(model_args, config)  # builds the tiny test model once, before the others read it
     state.wait_for_everyone()
-    config.resume_from_checkpoint = checkpoint_to_resume(config)  # every process loads the same one
+    resume = checkpoint_to_resume(config)  # every process loads the same one
     model_path = resolve_model_path(model_args, config)
     peft_config = lora_config(model_args)
     tokenizer = load_tokenizer(model_path)
@@ -131,6 +131,7 @@ def build_runtime(
         status=status,
         trainer=trainer,
         progress=progress,
+        resume=resume,
     )
 
 
@@ -188,7 +189,7 @@ def run(runtime: Runtime, share: bool = False) -> dict:
         start_source(runtime, share)
     try:
         with sigterm_as_interrupt():
-            trainer.resume_from(config.resume_from_checkpoint)
+            trainer.resume_from(runtime.resume)
     except KeyboardInterrupt:
         logger.info("stopping after update %d: saving a checkpoint", trainer.state.global_step)
     finally:

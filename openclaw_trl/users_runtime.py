@@ -80,7 +80,7 @@ def build_users_runtime(
         ucfg = user_config(config, spec)
         ucfg.model_init_kwargs = None  # the model is built once (``shared``), not loaded per user
         store, start = prepare_start(ucfg)
-        ucfg.resume_from_checkpoint = checkpoint_to_resume(ucfg)
+        resume = checkpoint_to_resume(ucfg)
         view = AdapterView(engine, spec.name)
         if start.checkpoint:
             view.publish_adapter(start.checkpoint, version=start.step)
@@ -114,6 +114,7 @@ def build_users_runtime(
                 parts.status,
                 trainer,
                 progress,
+                resume,
             )
         )
     return Runtime(
@@ -227,7 +228,7 @@ def _train_user(user: UserRuntime, results: dict, failures: dict) -> None:
 
     trainer = user.trainer
     try:
-        trainer.resume_from(user.config.resume_from_checkpoint)
+        trainer.resume_from(user.resume)
     except (StopTraining, SampleSourceError) as err:
         if not trainer.stop_requested:
             logger.error("user %s: training stopped: %s", user.name, err)
