@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from trainer_bench import lora_config, make_samples, openclaw_args
+from _trainer_setup import lora_config, make_samples, openclaw_args
 
 PHASE_TIMEOUT_S = 1800.0
 """Longest a phase may take before the benchmark gives up (a trainer that died or hangs)."""

@@ -156,7 +156,7 @@ def session(size: dict, turns: int = 3, seed: int = 0) -> tuple[list[list[dict]]
 
 def model_path(label: str, layers: int | None) -> Path:
     """The cached random model: ``tiny``, the 0.6B shapes, or the 0.6B width with ``layers`` layers."""
-    from trainer_bench import model_dir
+    from _trainer_setup import model_dir
 
     from openclaw_trl.testing import build_model_dir, build_tiny_tokenizer, qwen3_0_6b_config_kwargs
 
@@ -279,7 +279,7 @@ def bench_engine(size: dict, requests, tool_list, repeats: int) -> dict:
 def train_case(args) -> dict:
     """One process, one case: ``--steps`` Combine updates on 4 samples of ``prompt + completion`` tokens."""
     import torch
-    from trainer_bench import (
+    from _trainer_setup import (
         _Memory,
         _step_timer,
         checkpointing_args,

@@ -129,7 +129,7 @@ def build_trainer(path: Path, geometry: dict, steps: int, tmp: str, engine, time
     """``OpenClawTrainer`` (Combine) on a store holding the samples of ``steps`` updates, publishing to
     ``engine``."""
     import torch
-    from trainer_bench import checkpointing_args, lora_config, make_samples, openclaw_args
+    from _trainer_setup import checkpointing_args, lora_config, make_samples, openclaw_args
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from openclaw_trl.config import OpenClawConfig
@@ -173,7 +173,7 @@ def checkpointing_on(model) -> bool:
 
 def bench(label: str, geometry: dict, steps: int, cache: Path, load_in_4bit: bool) -> dict:
     import torch
-    from trainer_bench import lora_config
+    from _trainer_setup import lora_config
 
     from openclaw_trl.engines.hf import HFEngine
 

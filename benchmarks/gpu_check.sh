@@ -150,7 +150,7 @@ TINY_ONLY=${#TINY[@]} "$PY" - <<'EOF'
 import os
 import sys
 sys.path.insert(0, "benchmarks")
-from trainer_bench import model_dir
+from _trainer_setup import model_dir
 for label in ("tiny",) if os.environ["TINY_ONLY"] != "0" else ("tiny", "qwen3-0.6b-shaped"):
     print(model_dir(label))
 EOF

@@ -30,13 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _results import write_results  # noqa: E402
 from _smoke import parse_args  # noqa: E402
-from trainer_bench import (  # noqa: E402
+from _trainer_setup import (  # noqa: E402
     GEOMETRY,
-    _median_after_warmup,
-    _median_pair_ratio,
     _Memory,
     build_openclaw,
     make_samples,
+    median_after_warmup,
+    median_pair_ratio,
     model_dir,
     run_trainers,
 )
@@ -118,10 +118,10 @@ def bench(label: str, geometry: dict, steps: int, rounds: int) -> dict:
         "geometry": {k: geometry[k] for k in ("batch", "micro", "prompt_len", "completion_len")},
         "steps_per_run": steps,
         "rounds": rounds,
-        "guard_on_step_s": _median_after_warmup(runs["on"]),
-        "guard_off_step_s": _median_after_warmup(runs["off"]),
+        "guard_on_step_s": median_after_warmup(runs["on"]),
+        "guard_off_step_s": median_after_warmup(runs["off"]),
         "basis": "wall time" if key == "step_s" else "process CPU time",
-        "guard_share": _median_pair_ratio(runs["on"], runs["off"], key) - 1.0,
+        "guard_share": median_pair_ratio(runs["on"], runs["off"], key) - 1.0,
     }
 
 

@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.model_dir:
         path = Path(args.model_dir)
     else:
-        from trainer_bench import model_dir
+        from _trainer_setup import model_dir
 
         path = model_dir(args.model)
     rows = [

@@ -51,9 +51,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _multi_user_train as mt  # noqa: E402
 from _results import write_results  # noqa: E402
 from _smoke import parse_args  # noqa: E402
+from _trainer_setup import model_dir  # noqa: E402
 from adapter_switch import USERS, _engine, _turn, switch_times  # noqa: E402
 from engine_bench import _adapter, _prompts  # noqa: E402
-from trainer_bench import model_dir  # noqa: E402
 
 VOCAB = 2048  # the tiny tokenizer's: both models' token ids are drawn from it
 # Samples per update, micro-batch, prompt / completion lengths (+-25%) of the update-time figure.
