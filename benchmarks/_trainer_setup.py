@@ -18,8 +18,6 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
 MODEL_CACHE = Path(os.environ.get("OPENCLAW_BENCH_MODELS", "/tmp/openclaw-bench-models"))
 
 # Batch geometry per model: samples per update, micro-batch, prompt / completion lengths (varied +-25%).
