@@ -150,10 +150,12 @@ TOY_MAX_ROUNDS = 40  # the bound on questions (and clicks)
 
 
 def _well_bulleted(answer: str) -> bool:
-    """What a person 👍 in the toy demo: the toy world's two bullet lines, each a whole sentence (a
-    degenerate answer that only starts with "- " is 👎, as a person would)."""
-    lines = answer.strip().splitlines()
-    return len(lines) == 2 and all(re.fullmatch(r"- [A-Z][a-z ]*[a-z]\.", line.strip()) for line in lines)
+    """What a person 👍 in the toy demo: a well-formed answer about apples (one to three of its facts, each a
+    bullet line that is a whole sentence: ``toy.world.answer_fidelity``); a degenerate answer that only starts
+    with "- " is not one."""
+    from openclaw_trl.toy import world
+
+    return answer.lstrip().startswith("- ") and world.answer_fidelity("apples", answer)
 
 
 def _ask_and_rate(driver, wait, store, bullets) -> tuple[int, bool, bool]:
