@@ -375,27 +375,20 @@ def run_trainers(jobs: dict, paired: bool) -> dict:
         for name, (builder, samples, geometry, steps, kd_topk) in jobs.items():
             tmp = Path(root) / name
             tmp.mkdir()
+            trainer = builder(
+                samples=samples,
+                geometry=geometry,
+                steps=steps,
+                tmp=str(tmp),
+                kd_topk=kd_topk,
+                timer=timers[name],
+            )
             if paired:
-                trainers[name] = builder(
-                    samples=samples,
-                    geometry=geometry,
-                    steps=steps,
-                    tmp=str(tmp),
-                    kd_topk=kd_topk,
-                    timer=timers[name],
-                )
+                trainers[name] = trainer  # trained below, all at once
             else:
-                trainer = builder(
-                    samples=samples,
-                    geometry=geometry,
-                    steps=steps,
-                    tmp=str(tmp),
-                    kd_topk=kd_topk,
-                    timer=timers[name],
-                )
                 trainer.train()
-                del trainer
-                gc.collect()
+            del trainer
+            gc.collect()
 
         def train(name):
             try:
