@@ -380,13 +380,13 @@ class OpenClawConfig(GRPOConfig):
         gives less than 1 in 8,000 (a wrong fact or a stray word: answers that start to break a little at a
         time show here first); `guard/entropy_gap`: the new weights' mean next-token entropy minus the base's
         (it falls when answers collapse onto a few strings, it rises when they fall apart). A version past a
-        bound (or with inf/NaN weights) is held back: the last version
-        that passed keeps serving, the trainer rewinds to it (weights, optimizer and scheduler states, kept in
-        memory) and trains on from there, the samples of the held-back update are kept out of training with
-        the reason, and the log, `/v1/status` (`guard`) and the UI say why in plain words. The step still takes
-        its number: the kept weights serve under it (lineage parent: the version kept, 0 updates). Logged per
-        update: `guard/held`, `guard/kl`, `guard/implausible`, `guard/entropy_gap`, `guard/seconds`. Cost: one forward over a few
-        rows of at most 256 prompt and 24 reply tokens (`benchmarks/guard_bench.py`). Needs a LoRA adapter
+        bound (or with inf/NaN weights) is held back: the last version that passed keeps serving, the trainer
+        rewinds to it (weights, optimizer and scheduler states, kept in memory) and trains on from there, the
+        samples of the held-back update are kept out of training with the reason, and the log, `/v1/status`
+        (`guard`) and the UI say why in plain words. The step still takes its number: the kept weights serve
+        under it (lineage parent: the version kept, 0 updates). Logged per update: `guard/held`, `guard/kl`,
+        `guard/implausible`, `guard/entropy_gap`, `guard/seconds`. Cost: one forward over a few rows of at
+        most 256 prompt and 24 reply tokens (`benchmarks/guard_bench.py`). Needs a LoRA adapter
         (the base is the reference): with full fine-tuning set `guard: false`.
     guard_recent_prompts (`int`, defaults to `3`):
         The person's most recent main turns (distinct prompts, a reply of 8 tokens or more, private sessions

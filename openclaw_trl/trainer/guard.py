@@ -36,12 +36,12 @@ the replies is far from both. The signals:
   reference as for ``kl``: the plain base, or for a row it does not explain, the base told the hints). It is
   the first sign of an adapter that starts to break its answers a little at a time: the mass it puts on a wrong
   fact or a stray word, at the one position where it does, which the per-token mean of ``kl`` dilutes over the
-  reply. On the toy model it stays under 0.002 while a preference is learned (bulleted, brief or both) and
-  reaches 0.01-0.04 on versions whose answers are starting to drift, 0.8-1.0 on a broken one.
+  reply. On the toy model it stays under 0.004 while a preference is learned (bulleted, brief or both) and
+  reaches 0.01-0.07 on versions whose answers are starting to drift, 0.8-1.0 on a broken one.
 
 A candidate with non-finite weights, or a signal past its bound (``max_kl``, ``max_implausible``,
-``max_entropy_drop``, ``max_entropy_rise``), is held back: the trainer keeps serving the last version that passed and rewinds to it
-(``trainer.safety``). The verdict says why in plain words (``GuardVerdict.reason``). Cost: one forward over the
+``max_entropy_drop``, ``max_entropy_rise``), is held back: the trainer keeps serving the last version that
+passed and rewinds to it (``trainer.safety``). The verdict says why in plain words (``GuardVerdict.reason``). Cost: one forward over the
 rows with the adapter on and the recent rows with it off (at most ``2 * recent_prompts + len(neutral_prompts) *
 samples`` rows of a prompt and ``max_new_tokens`` reply tokens; the base told the hints only for a row the plain
 base does not explain). A prompt is cut to its last ``max_prompt_tokens`` tokens for the check, so an agent's
@@ -295,7 +295,7 @@ class VersionGuard:
             reason=reason,
         )
 
-    def _reason(self, kl: float, gap: float, implausible: float = 0.0) -> str | None:
+    def _reason(self, kl: float, gap: float, implausible: float) -> str | None:
         """Why a candidate with these signals must not be served, in the person's words (None: it may)."""
         c = self.config
         if not (math.isfinite(kl) and math.isfinite(gap) and math.isfinite(implausible)):

@@ -42,17 +42,21 @@ def _mixture(plain: torch.Tensor, hinted: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(torch.stack([plain, hinted]), dim=0) - math.log(2.0)
 
 
-def _row_kl(candidate: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``[rows]``: the mean over each row's reply positions of KL(candidate || reference), exact."""
-    kl = (candidate.exp() * (candidate - reference)).sum(-1)
+def _row_kl(
+    probs: torch.Tensor, candidate: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """``[rows]``: the mean over each row's reply positions of KL(candidate || reference), exact (``probs`` is
+    ``candidate.exp()``, computed once by the caller)."""
+    kl = (probs * (candidate - reference)).sum(-1)
     return (kl * mask).sum(-1) / mask.sum(-1).clamp(min=1)
 
 
-def _row_implausible(candidate: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``[rows]``: the largest, over each row's reply positions, probability mass the candidate moved onto tokens
-    the reference finds implausible, ``sum_v (p_cand(v) - p_ref(v)) * 1[log p_ref(v) < IMPLAUSIBLE_LOGP]``."""
+def _row_implausible(probs: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[rows]``: the largest, over each row's reply positions, probability mass the candidate (``probs``) moved
+    onto tokens the reference finds implausible, ``sum_v (p_cand(v) - p_ref(v)) * 1[log p_ref(v) <
+    IMPLAUSIBLE_LOGP]``."""
     tail = reference < IMPLAUSIBLE_LOGP
-    moved = ((candidate.exp() - reference.exp()) * tail).sum(-1)
+    moved = ((probs - reference.exp()) * tail).sum(-1)
     return (moved * mask).amax(-1)
 
 
@@ -160,8 +164,9 @@ class TrainerSafety:
         parts = [found[n:]] + ([_widen(self._neutral_reference[1], found.size(1))] if neutral else [])
         plain = torch.cat(parts)  # rows are recent first, then neutral (VersionGuard.rows)
         bounds = self.guard.config
-        per_row = _row_kl(candidate, plain, mask)
-        implausible = _row_implausible(candidate, plain, mask)
+        probs = candidate.exp()
+        per_row = _row_kl(probs, candidate, plain, mask)
+        implausible = _row_implausible(probs, plain, mask)
         hinted_rows = [
             i
             for i, r in enumerate(rows)
@@ -172,13 +177,14 @@ class TrainerSafety:
             told = [rows[i] for i in hinted_rows]
             hinted = self._reply_distributions(model, told, ["__base__"] * len(told), reference_from=0)[0]
             mixed = _mixture(plain[hinted_rows], _widen(hinted, plain.size(1)))
+            told_probs, told_mask = probs[hinted_rows], mask[hinted_rows]
             per_row[hinted_rows] = torch.minimum(
-                per_row[hinted_rows], _row_kl(candidate[hinted_rows], mixed, mask[hinted_rows])
+                per_row[hinted_rows], _row_kl(told_probs, candidate[hinted_rows], mixed, told_mask)
             )
             implausible[hinted_rows] = torch.minimum(
-                implausible[hinted_rows], _row_implausible(candidate[hinted_rows], mixed, mask[hinted_rows])
+                implausible[hinted_rows], _row_implausible(told_probs, mixed, told_mask)
             )
-        entropy_candidate = -(candidate.exp() * candidate).sum(-1)
+        entropy_candidate = -(probs * candidate).sum(-1)
         entropy_reference = -(plain.exp() * plain).sum(-1)
         count = mask.sum().clamp(min=1)
 
