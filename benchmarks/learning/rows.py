@@ -4,7 +4,8 @@ reads that preference), its recipe (``BenchSettings``) and what one run records 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import asdict, dataclass, field
 
 from openclaw_trl.toy import world as toy_world
 
@@ -187,3 +188,51 @@ class RunResult:
     samples_used: int = 0
     stopped_early: bool = False  # the conversation budget ran out before the last update
     seconds: float = 0.0
+
+
+def row_settings(spec: Row, settings: BenchSettings) -> BenchSettings:
+    """The benchmark settings of one run of ``spec``: its own preference and number of updates."""
+    return dataclasses.replace(
+        settings, preferred=spec.preference, updates=settings.updates * spec.update_factor
+    )
+
+
+KEY_DEFAULTS = {"loss_type": "grpo"}
+"""Settings left out of a run's cache key at these values (what runs cached before the setting existed used)."""
+
+
+def row_key(settings: BenchSettings):
+    """The cache key of a row's runs: its settings (all but the sample timeout) and its definition."""
+
+    def key(row: str) -> dict:
+        recipe = asdict(row_settings(ROWS[row], settings))
+        recipe.pop("sample_timeout_s")
+        for name, value in KEY_DEFAULTS.items():
+            if recipe.get(name) == value:
+                recipe.pop(name)
+        return {"settings": recipe, "row": asdict(ROWS[row])}
+
+    return key
+
+
+def plan(
+    rows: list[str], noises: list[float], seeds: list[int]
+) -> tuple[list[tuple[str, float, int]], list[str]]:
+    """The (row, noise, seed) runs to make, noise level by noise level (all of p = 0 first), and why
+    the others are skipped."""
+    skipped = []
+    if any(noises):
+        skipped += [
+            f"{n} at p > 0: the feedback backend has no rule judge to add noise to"
+            for n in rows
+            if ROWS[n].backend != "callable"
+        ]
+    runs = [
+        (name, noise, seed)
+        for noise in noises
+        for seed in seeds
+        for name in rows
+        if (ROWS[name].backend == "callable" or not noise)
+        and (seed == seeds[0] or not ROWS[name].first_seed_only)
+    ]
+    return runs, skipped

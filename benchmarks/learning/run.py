@@ -84,21 +84,17 @@ not seeded (as in live use), so reruns differ a little.
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
 import logging
-import statistics
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 from cache import RunCache
 from evaluation import LEARNING_TOPICS, evaluate, evaluate_served, proxy_scorer, quick_judge_scorer
-from headline import update_readme
-from lockstep import SCHEDULES, BudgetExhausted, LockstepUser, budgeted_store, probe_callback
-from results_json import summary_json, write_summary_json
+from lockstep import BudgetExhausted, LockstepUser, budgeted_store, probe_callback
+from options import bench_settings, parse_args
+from report import RESULTS, ROOT, build_report, write_report  # noqa: F401 - also read as run.RESULTS, ...
 from rows import (  # noqa: F401 - the row table and settings, also read as run.ROWS, run.BenchSettings, ...
     DEFAULT_ROWS,
     LABELS,
@@ -109,15 +105,16 @@ from rows import (  # noqa: F401 - the row table and settings, also read as run.
     Row,
     RunResult,
     bo4,
+    plan,
     preference_rows,
+    row_key,
+    row_settings,
 )
-from summary import aggregate, group_name, plot, summary_markdown
+from summary import plot, summary_markdown  # noqa: F401 - also read as run.plot, run.summary_markdown
 
 from openclaw_trl.toy import pretrain
 from openclaw_trl.toy import world as toy_world
 
-ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "benchmarks" / "results"
 log = logging.getLogger("learning-bench")
 
 
@@ -208,13 +205,6 @@ TRAINER_KEYS = (
     "guard/seconds",
     "time/update_s",
 )
-
-
-def row_settings(spec: Row, settings: BenchSettings) -> BenchSettings:
-    """The benchmark settings of one run of ``spec``: its own preference and number of updates."""
-    return dataclasses.replace(
-        settings, preferred=spec.preference, updates=settings.updates * spec.update_factor
-    )
 
 
 def judge_for(spec: Row, noise: float, seed: int):
@@ -357,65 +347,6 @@ def run_one(
 
 
 # ---------------------------------------------------------------------------------------------- main
-KEY_DEFAULTS = {"loss_type": "grpo"}
-"""Settings left out of a run's cache key at these values (what runs cached before the setting existed used)."""
-
-
-def row_key(settings: BenchSettings):
-    """The cache key of a row's runs: its settings (all but the sample timeout) and its definition."""
-
-    def key(row: str) -> dict:
-        recipe = asdict(row_settings(ROWS[row], settings))
-        recipe.pop("sample_timeout_s")
-        for name, value in KEY_DEFAULTS.items():
-            if recipe.get(name) == value:
-                recipe.pop(name)
-        return {"settings": recipe, "row": asdict(ROWS[row])}
-
-    return key
-
-
-def plan(
-    rows: list[str], noises: list[float], seeds: list[int]
-) -> tuple[list[tuple[str, float, int]], list[str]]:
-    """The (row, noise, seed) runs to make, noise level by noise level (all of p = 0 first), and why
-    the others are skipped."""
-    skipped = []
-    if any(noises):
-        skipped += [
-            f"{n} at p > 0: the feedback backend has no rule judge to add noise to"
-            for n in rows
-            if ROWS[n].backend != "callable"
-        ]
-    runs = [
-        (name, noise, seed)
-        for noise in noises
-        for seed in seeds
-        for name in rows
-        if (ROWS[name].backend == "callable" or not noise)
-        and (seed == seeds[0] or not ROWS[name].first_seed_only)
-    ]
-    return runs, skipped
-
-
-def build_report(runs: list[dict], settings: BenchSettings, skipped: list[str]) -> dict:
-    groups: dict[str, list[dict]] = {}
-    for run in runs:
-        groups.setdefault(group_name(run["row"], run["noise"]), []).append(run)
-    return {
-        "settings": asdict(settings),
-        "runs": runs,
-        "aggregate": {
-            name: aggregate(rs)
-            | {"row": rs[0]["row"], "noise": rs[0]["noise"], "seeds": [r["seed"] for r in rs]}
-            for name, rs in groups.items()
-        },
-        "base_rate": statistics.fmean(r["rates"][0] for r in runs),
-        "seconds": round(sum(r["seconds"] for r in runs), 1),
-        "skipped": skipped,
-    }
-
-
 def run_benchmark(
     model_dir, settings: BenchSettings, seeds, rows, noises, cache: RunCache, rerun=False, work_dir=None
 ) -> dict:
@@ -438,86 +369,8 @@ def run_benchmark(
     return build_report(cache.runs(list(ROWS)), settings, skipped)
 
 
-def write_report(report: dict, out: Path, stem: str) -> str:
-    """``<stem>.json`` (the whole report), ``<stem>_summary.json`` (one entry per row and noise level, the
-    goals), ``<stem>.png`` and ``<stem>_summary.md``; the README's table when this is the committed report."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(report, indent=1))
-    results = summary_json(report, ROWS)
-    write_summary_json(results, out / f"{stem}_summary.json")
-    plot(report, out / f"{stem}.png", LABELS, ROWS)
-    summary = summary_markdown(report, LABELS, results)
-    (out / f"{stem}_summary.md").write_text(summary)
-    if stem == "learning" and out.resolve() == RESULTS.resolve():
-        update_readme(ROOT / "README.md", results)
-    return summary
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="1 seed, 8 updates")
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="that it runs, in seconds: 1 seed, 2 updates of 2 samples, a toy model pre-trained for 30 steps "
-        "(nothing is learnt); writes learning_smoke.*",
-    )
-    parser.add_argument("--seeds", type=int, nargs="+", default=None)
-    parser.add_argument(
-        "--methods",
-        nargs="+",
-        default=DEFAULT_ROWS,
-        choices=list(ROWS),
-        help="rows to run (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--judge-noise", type=float, nargs="+", default=[0.0, 0.2], help="levels p to run at (default: 0 0.2)"
-    )
-    parser.add_argument("--updates", type=int, default=None)
-    parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--learning-rate", type=float, default=None)
-    parser.add_argument("--optim", default=None, help="TrainingArguments' optim (adamw_torch, sgd, ...)")
-    parser.add_argument("--adam-epsilon", type=float, default=None)
-    parser.add_argument("--warmup-steps", type=int, default=None)
-    parser.add_argument("--weight-decay", type=float, default=None)
-    parser.add_argument("--max-grad-norm", type=float, default=None)
-    parser.add_argument("--lr-scheduler-type", default=None)
-    parser.add_argument("--beta", type=float, default=None, help="KL penalty to the base model (TRL's beta)")
-    parser.add_argument("--advantage-baseline", default=None, choices=("none", "session_mean", "batch_mean"))
-    parser.add_argument(
-        "--loss-type",
-        default=None,
-        choices=("grpo", "bnpo", "dr_grpo", "dapo"),
-        help="TRL's loss aggregation",
-    )
-    parser.add_argument(
-        "--guard",
-        choices=("on", "off", "observe"),
-        default=None,
-        help="the version guard (default on); observe: its signals logged, no version held back",
-    )
-    parser.add_argument("--max-conversations", type=int, default=None, help="per run (budget)")
-    parser.add_argument("--teacher", choices=("base", "policy"), default=None, help="OPD teacher weights")
-    parser.add_argument("--w-rl", type=float, default=None, help="Combine's reward weight (ablations)")
-    parser.add_argument("--w-opd", type=float, default=None, help="Combine's OPD weight (ablations)")
-    parser.add_argument(
-        "--schedule",
-        choices=SCHEDULES,
-        default="lockstep",
-        help="lockstep (default): each run is a function of its seed; live: the user talks while the trainer "
-        "trains and batches follow thread timing (cached apart)",
-    )
-    parser.add_argument("--rerun", action="store_true", help="run again what the cache already has")
-    parser.add_argument("--report-only", action="store_true", help="no runs: the report of the cached ones")
-    parser.add_argument("--model-dir", default=None, help="default: the toy model in the user cache")
-    parser.add_argument("--out", default=str(RESULTS), help="where learning.json / .png / _summary.md go")
-    parser.add_argument("--cache-dir", default=None, help="default: <out>/learning_runs[_quick|_smoke]")
-    parser.add_argument(
-        "--from-json", default=None, help="only redraw the plot and summary of a saved report"
-    )
-    args = parser.parse_args(argv)
-    if any(not 0.0 <= p <= 1.0 for p in args.judge_noise):
-        parser.error("--judge-noise values are probabilities in [0, 1]")
+    args = parse_args(argv, __doc__.splitlines()[0])
     if args.from_json:
         path = Path(args.from_json)
         print(write_report(json.loads(path.read_text()), path.parent, path.stem))
@@ -529,37 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("httpx", "openclaw_trl", "transformers", "trl", "accelerate"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    settings = BenchSettings()
+    settings = bench_settings(args)
     seeds = args.seeds or ([0] if args.quick or args.smoke else [0, 1, 2, 3, 4])
-    if args.quick:
-        settings.updates, settings.eval_per_topic = 8, 4
-    if args.smoke:
-        settings.updates, settings.batch_size, settings.eval_per_topic, settings.max_tokens = 2, 2, 1, 12
-        settings.sample_timeout_s = 120.0
-    settings.updates = args.updates or settings.updates
-    settings.batch_size = args.batch_size or settings.batch_size
-    settings.learning_rate = args.learning_rate or settings.learning_rate
-    tunable = (
-        "optim",
-        "adam_epsilon",
-        "warmup_steps",
-        "weight_decay",
-        "max_grad_norm",
-        "lr_scheduler_type",
-        "beta",
-        "advantage_baseline",
-        "loss_type",
-        "guard",
-    )
-    for name in tunable:
-        if getattr(args, name) is not None:
-            setattr(settings, name, getattr(args, name))
-    settings.max_conversations = args.max_conversations or settings.max_conversations
-    settings.teacher = args.teacher or settings.teacher
-    settings.schedule = args.schedule
-    settings.w_rl = settings.w_rl if args.w_rl is None else args.w_rl
-    settings.w_opd = settings.w_opd if args.w_opd is None else args.w_opd
-
     model_settings = pretrain.TINY if args.smoke else pretrain.PretrainSettings()
     if args.model_dir:
         model_dir = pretrain.pretrain(args.model_dir, model_settings, log=log.info, progress=True)
