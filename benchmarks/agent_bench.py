@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -54,7 +53,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _results import write_results  # noqa: E402  (benchmarks/ is on sys.path from here on)
+from _agent_session import session  # noqa: E402  (benchmarks/ is on sys.path from here on)
+from _results import write_results  # noqa: E402
 
 MODEL_CACHE = Path(os.environ.get("OPENCLAW_BENCH_MODELS", "/tmp/openclaw-bench-models"))
 # Per size: the model; characters of the system prompt; tools and the characters of each one's description (its
@@ -95,63 +95,7 @@ SIZES = {
     ),  # fmt: skip
 }
 SHORT = (768, 256)  # the 1k-token samples: prompt, completion
-WORDS = (
-    "the agent must always read the file before it writes and keep the user informed about every step it takes "
-    "when a tool call fails report the error and try again with a smaller change never run commands that delete "
-    "data without asking first workspace repository session memory heartbeat compaction skills browser terminal "
-    "execute command permission sandbox context bootstrap channel message assistant instructions"
-).split()
 TARGETS = {"turn2_reuse_over_plain": ("<=", 0.25), "prefill_over_score": (">=", 0.9)}
-
-
-def text(chars: int, rng: random.Random) -> str:
-    """Prose of about ``chars`` characters in sections, as an agent's system prompt reads."""
-    out, n = [], 0
-    while n < chars:
-        line = " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 20))).capitalize() + "."
-        if rng.random() < 0.1:
-            line = f"\n## Section {len(out)}\n{line}"
-        out.append(line)
-        n += len(line) + 1
-    return " ".join(out)[:chars]
-
-
-def tools(rng: random.Random, count: int = 12, chars: int = 500) -> list[dict]:
-    """``count`` function tools (read, write, exec, browser, ...) with ``chars``-character descriptions (12 x 500:
-    ~12 KB of JSON, the agent's ~10 KB)."""
-    names = ["read", "write", "edit", "exec", "process", "browser", "web_search", "web_fetch", "memory_search",
-             "memory_get", "sessions_send", "message"]  # fmt: skip
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": name,
-                "description": text(chars, rng),
-                "parameters": {
-                    "type": "object",
-                    "properties": {
-                        f"arg_{k}": {"type": "string", "description": text(chars // 8, rng)} for k in range(3)
-                    },
-                    "required": ["arg_0"],
-                },
-            },
-        }
-        for name in names[:count]
-    ]
-
-
-def session(size: dict, turns: int = 3, seed: int = 0) -> tuple[list[list[dict]], list[dict]]:
-    """The message lists of the session's requests and its tools."""
-    rng = random.Random(seed)
-    system = {"role": "system", "content": text(size["system_chars"], rng)}
-    user, block, reply = (int(n * size["turn_scale"]) for n in (300, 200, 400))
-    history, requests = [system], []
-    for t in range(turns):
-        history = history + [{"role": "user", "content": f"Turn {t}: {text(user, rng)}"}]
-        context = f"<<<BEGIN_INTERNAL_CONTEXT>>>\n{text(block, rng)}\n<<<END_INTERNAL_CONTEXT>>>"
-        requests.append(history + [{"role": "user", "content": context}])  # dropped by the next request
-        history = history + [{"role": "assistant", "content": text(reply, rng)}]
-    return requests, tools(rng, size["tools"], size["tool_chars"])
 
 
 def model_path(label: str, layers: int | None) -> Path:
