@@ -5,7 +5,7 @@ TRL's ``GRPOTrainer``), ``guard_bench.py``, ``multi_user_bench.py``, ``agent_ben
 ``model_dir(label)`` builds (once, in ``OPENCLAW_BENCH_MODELS``) the tiny or a shaped model; ``make_samples`` draws
 judged samples of a batch geometry (``GEOMETRY``); ``build_openclaw`` / ``build_grpo`` build the two trainers on the
 very same tokens; ``run_trainers`` runs them in one process, one optimizer step in turn (``Baton``), timing each
-step (``_step_timer``) and reading peak memory (``_Memory``).
+step (``_step_timing.step_timer``) and reading peak memory (``_step_timing.Memory``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from _step_timing import Baton, Memory, available_gib, step_timer  # noqa: F401 - also read from here
 
 MODEL_CACHE = Path(os.environ.get("OPENCLAW_BENCH_MODELS", "/tmp/openclaw-bench-models"))
 
@@ -100,133 +102,6 @@ def make_samples(n: int, geometry: dict, vocab: int, kd_topk: int = 0, seed: int
             )
         )
     return out
-
-
-# ------------------------------------------------------------------------------------------------ timing
-class _Memory:
-    """Peak memory over a window: CUDA max allocated, else the process' peak RSS (VmHWM reset at start)."""
-
-    def __init__(self):
-        import torch
-
-        self.cuda = torch.cuda.is_available()
-
-    def reset(self) -> None:
-        import torch
-
-        if self.cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            return
-        gc.collect()
-        try:  # hand freed heap back to the OS first, or earlier trainers' garbage counts as this one's peak
-            import ctypes
-
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except (OSError, AttributeError):
-            pass
-        try:
-            Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
-        except OSError:
-            pass
-
-    def peak_bytes(self) -> int:
-        import torch
-
-        if self.cuda:
-            return int(torch.cuda.max_memory_allocated())
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-        return 0
-
-
-class Baton:
-    """Lets trainers running in threads take turns, one optimizer step each (only the holder runs).
-
-    Paired steps, adjacent in time, see the same machine load: the ratio of two such steps is far less noisy
-    on a shared CPU than the ratio of two runs minutes apart.
-    """
-
-    def __init__(self, names: list[str]):
-        import threading
-
-        self.cond = threading.Condition()
-        self.order, self.done, self.turn = list(names), set(), names[0]
-
-    def wait(self, me: str) -> None:
-        with self.cond:
-            self.cond.wait_for(lambda: self.turn == me)
-
-    def pass_on(self, me: str, finished: bool = False) -> None:
-        with self.cond:
-            if finished:
-                self.done.add(me)
-            live = [n for n in self.order if n not in self.done]
-            if live:
-                i = self.order.index(me)
-                self.turn = next(n for n in self.order[i + 1 :] + self.order[: i + 1] if n not in self.done)
-            self.cond.notify_all()
-
-
-def _available_gib() -> float:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    return 0.0
-
-
-def _step_timer(name: str = "", baton: Baton | None = None):
-    from transformers import TrainerCallback
-
-    class StepTimer(TrainerCallback):
-        """Wall and CPU time between consecutive optimizer steps; memory peak over all steps but the first.
-
-        With a baton the trainer hands over to its peer after each step and the clock stops while it waits.
-        """
-
-        def __init__(self):
-            self.times: list[float] = []
-            self.cpu: list[float] = []  # process CPU time (all threads): robust when cores are shared
-            self.memory = _Memory()
-            self.peak = 0
-
-        def _sync(self):
-            if self.memory.cuda:
-                import torch
-
-                torch.cuda.synchronize()
-
-        def _start(self):
-            if baton is not None:
-                baton.wait(name)
-            self._sync()
-            self.t, self.c = time.perf_counter(), time.process_time()
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            self._start()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self._sync()
-            now = time.perf_counter()
-            self.times.append(now - self.t)
-            self.cpu.append(time.process_time() - self.c)
-            if len(self.times) == 1:
-                self.memory.reset()  # measure the steady state, not the warm-up allocations
-            else:
-                self.peak = max(self.peak, self.memory.peak_bytes())
-            if baton is not None:
-                baton.pass_on(name)
-            self._start()
-
-        def on_train_end(self, args, state, control, **kwargs):
-            if baton is not None:
-                baton.pass_on(name, finished=True)
-
-    return StepTimer()
 
 
 def checkpointing_args(on: bool) -> dict:
@@ -368,7 +243,7 @@ def run_trainers(jobs: dict, paired: bool) -> dict:
     import threading
 
     baton = Baton(list(jobs)) if paired else None
-    timers = {name: _step_timer(name, baton) for name in jobs}
+    timers = {name: step_timer(name, baton) for name in jobs}
     errors: dict[str, BaseException] = {}
     with tempfile.TemporaryDirectory(prefix="trainer-bench-") as root:
         trainers = {}

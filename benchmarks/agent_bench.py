@@ -224,12 +224,12 @@ def train_case(args) -> dict:
     """One process, one case: ``--steps`` Combine updates on 4 samples of ``prompt + completion`` tokens."""
     import torch
     from _trainer_setup import (
-        _Memory,
-        _step_timer,
+        Memory,
         checkpointing_args,
         lora_config,
         make_samples,
         openclaw_args,
+        step_timer,
     )
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -240,7 +240,7 @@ def train_case(args) -> dict:
     path = Path(args.train_model)
     geometry = dict(batch=4, micro=2, prompt_len=args.prompt, completion_len=args.completion)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    memory = _Memory()
+    memory = Memory()
     with tempfile.TemporaryDirectory(prefix="agent-bench-") as tmp:
         store = Store(Path(tmp) / "store.sqlite")
         for s in make_samples(args.steps * 4, geometry, min(len(tokenizer), 2000)):
@@ -256,7 +256,7 @@ def train_case(args) -> dict:
         config.update(checkpointing_args(True))
         cuda = torch.cuda.is_available()
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16 if cuda else torch.float32)
-        timer = _step_timer()
+        timer = step_timer()
         trainer = OpenClawTrainer(
             model=model,
             args=OpenClawConfig(**config),

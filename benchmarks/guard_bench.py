@@ -32,7 +32,7 @@ from _results import write_results  # noqa: E402
 from _smoke import parse_args  # noqa: E402
 from _trainer_setup import (  # noqa: E402
     GEOMETRY,
-    _Memory,
+    Memory,
     build_openclaw,
     make_samples,
     median_after_warmup,
@@ -112,7 +112,7 @@ def bench(label: str, geometry: dict, steps: int, rounds: int) -> dict:
         }
         for name, res in run_trainers(jobs, paired=True).items():
             runs[name].append(res)
-    key = "step_s" if _Memory().cuda else "cpu_s"
+    key = "step_s" if Memory().cuda else "cpu_s"
     return {
         "model": label,
         "geometry": {k: geometry[k] for k in ("batch", "micro", "prompt_len", "completion_len")},

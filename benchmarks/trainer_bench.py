@@ -53,9 +53,9 @@ from _results import write_results  # noqa: E402  (benchmarks/ is on sys.path fr
 from _trainer_setup import (  # noqa: E402
     GEOMETRY,
     PLANS,
-    _available_gib,
+    Memory,
     _load_model,
-    _Memory,
+    available_gib,
     build_grpo,
     build_openclaw,
     lora_config,
@@ -81,9 +81,9 @@ def bench_update(
     from transformers import AutoTokenizer
 
     path = model_dir(label)
-    gpu = _Memory().cuda
+    gpu = Memory().cuda
     if paired is None:  # side by side wherever the models fit with room to spare (0.6B: ~3 GiB per trainer)
-        paired = gpu or label == "tiny" or _available_gib() > 14
+        paired = gpu or label == "tiny" or available_gib() > 14
     vocab = min(len(AutoTokenizer.from_pretrained(path)), 2000)
     samples = make_samples(steps * geometry["batch"], geometry, vocab)
     kd_samples = (
