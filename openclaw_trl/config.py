@@ -196,6 +196,13 @@ class OpenClawConfig(GRPOConfig):
         default puts the group samples on the scale of the judged ones (|A| about 1, at most sqrt(N - 1)),
         whatever the quick judge's scale: the `memory` judge's scores span several nats, and unscaled they
         would outweigh the person's own +1/-1 verdicts. Only for `best_of_n > 1`.
+    group_std_floor (`float`, defaults to `0.0`):
+        The smallest std the group scores are divided by with `scale_rewards` `"group"` or `"batch"`, in the
+        quick judge's unit (nats for `memory`, rating points for `engine`): `A_i = (r_i - mean(r)) /
+        (max(std, floor) + 1e-4)`. Without a floor, a group whose candidates are all about as good (every one
+        already in the person's style) still gets advantages of about +-1 from whatever small differences the
+        quick judge sees between them, and the policy narrows onto the few replies it happens to score highest;
+        with a floor such groups move the policy little. `0` is TRL's rule. Only for `best_of_n > 1`.
 
     > Parameters that control the judges
 
@@ -556,6 +563,12 @@ class OpenClawConfig(GRPOConfig):
     )
     quick_judge_hints: int = field(
         default=QuickJudgeConfig.hints, metadata={"help": "memory quick judge: recent hints weighed (1-16)."}
+    )
+    group_std_floor: float = field(
+        default=0.0,
+        metadata={
+            "help": "Best-of-N: smallest std a group's scores are divided by (scale_rewards group/batch)."
+        },
     )
     # Judges
     judge_backend: str = field(

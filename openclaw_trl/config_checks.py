@@ -149,11 +149,17 @@ def check_best_of_n(config) -> None:
         )
     if config.scale_rewards not in ("group", "batch", "none"):
         raise ValueError(f"scale_rewards must be group, batch or none, got {config.scale_rewards!r}")
+    floor = config.group_std_floor
+    if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 <= floor < float("inf"):
+        raise ValueError(
+            f"group_std_floor must be a finite number >= 0 (the quick judge's unit), got {floor!r}"
+        )
     if n == 1:
         unused = [
             name
             for name, value, default in [
                 ("scale_rewards", config.scale_rewards, "group"),
+                ("group_std_floor", config.group_std_floor, 0.0),
                 ("quick_judge_backend", config.quick_judge_backend, QuickJudgeConfig.backend),
                 ("quick_judge_callable", config.quick_judge_callable, None),
                 ("best_of_n_explore", config.best_of_n_explore, QuickJudgeConfig.explore),

@@ -133,13 +133,19 @@ def group_relative_advantages(
     group_stds: torch.Tensor,
     scale_rewards: str,
     batch_std: float | None = None,
+    std_floor: float = 0.0,
 ) -> torch.Tensor:
     """GRPO's group-relative advantage ``A_i = r_i - mean(r of i's group)`` with TRL's ``scale_rewards``:
 
-    * ``group``: ``A_i / (std of i's group + 1e-4)``;
-    * ``batch``: ``A_i / (batch_std + 1e-4)``, ``batch_std`` the std of the group rewards of the whole
-      training batch (``None``: fewer than two of them, and each row falls back to its group's std);
+    * ``group``: ``A_i / (max(std of i's group, std_floor) + 1e-4)``;
+    * ``batch``: ``A_i / (max(batch_std, std_floor) + 1e-4)``, ``batch_std`` the std of the group rewards of
+      the whole training batch (``None``: fewer than two of them, and each row falls back to its group's std);
     * ``none``: ``A_i`` as is (Dr. GRPO).
+
+    ``std_floor`` (in the rewards' own unit) keeps differences smaller than it from being blown up to unit
+    size: a group whose candidates are all about as good (scores within a fraction of the floor) gets small
+    advantages, not ``+-1``, so a judge's arbitrary small preferences among equally good replies do not
+    concentrate the policy on the few it happens to score highest.
 
     ``rewards``, ``group_means``, ``group_stds``: ``[B]``. A candidate the quick judge gave no score has
     ``r_i`` = its group's mean, so ``A_i = 0``. Returns ``[B]``, detached.
@@ -152,7 +158,7 @@ def group_relative_advantages(
     std = group_stds.detach()
     if scale_rewards == "batch" and batch_std is not None:
         std = torch.full_like(std, float(batch_std))
-    return advantages / (std + GROUP_STD_EPS)
+    return advantages / (std.clamp_min(std_floor) + GROUP_STD_EPS)
 
 
 def leave_one_out_baseline(rewards: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

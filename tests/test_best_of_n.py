@@ -67,6 +67,26 @@ def test_batch_scaling_with_one_score_falls_back_to_the_group_std():
     torch.testing.assert_close(got, torch.tensor([1.0 / (0.5 + 1e-4)]))
 
 
+@pytest.mark.parametrize("scale", ["group", "batch"])
+def test_group_std_floor_keeps_small_differences_small(scale):
+    # four candidates about as good (scores within 0.2 nats): divided by their own std they would get +-1;
+    # with a floor of 2 nats they get a tenth of that, while a group 9 nats apart is scaled as before
+    close = torch.tensor([1.0, 1.2, 1.1, 0.9])
+    mean, std = close.mean(), close.std()
+    batch_std = float(std) if scale == "batch" else None
+    plain = group_relative_advantages(close, mean.expand(4), std.expand(4), scale, batch_std)
+    floored = group_relative_advantages(close, mean.expand(4), std.expand(4), scale, batch_std, std_floor=2.0)
+    assert plain.abs().max() > 1.0
+    torch.testing.assert_close(floored, (close - mean) / (2.0 + 1e-4))
+    apart = torch.tensor([0.0, 9.0, 1.0, 8.0])
+    a_mean, a_std = apart.mean(), apart.std()
+    a_batch = float(a_std) if scale == "batch" else None
+    torch.testing.assert_close(
+        group_relative_advantages(apart, a_mean.expand(4), a_std.expand(4), scale, a_batch, std_floor=2.0),
+        group_relative_advantages(apart, a_mean.expand(4), a_std.expand(4), scale, a_batch),
+    )
+
+
 def test_served_candidate_is_the_best_the_first_on_ties_and_0_without_scores():
     assert served_index([None, 3.0, 7.0, 7.0]) == 2
     assert served_index([-1.0, -0.5]) == 1
@@ -200,6 +220,10 @@ def test_openai_quick_judge_against_our_own_server(hf_engine, tmp_path):
         (dict(scale_rewards="none"), "only apply to Best-of-N groups"),
         (dict(quick_judge_callable="a.b:c"), "only apply to Best-of-N groups"),
         (dict(best_of_n=4, scale_rewards="std"), "scale_rewards must be group, batch or none"),
+        (dict(group_std_floor=1.0), "only apply to Best-of-N groups"),
+        (dict(best_of_n=4, group_std_floor=-1.0), "group_std_floor must be a finite number >= 0"),
+        (dict(best_of_n=4, group_std_floor=float("nan")), "group_std_floor must be a finite number >= 0"),
+        (dict(best_of_n=4, group_std_floor=float("inf")), "group_std_floor must be a finite number >= 0"),
     ],
 )
 def test_config_refuses_what_cannot_work(tmp_path, overrides, message):

@@ -53,6 +53,12 @@ def parse_args(argv: list[str] | None, description: str) -> argparse.Namespace:
         default=None,
         help="the version guard (default on); observe: its signals logged, no version held back",
     )
+    parser.add_argument(
+        "--group-std-floor",
+        type=float,
+        default=None,
+        help="Best-of-N rows: the smallest group std divided by",
+    )
     parser.add_argument("--max-conversations", type=int, default=None, help="per run (budget)")
     parser.add_argument("--teacher", choices=("base", "policy"), default=None, help="OPD teacher weights")
     parser.add_argument("--w-rl", type=float, default=None, help="Combine's reward weight (ablations)")
@@ -100,6 +106,7 @@ def bench_settings(args: argparse.Namespace) -> BenchSettings:
         "advantage_baseline",
         "loss_type",
         "guard",
+        "group_std_floor",
     )
     for name in tunable:
         if getattr(args, name) is not None:

@@ -161,6 +161,8 @@ def build_config(row: Row, seed: int, settings: BenchSettings, out_dir: Path, mo
         disable_tqdm=True,
         seed=seed,
     )
+    if dict(row.fields).get("best_of_n", 1) > 1:
+        fields["group_std_floor"] = settings.group_std_floor
     config = OpenClawConfig(**(fields | dict(row.fields)))  # a row's own fields win (combine+baseline)
     model_args = ModelConfig(
         model_name_or_path=str(model_dir),

@@ -32,7 +32,11 @@ from openclaw_trl.trainer.batches import truncated_is_weight
 
 
 def rl_rewards(
-    batch: dict[str, torch.Tensor], baseline: str, scale_rewards: str, batch_score_std: float | None
+    batch: dict[str, torch.Tensor],
+    baseline: str,
+    scale_rewards: str,
+    batch_score_std: float | None,
+    std_floor: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(r, mean baseline)``: the RL term's reward per row (see the module docstring) and the mean stored
     baseline subtracted from the judged rows (None when no baseline applies)."""
@@ -49,7 +53,12 @@ def rl_rewards(
         rewards = torch.where(group, rewards, rewards - loo)
     if group.any():
         advantages = group_relative_advantages(
-            batch["rewards"], batch["baselines"], batch["group_stds"], scale_rewards, batch_score_std
+            batch["rewards"],
+            batch["baselines"],
+            batch["group_stds"],
+            scale_rewards,
+            batch_score_std,
+            std_floor,
         )
         rewards = torch.where(group, advantages, rewards)
     return rewards, baseline_mean
