@@ -275,6 +275,7 @@ def test_the_ui_path_gets_readable_errors(engine, tmp_path):
     """The Gradio UI calls the same ChatService and collector: over a limit it gets an ApiError whose message it
     shows."""
     from openclaw_trl.serving.errors import ApiError
+    from openclaw_trl.serving.protocols.chat_completions.convert import turn_request  # what the UI sends
     from openclaw_trl.serving.ui.blocks import UiHandlers
     from openclaw_trl.serving.ui.guide import guide_for
 
@@ -282,9 +283,13 @@ def test_the_ui_path_gets_readable_errors(engine, tmp_path):
         service = stack.app.state.tenants[None].service
         with pytest.raises(ApiError, match=r"above the limit max_message_chars=100000"):
             service.prepare(
-                {"messages": [{"role": "user", "content": "x" * 100_001}]}, {"x-session-id": "ui"}
+                turn_request(
+                    {"messages": [{"role": "user", "content": "x" * 100_001}]},
+                    {"x-session-id": "ui"},
+                    service.settings,
+                )
             )
-        prep = service.prepare({"messages": USER}, {"x-session-id": "ui"})
+        prep = service.prepare(turn_request({"messages": USER}, {"x-session-id": "ui"}, service.settings))
         result = service.finish(prep, service.generate(prep))
         handlers = UiHandlers(service, stack.collector, guide_for(None))  # the UI's corrections
         conv = {"session_id": "ui", "target": result.turn_id}

@@ -43,6 +43,7 @@ def create_app(
     status: Callable[[], dict] | None = None,
     best_of_n=None,
     learning=None,
+    protocols: tuple[Protocol, ...] = PROTOCOLS,
 ):
     """The FastAPI app of a server with one user: the ``PROTOCOLS``' routes + the Gradio UI at ``/`` (when
     ``settings.ui``).
@@ -51,13 +52,14 @@ def create_app(
     ``status()`` returns the learning status for ``/v1/status`` and the learning panel.
     ``best_of_n`` (a ``judging.BestOfN``) samples and quick-judges its ``n`` candidates per trainable turn.
     ``learning`` (a ``LearningControl``, or ``None`` when nothing trains) backs ``/v1/adapters``,
-    ``/v1/learning`` and the UI's version controls. The one user's parts are ``app.state.tenants[None]`` (a
-    ``Tenant``: chat service, collector, learning control); ``app.state.api_key`` is the bearer key (or ``None``).
+    ``/v1/learning`` and the UI's version controls. ``protocols``: the wire protocols served (``PROTOCOLS``).
+    The one user's parts are ``app.state.tenants[None]`` (a ``Tenant``: chat service, collector, learning
+    control); ``app.state.api_key`` is the API key (or ``None``).
     """
     settings = settings or ServerSettings()
     api_key = _resolve_api_key(settings)
     service = ChatService(engine, collector, store, settings, status, best_of_n=best_of_n)
-    app = _api_app({None: Tenant(None, service, collector, learning)}, settings)
+    app = _api_app({None: Tenant(None, service, collector, learning)}, settings, protocols)
     app.state.api_key = api_key
     if settings.ui:
         app = _mount_ui(app, settings, api_key)
@@ -99,8 +101,8 @@ def create_users_app(users: list[UserParts], user_keys: UserKeys, settings: Serv
     return app
 
 
-def _api_app(tenants: dict, settings: ServerSettings):
-    """The FastAPI app with the API routes, answering for ``tenants`` (closed with the app)."""
+def _api_app(tenants: dict, settings: ServerSettings, protocols: tuple[Protocol, ...] = PROTOCOLS):
+    """The FastAPI app with the routes of ``protocols``, answering for ``tenants`` (closed with the app)."""
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI
@@ -113,8 +115,8 @@ def _api_app(tenants: dict, settings: ServerSettings):
 
     app = FastAPI(title="openclaw-trl", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.tenants, app.state.settings, app.state.user_keys = tenants, settings, None
-    _add_error_handlers(app, PROTOCOLS)
-    for protocol in PROTOCOLS:
+    _add_error_handlers(app, protocols)
+    for protocol in protocols:
         app.include_router(protocol.router)
     app.include_router(unknown_routes)  # last: any other /v1/... path is a 404
     return app

@@ -19,12 +19,12 @@ Under each answer a muted line names the policy version that wrote it (display o
 conversation or the stored turn). The UI calls the server's ``ChatService`` in-process for its turns and the
 collector for its per-turn signals: the same template, engine, collector and store as the OpenAI API. On a
 server with several users the page is behind a login (name + API key) and every handler acts for the
-logged-in user's own service, collector, learning control and panel (``serving.ui_tenants``).
+logged-in user's own service, collector, learning control and panel (``ui.tenants``).
 
-The page's words (title, header, examples, what each control teaches) come from ``serving.ui_guide``
-(the offline toy model gets its own), the learning panel's from ``serving.ui_panel``.
+The page's words (title, header, examples, what each control teaches) come from ``ui.guide`` (the offline
+toy model gets its own), the learning panel's from ``ui.panel``.
 
-``build_ui`` = the layout (``serving.ui_layout``: the chat column, the learning panel) + the event handlers
+``build_ui`` = the layout (``ui.layout``: the chat column, the learning panel) + the event handlers
 (``UiHandlers``, one method per event) + the wiring between them (``_wire``). This module imports gradio;
 ``openclaw_trl.serving.app`` imports it only when it mounts the UI. No ``from __future__ import annotations``
 here: Gradio reads the ``gr.LikeData`` annotation at runtime to inject the event data.
@@ -43,6 +43,7 @@ from openclaw_trl.serving.pipeline.chat_service import ChatService
 from openclaw_trl.serving.protocols.chat_completions.convert import turn_request
 from openclaw_trl.serving.protocols.feedback.schema import check_feedback_text, signal_errors
 from openclaw_trl.serving.ui.chat import (
+    FOCUS_CORRECTION_JS,
     display_assistant,
     event_index,
     feedback_values,
@@ -58,20 +59,11 @@ from openclaw_trl.serving.ui.chat import (
 from openclaw_trl.serving.ui.guide import Guide, correction_prompt, guide_for
 from openclaw_trl.serving.ui.layout import Components, layout
 from openclaw_trl.serving.ui.panel import has_points
-from openclaw_trl.serving.ui.tenants import TenantLookup, TenantViews
+from openclaw_trl.serving.ui.tenants import TenantLookup, TenantViews, signed_in_line
 from openclaw_trl.serving.ui.tenants import correction_window_s as correction_window_s  # re-exported
 from openclaw_trl.serving.ui.versions import VersionControls
 
 STATUS_EVERY_S = 2.0
-FOCUS_CORRECTION_JS = """() => {
-  const prompt = document.getElementById('correction-prompt');
-  const box = document.querySelector('#correction textarea');
-  if (prompt && box && prompt.innerText.trim()) {
-    box.scrollIntoView({block: 'nearest'});
-    box.focus();
-  }
-}"""
-"""After a 👎: bring the correction box into view and focus it (the prompt line is shown only then)."""
 
 
 def _chat(history: list, conv: dict):
@@ -85,7 +77,7 @@ class UiHandlers:
 
     ``UiHandlers(service, sessions, guide, learning)``: the UI of a server with one user.
     ``UiHandlers.per_request(lookup, guide)``: each event acts for the user ``lookup(request)`` returns
-    (``serving.ui_tenants``): every handler declares the ``gr.Request`` Gradio passes it (None when called
+    (``ui.tenants``): every handler declares the ``gr.Request`` Gradio passes it (None when called
     directly, which only the one-user lookup accepts)."""
 
     def __init__(self, service: ChatService, sessions, guide: Guide, learning=None):
@@ -333,7 +325,7 @@ class UiHandlers:
         )
 
     def refresh(self, request: gr.Request = None):
-        """The learning panel's views (``ui_layout.Components.panel``) of the user's own learning, refreshed
+        """The learning panel's views (``layout.Components.panel``) of the user's own learning, refreshed
         every ``STATUS_EVERY_S``: a chart shows once it has data."""
         on = self.lookup(request)
         try:
@@ -381,18 +373,11 @@ def _wire(demo, c: Components, on: UiHandlers) -> None:
     demo.load(on.refresh, outputs=c.panel)
 
 
-def _signed_in(request: gr.Request) -> str:
-    """The line that names the logged-in user (a server with several users)."""
-    return f"Signed in as **{request.username}**: what you teach here shapes your own adapter only."
-
-
 def build_ui(tenants: Mapping[str | None, Tenant], title: str | None = None):
-    """The ``gr.Blocks`` app (mounted at ``/`` by ``openclaw_trl.serving.app``). ``tenants``: ``{None: tenant}``
-    on a server with one user, ``{name: tenant}`` on one with several (behind Gradio's login: each event acts
-    for the logged-in user, ``serving.ui_tenants``). A tenant's chat service answers, its collector takes the
-    per-turn signals and the session switches, its learning control (a ``LearningControl`` or None) backs the
-    panel's version controls (``serving.ui_versions``). ``title``: the browser tab's title (default: the
-    guide's, ``serving.ui_guide``; every user shares the model, so any user's settings and status name it)."""
+    """The ``gr.Blocks`` app (mounted at ``/`` by ``serving.app``). ``tenants``: ``{None: tenant}`` with one
+    user, ``{name: tenant}`` with several (behind Gradio's login, each event for the logged-in user:
+    ``ui.tenants``); a tenant's service answers, its collector takes the signals, its learning control backs the
+    version controls (``ui.versions``). ``title``: the tab's title (default: the guide's, ``ui.guide``)."""
     first = next(iter(tenants.values()), None)
     if first is None:
         raise ValueError("the UI needs at least one tenant")
@@ -409,6 +394,6 @@ def build_ui(tenants: Mapping[str | None, Tenant], title: str | None = None):
         versions.wire(demo)
         if lookup.only is None:  # several users: say whose adapter this page teaches
             signed_in = gr.Markdown(elem_id="signed-in")
-            demo.load(_signed_in, outputs=signed_in)
+            demo.load(signed_in_line, outputs=signed_in)
     demo.queue(default_concurrency_limit=16)
     return demo

@@ -111,3 +111,14 @@ def without_after(conv: dict, user_index: int) -> dict:
         last_turn=last[-1] if last else None,
         target=None,
     )
+
+
+FOCUS_CORRECTION_JS = """() => {
+  const prompt = document.getElementById('correction-prompt');
+  const box = document.querySelector('#correction textarea');
+  if (prompt && box && prompt.innerText.trim()) {
+    box.scrollIntoView({block: 'nearest'});
+    box.focus();
+  }
+}"""
+"""After a 👎: bring the correction box into view and focus it (the prompt line is shown only then)."""

@@ -82,3 +82,8 @@ class TenantLookup:
         if views is None:
             raise gr.Error(NOT_LOGGED_IN)
         return views
+
+
+def signed_in_line(request) -> str:
+    """The line that names the logged-in user (a server with several users; ``request``: Gradio's)."""
+    return f"Signed in as **{request.username}**: what you teach here shapes your own adapter only."

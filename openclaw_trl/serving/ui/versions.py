@@ -4,7 +4,7 @@ learn for me?" (your recent prompts answered by the base model and by the curren
 ``VersionControls.build`` lays the components out inside the panel column; ``wire`` connects their events.
 They call the same ``LearningControl`` as ``/v1/adapters``, ``/v1/adapters/rollback`` and ``/v1/learning``
 (``None`` on a server that does not train: the version part then says so; the comparison still works).
-Each event acts for the user ``lookup(request)`` returns (``serving.ui_tenants``): on a server with several
+Each event acts for the user ``lookup(request)`` returns (``ui.tenants``): on a server with several
 users, the logged-in user's versions, rollback, pause and prompts only.
 """
 

@@ -1,5 +1,5 @@
 """``POST /v1/feedback``: a per-turn signal (``rate``, ``correct``, ``reject``, ``withdraw``) sent to the
-collector that owns them (``openclaw_trl.sessions.signals``); ``serving.api`` describes the wire format."""
+collector that owns them (``openclaw_trl.sessions.signals``); ``serving.protocols`` describes the wire format."""
 
 from __future__ import annotations
 

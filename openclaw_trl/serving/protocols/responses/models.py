@@ -2,7 +2,7 @@
 
 ``model_dump()`` gives the JSON the wire carries and the store keeps (fields in OpenAI's order; ``null`` where
 OpenAI sends ``null``; ``completed_at`` and ``openclaw`` only on a finished response). The request side is
-``responses_schema``, the building of items and stream events ``responses_output``.
+``schema``, the building of items and stream events ``output``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The OpenAI Responses output: the output items of a turn (``responses_models``) and the stream events of
+"""The OpenAI Responses output: the output items of a turn (``models``) and the stream events of
 one response (``ResponseEvents``).
 
 Output items of a turn: a ``reasoning`` item (when the model reasoned; its text in ``content`` as

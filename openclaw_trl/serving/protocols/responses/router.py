@@ -1,4 +1,4 @@
-"""``POST /v1/responses`` and ``GET /v1/responses/{id}`` (the OpenAI Responses API, ``serving.responses``)."""
+"""``POST /v1/responses`` and ``GET /v1/responses/{id}`` (the OpenAI Responses API, ``turns``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The OpenAI Responses request: the fields honoured or refused, input items -> chat messages, function
-tools -> chat tools (the response side is ``responses_output``).
+tools -> chat tools (the response side is ``output``).
 
 A Responses request is turned into the chat request it means (``chat_payload``), so it goes through the same
 validation, limits, chat template, sessions and store as ``/v1/chat/completions``. Every field of OpenAI's
