@@ -217,6 +217,109 @@ def requests_to_send(seen: dict) -> list[tuple[str, str, str, dict, object]]:
             },
         ),
         ("feedback_malformed", "POST", "/v1/feedback", _auth(), b"not json"),
+        (
+            "chat_developer_tool_choice_none",
+            "POST",
+            "/v1/chat/completions",
+            _auth(),
+            {
+                "messages": [
+                    {"role": "developer", "content": "be terse"},
+                    {"role": "user", "content": "weather?"},
+                ],
+                "tools": [WEATHER_TOOL],
+                "tool_choice": "none",
+                "max_tokens": 12,
+            },
+        ),
+        (
+            "chat_bad_session_id",
+            "POST",
+            "/v1/chat/completions",
+            {**_auth(), "X-Session-Id": "bad id!"},
+            _chat(),
+        ),
+        (
+            "responses_developer_role",
+            "POST",
+            "/v1/responses",
+            _auth(),
+            {
+                "input": [{"role": "developer", "content": "be terse"}, {"role": "user", "content": "hi"}],
+                "max_output_tokens": 12,
+            },
+        ),
+        (
+            "responses_long_tool_name",
+            "POST",
+            "/v1/responses",
+            _auth(),
+            {"input": "x", "tools": [{"type": "function", "name": "t" * 129}]},
+        ),
+        ("responses_session_id_int", "POST", "/v1/responses", _auth(), {"input": "x", "session_id": 5}),
+        (
+            "responses_session_done_list",
+            "POST",
+            "/v1/responses",
+            _auth(),
+            {"input": "x", "session_done": [1]},
+        ),
+        (
+            "responses_reasoning_only",
+            "POST",
+            "/v1/responses",
+            _auth(),
+            {
+                "input": [
+                    {"type": "reasoning", "summary": [{"type": "summary_text", "text": "hmm"}]},
+                    {"role": "user", "content": "x"},
+                ]
+            },
+        ),
+        (
+            "responses_unstored",
+            "POST",
+            "/v1/responses",
+            {**_auth(), "X-Session-Id": "replay-private"},
+            {"input": "private please", "store": False, "max_output_tokens": 12},
+        ),
+        (
+            "responses_bad_session_id",
+            "POST",
+            "/v1/responses",
+            {**_auth(), "X-Session-Id": "bad id!"},
+            {"input": "x"},
+        ),
+        (
+            "responses_too_many_tools",
+            "POST",
+            "/v1/responses",
+            _auth(),
+            {"input": "x", "tools": [{"type": "function", "name": f"t{i}"} for i in range(65)]},
+        ),
+        ("responses_unknown_model", "POST", "/v1/responses", _auth(), {"input": "x", "model": "gpt-9"}),
+        (
+            "responses_tool_output",
+            "POST",
+            "/v1/responses",
+            _auth(),
+            {
+                "input": [
+                    {"role": "user", "content": "what is the weather"},
+                    {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+                    {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+                ],
+                "tools": [RESPONSES_TOOL],
+                "max_output_tokens": 12,
+            },
+        ),
+        (
+            "responses_session_named",
+            "POST",
+            "/v1/responses",
+            _auth(),
+            {"input": "named", "session_id": "replay-2", "session_done": True, "max_output_tokens": 12},
+        ),
         ("status_after", "GET", "/v1/status", _auth(), None),
     ]
 
