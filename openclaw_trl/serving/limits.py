@@ -83,7 +83,7 @@ class RequestLimits:
         )
 
     def check_chat(self, payload: dict) -> None:
-        """Counts and sizes of a chat request body (a dict that passed ``ChatRequest`` validation)."""
+        """Counts and sizes of a chat: ``payload["messages"]`` (chat messages, any protocol's), ``tools``, ``stop``."""
         messages = payload["messages"]
         if len(messages) > self.max_messages:
             raise self.over("max_messages", len(messages), "messages", "The number of messages")
