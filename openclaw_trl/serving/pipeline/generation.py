@@ -119,7 +119,7 @@ class ChatGenerator:
 
 
 def as_message(parsed) -> dict:
-    """``decode_completion``'s result (dict or object) -> an OpenAI assistant message dict."""
+    """``decode_completion``'s result (dict or object) -> an assistant message in the internal chat format."""
     get = parsed.get if isinstance(parsed, dict) else lambda k, d=None: getattr(parsed, k, d)
     content = get("content")
     msg: dict[str, Any] = {

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +43,6 @@ class PreparedChat:
     include_usage: bool = False
     candidates: int = 1  # Best-of-N: candidates sampled for this turn (1 = the reply is the one sample)
     created: int = field(default_factory=lambda: int(time.time()))
-    completion_id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex[:24]}")
 
 
 class ChatPreparer:

@@ -1,8 +1,11 @@
 """Streamed turns: ``TurnStream`` (one turn's deltas as they are sampled), ``StreamDecoder`` (token ids ->
-OpenAI deltas) and ``StopTrimmer`` (the ``stop`` text is not returned).
+deltas) and ``StopTrimmer`` (the ``stop`` text is not returned).
 
-The API's SSE stream and the UI both stream through ``TurnStream``; the non-streaming reply trims its decoded
-content with the same ``StopTrimmer``, so every path returns the same text for the same tokens.
+A delta is a dict of the internal chat format's assistant fields: ``content`` / ``reasoning_content`` text, or
+``tool_calls`` entries with their ``index`` (the chat-completions protocol sends them as its chunks' deltas,
+the Responses protocol turns them into its events). Every protocol's stream and the UI stream through
+``TurnStream``; the non-streaming reply trims its decoded content with the same ``StopTrimmer``, so every path
+returns the same text for the same tokens.
 """
 
 from __future__ import annotations
@@ -89,7 +92,7 @@ class StopTrimmer:
 
 
 class StreamDecoder:
-    """Token ids -> OpenAI deltas (``content`` / ``reasoning_content`` / ``tool_calls`` with ``index``).
+    """Token ids -> deltas (``content`` / ``reasoning_content`` / ``tool_calls`` with ``index``).
 
     Wraps ``openclaw_trl.chat``'s incremental decoder + parser, applies the ``stop`` trimming to content
     and accumulates what was streamed: the stored message is exactly what the client saw (tool-call ids

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
@@ -44,10 +45,12 @@ async def chat_completions(request: Request):
     service = service_of(request)
     payload = await json_body(request, service.settings.limits)
     prep = await asyncio.to_thread(prepare, service, payload, request.headers)
+    reply_id = completion_id()
     if prep.stream:
-        return streaming_response(prep, stream_sse(service, prep))
+        return streaming_response(prep, stream_sse(service, prep, reply_id))
     result = await service.complete(prep)
-    return JSONResponse(completion_body(prep, result).model_dump(), headers=turn_headers(prep, result))
+    body = completion_body(prep, result, reply_id)
+    return JSONResponse(body.model_dump(), headers=turn_headers(prep, result))
 
 
 def prepare(service: ChatService, payload, headers) -> PreparedChat:
@@ -55,13 +58,18 @@ def prepare(service: ChatService, payload, headers) -> PreparedChat:
     return service.prepare(turn_request(payload, headers, service.settings))
 
 
-def completion_body(prep: PreparedChat, result: TurnResult) -> ChatCompletion:
+def completion_id() -> str:
+    """A fresh ``chatcmpl-<hex>`` id: the reply's, shared by every chunk of a stream."""
+    return f"chatcmpl-{uuid.uuid4().hex[:24]}"
+
+
+def completion_body(prep: PreparedChat, result: TurnResult, reply_id: str) -> ChatCompletion:
     """The non-streaming ``chat.completion`` object."""
     choice = Choice(
         message=Reply.of(result.message), logprobs=result.logprobs, finish_reason=result.finish_reason
     )
     return ChatCompletion(
-        id=prep.completion_id,
+        id=reply_id,
         created=prep.created,
         model=prep.model,
         system_fingerprint=fingerprint(result.policy_version),
@@ -73,6 +81,7 @@ def completion_body(prep: PreparedChat, result: TurnResult) -> ChatCompletion:
 
 def _chunk(
     prep: PreparedChat,
+    reply_id: str,
     version: int,
     delta: dict,
     finish: str | None = None,
@@ -82,7 +91,7 @@ def _chunk(
     """One ``chat.completion.chunk`` with a single choice."""
     choice = ChunkChoice(delta=AssistantMessage.of(delta), logprobs=logprobs, finish_reason=finish)
     return ChatCompletionChunk(
-        id=prep.completion_id,
+        id=reply_id,
         created=prep.created,
         model=prep.model,
         system_fingerprint=fingerprint(version),
@@ -96,7 +105,7 @@ def _sse(obj: ChatCompletionChunk | dict) -> bytes:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
-async def stream_sse(service: ChatService, prep: PreparedChat) -> AsyncIterator[bytes]:
+async def stream_sse(service: ChatService, prep: PreparedChat, reply_id: str) -> AsyncIterator[bytes]:
     """Real token streaming: each delta leaves as a chunk as soon as its tokens are sampled.
 
     The turn is stored before the final chunk (the one with ``finish_reason``) is sent. A client that
@@ -105,10 +114,10 @@ async def stream_sse(service: ChatService, prep: PreparedChat) -> AsyncIterator[
     version = getattr(service.engine, "policy_version", 0)
     try:
         async with service.stream(prep) as turn:
-            yield _sse(_chunk(prep, version, {"role": "assistant", "content": ""}))
+            yield _sse(_chunk(prep, reply_id, version, {"role": "assistant", "content": ""}))
             async for delta in turn:
-                yield _sse(_chunk(prep, version, delta))
-        for chunk in _final_chunks(prep, turn.result):
+                yield _sse(_chunk(prep, reply_id, version, delta))
+        for chunk in _final_chunks(prep, reply_id, turn.result):
             yield _sse(chunk)
     except ApiError as err:
         yield _sse(error_body(err))
@@ -118,14 +127,16 @@ async def stream_sse(service: ChatService, prep: PreparedChat) -> AsyncIterator[
     yield b"data: [DONE]\n\n"
 
 
-def _final_chunks(prep: PreparedChat, result: TurnResult) -> list[ChatCompletionChunk]:
+def _final_chunks(prep: PreparedChat, reply_id: str, result: TurnResult) -> list[ChatCompletionChunk]:
     """After the turn is stored: the log-probs (when asked), the ``finish_reason`` chunk, the usage (when asked)."""
     version = result.policy_version
     chunks = []
     if result.logprobs is not None:  # the engine streams ids only: log-probs follow in one chunk
-        chunks.append(_chunk(prep, version, {}, logprobs=result.logprobs))
-    chunks.append(_chunk(prep, version, {}, result.finish_reason, openclaw=openclaw_meta(prep, result)))
+        chunks.append(_chunk(prep, reply_id, version, {}, logprobs=result.logprobs))
+    chunks.append(
+        _chunk(prep, reply_id, version, {}, result.finish_reason, openclaw=openclaw_meta(prep, result))
+    )
     if prep.include_usage:
         usage = Usage.of(len(prep.prompt_ids), len(result.generation.token_ids))
-        chunks.append(_chunk(prep, version, {}).model_copy(update={"choices": [], "usage": usage}))
+        chunks.append(_chunk(prep, reply_id, version, {}).model_copy(update={"choices": [], "usage": usage}))
     return chunks
