@@ -36,7 +36,7 @@ from openclaw_trl.config_trl import (
 from openclaw_trl.engines.prefix_cache import DEFAULT_PREFIX_CACHE_MB
 from openclaw_trl.judge import METHODS
 from openclaw_trl.judging import JudgeConfig, QuickJudgeConfig
-from openclaw_trl.serving.openai_schema import RequestLimits
+from openclaw_trl.serving.limits import RequestLimits
 from openclaw_trl.serving.settings import ServerSettings
 from openclaw_trl.sessions import SessionConfig
 from openclaw_trl.trainer.guard import NEUTRAL_PROMPTS, GuardConfig

@@ -325,7 +325,7 @@ def test_hostile_request_is_a_4xx_that_stores_nothing_and_harms_no_other(
     ],
 )
 def test_check_text_names_the_field_and_passes_valid_text(raw_json, param):
-    from openclaw_trl.serving.openai_schema import ApiError
+    from openclaw_trl.serving.errors import ApiError
     from openclaw_trl.serving.text_check import check_text
 
     value = json.loads(raw_json)

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from openclaw_trl.chat import render_prompt_ids
-from openclaw_trl.serving.openai_schema import RequestLimits
+from openclaw_trl.serving.limits import RequestLimits
 from tests._server_helpers import running_stack
 from tests.helpers import tiny_hf_engine
 
@@ -274,17 +274,22 @@ def test_config_validates_the_limits_and_passes_them_on(tmp_path):
 def test_the_ui_path_gets_readable_errors(engine, tmp_path):
     """The Gradio UI calls the same ChatService and collector: over a limit it gets an ApiError whose message it
     shows."""
-    from openclaw_trl.serving.openai_schema import ApiError
-    from openclaw_trl.serving.ui import UiHandlers
-    from openclaw_trl.serving.ui_guide import guide_for
+    from openclaw_trl.serving.errors import ApiError
+    from openclaw_trl.serving.protocols.chat_completions.convert import turn_request  # what the UI sends
+    from openclaw_trl.serving.ui.blocks import UiHandlers
+    from openclaw_trl.serving.ui.guide import guide_for
 
     with running_stack(engine, tmp_path / "store.db", limits=RequestLimits(max_feedback_chars=10)) as stack:
         service = stack.app.state.tenants[None].service
         with pytest.raises(ApiError, match=r"above the limit max_message_chars=100000"):
             service.prepare(
-                {"messages": [{"role": "user", "content": "x" * 100_001}]}, {"x-session-id": "ui"}
+                turn_request(
+                    {"messages": [{"role": "user", "content": "x" * 100_001}]},
+                    {"x-session-id": "ui"},
+                    service.settings,
+                )
             )
-        prep = service.prepare({"messages": USER}, {"x-session-id": "ui"})
+        prep = service.prepare(turn_request({"messages": USER}, {"x-session-id": "ui"}, service.settings))
         result = service.finish(prep, service.generate(prep))
         handlers = UiHandlers(service, stack.collector, guide_for(None))  # the UI's corrections
         conv = {"session_id": "ui", "target": result.turn_id}

@@ -394,7 +394,7 @@ def _poisoned_conversation(store: Store, tokenizer) -> dict[str, int]:
 def test_poison_turn_is_set_aside_after_max_attempts_while_later_turns_are_judged(tmp_path, tiny_tokenizer):
     from openclaw_trl.config import OpenClawConfig
     from openclaw_trl.export import collect_rows
-    from openclaw_trl.serving.ui_panel import PanelViews
+    from openclaw_trl.serving.ui.panel import PanelViews
     from openclaw_trl.status import LearningStatus
 
     path = tmp_path / "s.db"
@@ -523,7 +523,7 @@ def test_judge_and_teacher_prompts_are_bounded(tmp_path, tiny_tokenizer, engine)
 
 
 def test_status_curves_are_numeric_even_when_metrics_arrive_as_strings():
-    from openclaw_trl.serving.ui_panel import hint_frame, reward_frame
+    from openclaw_trl.serving.ui.panel import hint_frame, reward_frame
 
     history = [
         {"step": 1, "reward_mean": "-1"},

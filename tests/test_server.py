@@ -285,7 +285,7 @@ def test_seed_makes_sampling_reproducible(client):
 
 
 def test_context_limit_follows_the_model(engine):
-    from openclaw_trl.serving.chat_prepare import context_limit
+    from openclaw_trl.serving.pipeline.prepare import context_limit
 
     assert context_limit(engine.engine, 10**6) == 2048  # the tiny model's max_position_embeddings
     assert context_limit(engine.engine, 512) == 512
@@ -479,7 +479,7 @@ def test_api_key_also_guards_the_ui(engine, tmp_path, monkeypatch):
 
 def test_stream_decoder_flushes_a_character_cut_by_the_length_limit(tiny_tokenizer):
     """A completion that stops inside a multi-byte character still streams every byte the model produced."""
-    from openclaw_trl.serving.streaming import StreamDecoder
+    from openclaw_trl.serving.pipeline.streaming import StreamDecoder
 
     ids = tiny_tokenizer.encode("ok 🙂", add_special_tokens=False)
     cut = ids[:-1]  # the last byte token of the emoji never came: the text ends mid-character

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from openclaw_trl.serving.openai_schema import RequestLimits
+from openclaw_trl.serving.limits import RequestLimits
 from tests._server_helpers import running_stack, turns
 
 CONTEXT = 256

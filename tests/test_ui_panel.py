@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 from openclaw_trl.compare import distinct_prompt_turns
 from openclaw_trl.records import Feedback
-from openclaw_trl.serving.ui import UiHandlers, correction_window_s
-from openclaw_trl.serving.ui_guide import correction_prompt, guide_for
-from openclaw_trl.serving.ui_panel import (
+from openclaw_trl.serving.ui.blocks import UiHandlers, correction_window_s
+from openclaw_trl.serving.ui.guide import correction_prompt, guide_for
+from openclaw_trl.serving.ui.panel import (
     ROLLBACK,
     SERIES,
     UNDONE,

@@ -114,11 +114,11 @@ def test_each_handler_acts_for_the_logged_in_user(hf_engine, tmp_path):
     learning control the event reaches; a request without a known user is refused."""
     import gradio as gr
 
-    from openclaw_trl.serving.ui import UiHandlers
-    from openclaw_trl.serving.ui_chat import new_conversation
-    from openclaw_trl.serving.ui_guide import guide_for
-    from openclaw_trl.serving.ui_tenants import NOT_LOGGED_IN, TenantLookup
-    from openclaw_trl.serving.ui_versions import VersionControls
+    from openclaw_trl.serving.ui.blocks import UiHandlers
+    from openclaw_trl.serving.ui.chat import new_conversation
+    from openclaw_trl.serving.ui.guide import guide_for
+    from openclaw_trl.serving.ui.tenants import NOT_LOGGED_IN, TenantLookup
+    from openclaw_trl.serving.ui.versions import VersionControls
 
     learning = {name: PausableLearning() for name in KEYS}
     with users_server(hf_engine, tmp_path, learning=learning) as (_url, stores, app):

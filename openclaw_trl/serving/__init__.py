@@ -1,20 +1,24 @@
-"""Serving: the OpenAI-compatible HTTP API and the Gradio UI, both on one ``ChatService``.
+"""Serving: the wire protocols (OpenAI-compatible today) and the Gradio UI, all on one ``ChatService``.
 
-* ``errors``: ``ApiError`` and the OpenAI error body; ``text_check``: request text is valid Unicode.
-* ``openai_schema``: the chat request (models, message normalisation) and ``RequestLimits``;
-  ``openai_response``: the typed reply models (``chat.completion``, chunks, the ``openclaw`` object).
-* ``settings``: ``ServerSettings``, how the server listens, what it serves and which limits it enforces.
-* ``streaming``: token ids -> OpenAI stream deltas (``StreamDecoder``), the ``stop`` trimming, ``TurnStream``.
-* the turn pipeline, one step per module, each handing its result to the next: ``chat_prepare`` (validate,
-  render, open the turn -> ``PreparedChat``), ``generation`` (the engine -> ``Generation``), ``recording``
-  (parse, log-probs, store -> ``TurnResult``); ``chat_service``: ``ChatService`` runs them for API and UI.
-* ``responses_schema`` / ``responses_models`` / ``responses_output`` / ``responses``: the Responses API.
-* ``feedback_schema``: the per-turn signals' body, replies and errors (the signals go to the collector).
-* ``api``: the routes, one module per group: ``api_chat``, ``api_responses``, ``api_feedback``,
-  ``api_status`` (``api_base``: auth and bodies); ``versions_api``: adapter versions and the learning switch.
-* ``ui`` and ``ui_*``: the Gradio chat app (layout, event handlers, the learning panel).
-* ``app``: ``create_app`` (routes + UI + auth on one service), ``ServerThread``, ``serve``, ``open_share_link``.
+* ``pipeline/``: one chat turn, protocol-free: ``turn.TurnRequest`` (what every protocol builds from its own
+  wire body: internal chat messages, tools, sampling values, session fields) -> ``prepare`` (render, context
+  room, open the turn -> ``PreparedChat``) -> ``generation`` (the engine -> ``Generation``) -> ``recording``
+  (parse, log-probs, store -> ``TurnResult``), ``streaming`` (``TurnStream``, ``StreamDecoder``), all run by
+  ``chat_service.ChatService`` for every protocol and the UI; ``results``: the ``openclaw`` object, log-probs.
+* ``protocols/``: one folder per wire protocol (``chat_completions``, ``responses``, ``feedback``,
+  ``control``): its schema, its conversion to ``TurnRequest``, its reply models, its routes and how it renders
+  errors (a ``protocols.base.Protocol``). Adding a protocol = a new folder + one entry in ``app.PROTOCOLS``
+  (``serving.protocols`` says what the folder holds).
+* ``http/``: what every route shares: the key check and the caller's ``Tenant`` (``auth``: key sources, e.g.
+  ``Authorization: Bearer``, or another header a protocol names), the bounded JSON body (``body``), a turn
+  reply's headers and SSE response (``replies``).
+* ``errors`` (``ApiError``, in no wire shape), ``limits`` (``RequestLimits``), ``settings``
+  (``ServerSettings``: how the server listens, what it serves, which limits it enforces), ``text_check``
+  (request text is valid Unicode): the base every other part uses.
+* ``ui/``: the Gradio chat app (``blocks.build_ui``: layout, event handlers, the learning panel).
+* ``app``: ``create_app`` (the protocols' routes + UI + auth on one service), ``ServerThread``, ``serve``,
+  ``open_share_link``.
 
-Imports go one way, from ``app`` down to ``errors`` (a contract in ``pyproject.toml`` lists the layers).
+Imports go one way, from ``app`` down to ``errors`` (contracts in ``pyproject.toml`` list the layers).
 Importing this package imports none of them.
 """

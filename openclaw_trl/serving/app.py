@@ -12,19 +12,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from openclaw_trl.errors import UserError
-from openclaw_trl.serving.api import router
-from openclaw_trl.serving.api_base import Tenant, same_secret
-from openclaw_trl.serving.chat_service import ChatService
-from openclaw_trl.serving.errors import ApiError, error_response
+from openclaw_trl.serving.errors import ApiError
+from openclaw_trl.serving.http.auth import Tenant, same_secret
+from openclaw_trl.serving.pipeline.chat_service import ChatService
+from openclaw_trl.serving.protocols import chat_completions, control, feedback, responses
+from openclaw_trl.serving.protocols.base import Protocol, render_for, unknown_routes
 from openclaw_trl.serving.settings import ServerSettings
-from openclaw_trl.serving.versions_api import versions_router
 from openclaw_trl.users import UserKeys
 
 logger = logging.getLogger(__name__)
 
+PROTOCOLS: tuple[Protocol, ...] = (
+    control.PROTOCOL,
+    chat_completions.PROTOCOL,
+    responses.PROTOCOL,
+    feedback.PROTOCOL,
+)
+"""The wire protocols the app serves (``serving.protocols``): adding one is its folder + one entry here."""
+
 MAX_HEADER_BYTES = 1024 * 1024
 """The request head (request line + headers) uvicorn reads: a larger one gets uvicorn's plain-text 400, a
-smaller one reaches the app, whose limits (e.g. ``max_session_id_chars``) answer in OpenAI's JSON format."""
+smaller one reaches the app, whose limits (e.g. ``max_session_id_chars``) answer in the protocol's JSON format."""
 
 
 def create_app(
@@ -35,20 +43,23 @@ def create_app(
     status: Callable[[], dict] | None = None,
     best_of_n=None,
     learning=None,
+    protocols: tuple[Protocol, ...] = PROTOCOLS,
 ):
-    """The FastAPI app of a server with one user: OpenAI routes + the Gradio UI at ``/`` (when ``settings.ui``).
+    """The FastAPI app of a server with one user: the ``PROTOCOLS``' routes + the Gradio UI at ``/`` (when
+    ``settings.ui``).
 
     ``collector`` attaches next states and writes turns to ``store`` (``openclaw_trl.sessions``);
     ``status()`` returns the learning status for ``/v1/status`` and the learning panel.
     ``best_of_n`` (a ``judging.BestOfN``) samples and quick-judges its ``n`` candidates per trainable turn.
     ``learning`` (a ``LearningControl``, or ``None`` when nothing trains) backs ``/v1/adapters``,
-    ``/v1/learning`` and the UI's version controls. The one user's parts are ``app.state.tenants[None]`` (a
-    ``Tenant``: chat service, collector, learning control); ``app.state.api_key`` is the bearer key (or ``None``).
+    ``/v1/learning`` and the UI's version controls. ``protocols``: the wire protocols served (``PROTOCOLS``).
+    The one user's parts are ``app.state.tenants[None]`` (a ``Tenant``: chat service, collector, learning
+    control); ``app.state.api_key`` is the API key (or ``None``).
     """
     settings = settings or ServerSettings()
     api_key = _resolve_api_key(settings)
     service = ChatService(engine, collector, store, settings, status, best_of_n=best_of_n)
-    app = _api_app({None: Tenant(None, service, collector, learning)}, settings)
+    app = _api_app({None: Tenant(None, service, collector, learning)}, settings, protocols)
     app.state.api_key = api_key
     if settings.ui:
         app = _mount_ui(app, settings, api_key)
@@ -71,7 +82,7 @@ class UserParts:
 
 def create_users_app(users: list[UserParts], user_keys: UserKeys, settings: ServerSettings | None = None):
     """The FastAPI app of a server with several users: the same routes, each request answered by the user
-    its bearer key selects (``app.state.user_keys``; ``api_base.require_api_key``), on that user's own chat
+    its key selects (``app.state.user_keys``; ``http.auth.check_key``), on that user's own chat
     service, collector and learning control (``app.state.tenants``). The UI asks for the user's name and key."""
     settings = settings or ServerSettings()
     tenants = {
@@ -90,8 +101,8 @@ def create_users_app(users: list[UserParts], user_keys: UserKeys, settings: Serv
     return app
 
 
-def _api_app(tenants: dict, settings: ServerSettings):
-    """The FastAPI app with the API routes, answering for ``tenants`` (closed with the app)."""
+def _api_app(tenants: dict, settings: ServerSettings, protocols: tuple[Protocol, ...] = PROTOCOLS):
+    """The FastAPI app with the routes of ``protocols``, answering for ``tenants`` (closed with the app)."""
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI
@@ -104,9 +115,10 @@ def _api_app(tenants: dict, settings: ServerSettings):
 
     app = FastAPI(title="openclaw-trl", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.tenants, app.state.settings, app.state.user_keys = tenants, settings, None
-    _add_error_handlers(app)
-    app.include_router(versions_router)  # before ``router``, whose last route answers unknown /v1/ paths
-    app.include_router(router)
+    _add_error_handlers(app, protocols)
+    for protocol in protocols:
+        app.include_router(protocol.router)
+    app.include_router(unknown_routes)  # last: any other /v1/... path is a 404
     return app
 
 
@@ -123,22 +135,26 @@ def _resolve_api_key(settings: ServerSettings) -> str | None:
     return key
 
 
-def _add_error_handlers(app) -> None:
-    """Every error leaves in OpenAI's format: ``ApiError``s, Starlette's HTTP errors, and crashes (a 500)."""
+def _add_error_handlers(app, protocols: tuple[Protocol, ...]) -> None:
+    """Every error leaves in the shape of the protocol that owns its path (``Protocol.render_error``; OpenAI's
+    elsewhere): ``ApiError``s, Starlette's HTTP errors, and crashes (a 500)."""
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
+    def render(request, err: ApiError):
+        return render_for(request.url.path, protocols)(err)
+
     @app.exception_handler(ApiError)
-    async def _api_error(_request, exc: ApiError):
-        return error_response(exc)
+    async def _api_error(request, exc: ApiError):
+        return render(request, exc)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_request, exc: StarletteHTTPException):
-        return error_response(ApiError(exc.status_code, str(exc.detail), "http_error"))
+    async def _http_error(request, exc: StarletteHTTPException):
+        return render(request, ApiError(exc.status_code, str(exc.detail), "http_error"))
 
     @app.exception_handler(Exception)
-    async def _unexpected(_request, exc: Exception):
+    async def _unexpected(request, exc: Exception):
         logger.exception("unhandled error")
-        return error_response(ApiError(500, f"internal error: {type(exc).__name__}", "server_error"))
+        return render(request, ApiError(500, f"internal error: {type(exc).__name__}", "server_error"))
 
 
 def _mount_ui(app, settings: ServerSettings, api_key: str | None):
@@ -155,7 +171,7 @@ USERS_LOGIN_MESSAGE = "Log in with your user name; your API key is the password.
 def _mount_users_ui(app, tenants: dict, user_keys: UserKeys, settings: ServerSettings):
     """The Gradio UI at ``/`` for several users: the login asks for the user's name and key
     (``UserKeys.check``), and every event of the page acts for the logged-in user only (their conversations,
-    feedback, versions and learning panel; ``serving.ui_tenants``)."""
+    feedback, versions and learning panel; ``serving.ui.tenants``)."""
     return _mount_blocks(app, tenants, settings, user_keys.check, USERS_LOGIN_MESSAGE)
 
 
@@ -164,8 +180,8 @@ def _mount_blocks(app, tenants: dict, settings: ServerSettings, auth, auth_messa
     None: no login); ``app.state.blocks`` is the page."""
     import gradio as gr
 
-    from openclaw_trl.serving.ui import build_ui
-    from openclaw_trl.serving.ui_chat import UI_CSS
+    from openclaw_trl.serving.ui.blocks import build_ui
+    from openclaw_trl.serving.ui.chat import UI_CSS
 
     blocks = build_ui(tenants)
     app = gr.mount_gradio_app(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from openclaw_trl.serving.openai_schema import RequestLimits
+from openclaw_trl.serving.limits import RequestLimits
 
 
 @dataclass
@@ -37,7 +37,7 @@ class ServerSettings:
             ``top_p`` and ``top_k`` apply to the other turns.
             Replies say which temperature was used (``openclaw.temperature``).
         max_tokens_cap: upper bound on ``max_tokens`` whatever the client asks.
-        limits: what one request may carry (``openclaw_trl.serving.openai_schema.RequestLimits``: body size,
+        limits: what one request may carry (``openclaw_trl.serving.protocols.chat_completions.schema.RequestLimits``: body size,
             messages, text, tools, stop strings, session id, feedback text, prompt tokens).
         learn_unstored_responses: learn from Responses requests sent with ``store: false`` (such a response is
             never kept for retrieval by id); off, their conversation is flagged private (stored, never learned from).
