@@ -71,9 +71,12 @@ def test_replay_source_trains_on_recorded_conversations(tmp_path):
         "0",
     ]
     config, model_args, recipe = load_recipe(argv)
+    parsed = (dict(vars(config)), dict(vars(model_args)))
     runtime = build_runtime(config, model_args, recipe)
     runtime.user.trainer.sample_timeout = 120
     metrics = run(runtime)[None]  # the run's only user's
+    assert (vars(config), vars(model_args)) == parsed  # the recipe as parsed: nothing is written back to it
+    assert runtime.config is config and runtime.user.name is None and len(runtime.users) == 1
     # 6 recorded assistant turns, each followed by the user's reaction: 3 thanks (+1), 2 change requests (-1,
     # with the request as hint) and one that only says "Thanks!" after a fix (+1).
     turns = list(runtime.user.store.queries.iter_turns(include_private=True))

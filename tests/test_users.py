@@ -44,6 +44,15 @@ def test_a_run_without_users_has_one_user_named_none_in_the_recipes_folder(tmp_p
     assert args.output_dir == config.output_dir and args.batch_size == config.batch_size
 
 
+def test_a_server_without_user_keys_serves_exactly_one_user_named_none():
+    from openclaw_trl.serving.app import UserParts, create_tenants_app
+
+    two = [UserParts("alice", None, None, None), UserParts("bob", None, None, None)]
+    for users in (two, two[:1], []):
+        with pytest.raises(ValueError, match="exactly one user, named None"):
+            create_tenants_app(users)
+
+
 @pytest.mark.parametrize(
     ("users", "match"),
     [
