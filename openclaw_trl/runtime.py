@@ -177,7 +177,7 @@ def build_user(config: OpenClawConfig, plan: UserPlan, shared: SharedParts, stor
         config,
         store,
         engine,
-        *((parts.collector, parts.scorer, parts.best_of_n, parts.learning, parts.status) if parts else ()),
+        **(vars(parts) if parts is not None else {}),
         trainer=trainer,
         progress=progress,
         resume=resume,
