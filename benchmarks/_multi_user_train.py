@@ -1,10 +1,10 @@
 """The training side of ``multi_user_bench.py``: users' trainers on one shared base, as a run with users builds them.
 
-``build_users`` does what ``users_runtime.build_users_runtime`` does for training: the base loaded once
-(``SharedBase``), one HF engine with ``max_adapters`` = the number of users, and per user a config copy
-(``users.user_config``: their own store and run folder), an ``AdapterView`` of the engine and an
-``OpenClawTrainer`` over ``SharedBase.copy_for_user()`` whose ``update_turns`` is the one shared
-``UpdateTurns``. Each trainer runs ``train()`` in its own thread, as ``run_users`` does; the benchmark then
+``build_users`` builds the users as a run with users does (``runtime.build_user``): the base loaded once
+(``SharedBase``), one HF engine with ``max_adapters`` = the number of users, and per user their own store and
+run folder (``users.user_plan``), an ``AdapterView`` of the engine and an ``OpenClawTrainer`` over
+``SharedBase.copy_for_user()`` whose ``update_turns`` is the one shared ``UpdateTurns``. Each trainer runs
+``train()`` in its own thread, as ``run_training.train_users`` does; the benchmark then
 feeds the stores with judged samples (``trainer_bench.make_samples``) in *phases*:
 
 * **alone**: ``k`` batches for the first user only; the others wait for samples (between updates, never
@@ -90,45 +90,35 @@ def build_users(model_dir: Path, n: int, geometry: dict, updates: list[int], tmp
 
     from openclaw_trl.config import OpenClawConfig
     from openclaw_trl.engines import create_engine
-    from openclaw_trl.engines.views import AdapterView
-    from openclaw_trl.store import Store
-    from openclaw_trl.trainer import OpenClawTrainer
+    from openclaw_trl.run_parts import SharedParts, prepare_start
+    from openclaw_trl.runtime import build_user
     from openclaw_trl.trainer.sharing import SharedBase, UpdateTurns
-    from openclaw_trl.users import UserSpec, user_config
+    from openclaw_trl.users import UserSpec, user_args, user_plan
 
     peft_config = lora_config(lora_r)
     engine = create_engine("hf", model_dir, lora_config=peft_config, max_adapters=n, prefix_cache_mb=0)
     shared = SharedBase.load(str(model_dir), "cpu", dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    config = OpenClawConfig(**openclaw_args(geometry, max(updates), tmp))
     turns = UpdateTurns()
+    parts = SharedParts(str(model_dir), tokenizer, engine, peft_config, base=shared, turns=turns)
     users, rss = [], [rss_bytes()]
     for i in range(n):
         name = f"u{i}"
-        ucfg = user_config(config, UserSpec(name, f"{name.upper()}_KEY"))
-        ucfg.max_steps = updates[i]
-        Path(ucfg.output_dir).mkdir(parents=True, exist_ok=True)
-        store = Store(ucfg.store_path)
-        trainer = OpenClawTrainer(
-            model=shared.copy_for_user(),
-            args=ucfg,
-            store=store,
-            engine=AdapterView(engine, name),
-            processing_class=tokenizer,
-            peft_config=peft_config,
-            sample_timeout=PHASE_TIMEOUT_S,
-            update_turns=turns,
-            user_name=name,
-        )
+        config = OpenClawConfig(**openclaw_args(geometry, updates[i], tmp))  # user i's max_steps
+        plan = user_plan(config, UserSpec(name, f"{name.upper()}_KEY"))
+        args = user_args(config, plan, model_init_kwargs=None)  # the model is the shared base's copy
+        built = build_user(args, plan, parts, *prepare_start(args))
+        trainer = built.trainer
+        trainer.sample_timeout = PHASE_TIMEOUT_S
         counter = UpdateCount()
         trainer.add_callback(counter.callback)
-        users.append(User(name, trainer, store, counter))
+        users.append(User(name, trainer, built.store, counter))
         rss.append(rss_bytes())
     return shared, engine, turns, users, rss
 
 
 def start(users: list[User]) -> None:
-    """One training thread per user (``run_users``); each waits for samples in its store."""
+    """One training thread per user (as ``run_training.train_users``); each waits for samples in its store."""
 
     def train(user: User) -> None:
         try:

@@ -9,6 +9,7 @@ toy model shipped with the package).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -72,7 +73,7 @@ def lora_config(model_args):
     if not model_args.use_peft:
         return None
     if model_args.lora_target_modules is None:
-        model_args.lora_target_modules = "all-linear"
+        model_args = dataclasses.replace(model_args, lora_target_modules="all-linear")
     return get_peft_config(model_args)
 
 
@@ -90,14 +91,14 @@ def load_tokenizer(model_path: str):
         ) from err
 
 
-def set_model_init_kwargs(config: OpenClawConfig, model_args) -> None:
-    """``config.model_init_kwargs`` that load the trainer's model in the recipe's ``dtype`` and quantization."""
+def model_init_kwargs(config: OpenClawConfig, model_args) -> dict | None:
+    """The keyword arguments that load the trainer's model: the recipe's ``model_init_kwargs`` with its
+    ``dtype`` and quantization (None when there are none). Neither argument is changed."""
+    kwargs = dict(config.model_init_kwargs or {})
     if model_args.dtype not in (None, "auto"):
-        config.model_init_kwargs = {**(config.model_init_kwargs or {}), "dtype": model_args.dtype}
+        kwargs["dtype"] = model_args.dtype
     if model_args.load_in_4bit or model_args.load_in_8bit:
         from trl import get_quantization_config
 
-        config.model_init_kwargs = {
-            **(config.model_init_kwargs or {}),
-            "quantization_config": get_quantization_config(model_args),
-        }
+        kwargs["quantization_config"] = get_quantization_config(model_args)
+    return kwargs or None

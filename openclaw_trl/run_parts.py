@@ -1,6 +1,6 @@
-"""The parts every run is made of: its threads (``RunThreads``), its components (``Runtime``, and one
-``UserRuntime`` per user of a run with several users), where its store starts (``prepare_start``) and SIGTERM
-as Ctrl-C (``sigterm_as_interrupt``)."""
+"""The parts every run is made of: its threads (``RunThreads``), what its users share (``SharedParts``), each
+user's components (``UserRuntime``) and the whole run (``Runtime``: the shared parts and a tuple of users),
+where a user's store starts (``prepare_start``) and SIGTERM as Ctrl-C (``sigterm_as_interrupt``)."""
 
 from __future__ import annotations
 
@@ -28,24 +28,50 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class UserRuntime:
-    """One user's components in a run with several users: their config copy (``output_dir`` and
-    ``store_path`` under ``users/<name>``), store, engine (their ``AdapterView`` of the shared engine),
-    collector, scorer, Best-of-N picker, learning control, status, trainer (over a copy of the shared base
-    model) and what it logged."""
+class SharedParts:
+    """What every user of a run is built from: the model's files (``model_path``), tokenizer and LoRA settings,
+    the serving engine (None on the other processes of a multi-process launch), and for training the base
+    weights that several users share (``base``, a ``trainer.sharing.SharedBase``; None: the trainer loads the
+    model from ``model_path``) and their turns to update (``turns``, a ``trainer.sharing.UpdateTurns``; None
+    for the run's only user). ``train`` False builds no trainer. ``judge_fn``: a judge object for the scorers
+    in place of the recipe's."""
 
-    name: str
+    model_path: str
+    tokenizer: object
+    engine: Engine | None
+    peft_config: object = None
+    base: object = None
+    turns: object = None
+    train: bool = True
+    recipe_yaml: str | None = None
+    judge_fn: object = None
+
+
+@dataclass(frozen=True)
+class UserRuntime:
+    """One user's components: their name (None: the run's only user), the config they are built from
+    (``users.user_args``: their folder, store and run name), store, engine (the shared engine, or a named
+    user's ``AdapterView`` of it), collector, scorer, Best-of-N picker, learning control, status, trainer and
+    what it logged. The store, the collector, the scorer, the Best-of-N picker, the learning control and the
+    status exist only in the main process (None on the other processes of a multi-process launch);
+    ``trainer`` is None when built without training."""
+
+    name: str | None
     config: OpenClawConfig
-    store: Store
-    engine: Engine
-    collector: TurnCollector
-    scorer: Scorer
+    store: Store | None
+    engine: Engine | None
+    collector: TurnCollector | None = None
+    scorer: Scorer | None = None
     best_of_n: BestOfN | None = None
     learning: LearningControl | None = None
-    status: LearningStatus | None = None
+    status: LearningStatus | None = None  # called by /v1/status and the UI's learning panel
     trainer: OpenClawTrainer | None = None
     progress: TrainingProgress = field(default_factory=TrainingProgress)
-    resume: str | None = None  # the checkpoint their trainer continues (None: a new run)
+    resume: str | None = None  # the checkpoint their trainer continues (None: a new run); the recipe's
+    # ``resume_from_checkpoint`` when set, else the latest complete one in their ``output_dir``
+    api_key_env: str | None = (
+        None  # the environment variable holding their key (their simulated user sends it)
+    )
 
 
 class RunThreads:
@@ -78,33 +104,27 @@ class RunThreads:
 
 @dataclass(frozen=True)
 class Runtime:
-    """The components of one run, complete when :func:`build_runtime` returns.
-
-    The store, the engine, the collector, the scorer, the Best-of-N picker (``best_of_n > 1``), the learning
-    control (pause, rollback, history) and the status exist only in the main process: they are None on the
-    other processes of a multi-process launch. ``trainer`` is None when built without training. ``progress``
-    is what the trainer has logged (pushed by its ``ProgressCallback``), read by ``status``; ``threads``
-    owns the threads that :func:`run` starts.
-    """
+    """One run, complete when :func:`~openclaw_trl.runtime.build_runtime` returns: the recipe as parsed
+    (``config``, never changed), the model, the tokenizer, the serving engine (shared by every user; None on
+    the other processes of a multi-process launch), its users (one ``UserRuntime`` each; a recipe without
+    ``users`` has one, named None) and ``threads``, which owns the threads that
+    :func:`~openclaw_trl.runtime.run` starts."""
 
     config: OpenClawConfig
     model_name: str  # the recipe's model_name_or_path
     model_path: str  # what is loaded: a Hub id or a local directory (the tiny and toy models are built)
     tokenizer: object
-    store: Store | None = None
     engine: Engine | None = None
-    collector: TurnCollector | None = None
-    scorer: Scorer | None = None
-    best_of_n: BestOfN | None = None
-    learning: LearningControl | None = None
-    status: LearningStatus | None = None  # called by /v1/status and the UI's learning panel
-    trainer: OpenClawTrainer | None = None
-    progress: TrainingProgress = field(default_factory=TrainingProgress)
+    users: tuple[UserRuntime, ...] = ()
     threads: RunThreads = field(default_factory=RunThreads)
-    users: tuple[UserRuntime, ...] = ()  # a run with several users: each one's components (the fields above
-    # that belong to one user are then None; ``engine`` is the shared engine)
-    resume: str | None = None  # the checkpoint the trainer continues (None: a new run); the recipe's
-    # ``resume_from_checkpoint`` when set, else the latest complete one in ``output_dir``
+
+    @property
+    def user(self) -> UserRuntime:
+        """The run's only user (a recipe without ``users``, or with one); ``ValueError`` with several."""
+        if len(self.users) != 1:
+            names = ", ".join(str(u.name) for u in self.users) or "none"
+            raise ValueError(f"this run has {len(self.users)} users ({names}): pick one from runtime.users")
+        return self.users[0]
 
     @property
     def server(self) -> ServerThread | None:
@@ -117,11 +137,7 @@ class Runtime:
     def close(self) -> None:
         """Stop the run's threads, the scorers, the Best-of-N pickers and the engine (the stores stay open)."""
         self.threads.close()
-        for component in (
-            self.scorer,
-            self.best_of_n,
-            *[c for u in self.users for c in (u.scorer, u.best_of_n)],
-        ):
+        for component in (c for u in self.users for c in (u.scorer, u.best_of_n)):
             if component is not None:
                 component.close()
         if self.engine is not None:
@@ -143,8 +159,8 @@ class LearningParts:
 def learning_parts(
     config: OpenClawConfig, engine, store, tokenizer, progress: TrainingProgress, judge_fn=None
 ) -> LearningParts:
-    """The ``LearningParts`` of a run with one user, or of one user of a run with several (``config`` is then
-    the user's copy, ``engine`` their ``AdapterView`` and ``store`` their own)."""
+    """The ``LearningParts`` of one user (``config``: the one they are built from, ``users.user_args``;
+    ``engine``: theirs; ``store``: their own)."""
     from openclaw_trl.judging import Scorer
     from openclaw_trl.serving_stack import make_best_of_n
     from openclaw_trl.sessions import TurnCollector
@@ -159,8 +175,9 @@ def learning_parts(
 
 
 def prepare_start(config: OpenClawConfig):
-    """``(store, StartPoint)``: move an old run aside (``fresh_start``), open the store, bring it to the
-    checkpoint the run continues from, and log where the run starts (its first log line)."""
+    """``(store, StartPoint)`` of one user (``config``: the one they are built from): move their old run aside
+    (``fresh_start``), open their store, bring it to the checkpoint they continue from, and log where they
+    start (the run's first log line)."""
     from openclaw_trl.resume import move_previous_run, start_point
     from openclaw_trl.store import Store
 

@@ -44,14 +44,16 @@ class Simulation:
     api_key: str | None = None  # the bearer key its requests carry (a user's key on a server with users)
 
     @classmethod
-    def from_config(cls, config) -> Simulation:
-        """The fields of an ``OpenClawConfig`` (replies of at most 64 tokens, or ``max_completion_length``)."""
+    def from_config(cls, config, api_key: str | None = None) -> Simulation:
+        """The fields of an ``OpenClawConfig`` (replies of at most 64 tokens, or ``max_completion_length``),
+        its requests carrying ``api_key``."""
         return cls(
             user=config.simulated_user,
             sessions=config.simulated_sessions,
             seed=config.seed,
             model=config.served_model_name,
             max_tokens=min(64, config.max_completion_length or 64),
+            api_key=api_key,
         )
 
 

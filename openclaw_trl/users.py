@@ -123,18 +123,79 @@ def user_dir(output_dir: str | Path, name: str) -> Path:
     return Path(output_dir) / USERS_DIR / name
 
 
-def user_config(config, spec: UserSpec):
-    """A copy of ``config`` for one user: their ``output_dir`` and ``store_path`` under ``users/<name>``,
-    no ``users`` (each component built from it serves that user alone) and their ``simulated_user``."""
-    out = copy.copy(config)
+@dataclass(frozen=True)
+class UserPlan:
+    """Where one user of a run keeps what they teach, derived from the recipe (which stays as parsed).
+
+    name: the user's name, or None for the run's only user (a recipe without ``users``).
+    output_dir, store_path, logging_dir, run_name: their run folder, store, TensorBoard folder and run name
+        (``<output_dir>/users/<name>/...`` for a named user; the recipe's own for the run's only user).
+    simulated_user: the simulated user class that talks as them with ``source: simulated``.
+    api_key_env: the environment variable holding their API key (None: the server needs no key).
+    """
+
+    name: str | None
+    output_dir: str
+    store_path: str
+    logging_dir: str | None
+    run_name: str | None
+    simulated_user: str | None
+    api_key_env: str | None
+
+
+def user_plan(config, spec: UserSpec) -> UserPlan:
+    """The plan of user ``spec`` of ``config``'s run: their folder ``<output_dir>/users/<name>/`` holds their
+    store, checkpoints, adapter and metrics; their run name is ``<run_name>-<name>``."""
     folder = user_dir(config.output_dir, spec.name)
-    out.output_dir = str(folder)
-    out.logging_dir = str(folder / "runs") if getattr(config, "logging_dir", None) else None
-    out.store_path = str(folder / "openclaw.sqlite")
-    out.users = None
-    out.run_name = f"{config.run_name}-{spec.name}" if config.run_name else spec.name
-    if spec.simulated_user:
-        out.simulated_user = spec.simulated_user
+    return UserPlan(
+        name=spec.name,
+        output_dir=str(folder),
+        store_path=str(folder / "openclaw.sqlite"),
+        logging_dir=str(folder / "runs") if getattr(config, "logging_dir", None) else None,
+        run_name=f"{config.run_name}-{spec.name}" if config.run_name else spec.name,
+        simulated_user=spec.simulated_user or config.simulated_user,
+        api_key_env=spec.api_key_env,
+    )
+
+
+def plan_users(config) -> tuple[UserPlan, ...]:
+    """One plan per user of ``config``'s run: one per entry of ``users``, or, without ``users``, the run's only
+    user (``name`` None) with the recipe's own folder, store and key."""
+    specs = config.user_specs
+    if specs:
+        return tuple(user_plan(config, spec) for spec in specs)
+    only = UserPlan(
+        name=None,
+        output_dir=config.output_dir,
+        store_path=config.store_path,
+        logging_dir=getattr(config, "logging_dir", None),
+        run_name=config.run_name,
+        simulated_user=config.simulated_user,
+        api_key_env=config.api_key_env,
+    )
+    return (only,)
+
+
+def user_args(config, plan: UserPlan, model_init_kwargs: dict | None):
+    """The config every component of ``plan``'s user is built from: ``config`` with the user's folder, store,
+    run name and simulated user, no ``users`` (each component serves that user alone), and the
+    ``model_init_kwargs`` their trainer loads the model with (None: the trainer gets a model already built).
+
+    The trainer is TRL's and reads these fields from its arguments, so the user's values go into a config of
+    their own. It is a shallow copy with those fields set, made here only: ``dataclasses.replace`` would run
+    ``__post_init__`` again, which refuses the fields it derived itself (the batch geometry). ``config`` itself
+    is never changed.
+    """
+    out = copy.copy(config)
+    vars(out).update(
+        output_dir=plan.output_dir,
+        store_path=plan.store_path,
+        logging_dir=plan.logging_dir,
+        run_name=plan.run_name,
+        simulated_user=plan.simulated_user,
+        users=None,
+        model_init_kwargs=model_init_kwargs,
+    )
     return out
 
 

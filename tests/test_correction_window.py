@@ -291,7 +291,7 @@ def test_the_offline_demo_learns_the_correction_typed_after_a_thumbs_down(tmp_pa
     thread.start()
     try:
         wait_until(lambda: runtime.server is not None and runtime.server.server.started, 300, "the server")
-        url, store = runtime.server.url, runtime.store
+        url, store = runtime.server.url, runtime.user.store
         client = _client(url)
         liked, _ = _chat(client, "demo-1", [{"role": "user", "content": "Tell me about apples."}])
         disliked, _ = _chat(client, "demo-2", [{"role": "user", "content": "Tell me about pears."}])

@@ -71,20 +71,23 @@ def test_replay_source_trains_on_recorded_conversations(tmp_path):
         "0",
     ]
     config, model_args, recipe = load_recipe(argv)
+    parsed = (dict(vars(config)), dict(vars(model_args)))
     runtime = build_runtime(config, model_args, recipe)
-    runtime.trainer.sample_timeout = 120
-    metrics = run(runtime)
+    runtime.user.trainer.sample_timeout = 120
+    metrics = run(runtime)[None]  # the run's only user's
+    assert (vars(config), vars(model_args)) == parsed  # the recipe as parsed: nothing is written back to it
+    assert runtime.config is config and runtime.user.name is None and len(runtime.users) == 1
     # 6 recorded assistant turns, each followed by the user's reaction: 3 thanks (+1), 2 change requests (-1,
     # with the request as hint) and one that only says "Thanks!" after a fix (+1).
-    turns = list(runtime.store.queries.iter_turns(include_private=True))
+    turns = list(runtime.user.store.queries.iter_turns(include_private=True))
     assert len(turns) == 6 and all(t.next_state for t in turns)
     assert metrics["policy_version"] == 1 and metrics["rl/nonzero_reward_rate"] == 1.0
-    samples = list(runtime.store.queries.iter_samples(include_private=True))
+    samples = list(runtime.user.store.queries.iter_samples(include_private=True))
     assert len(samples) == 6 and sum(s.consumed_step == 1 for s in samples) == 4
     assert sorted(s.reward for s in samples) == [-1, -1, 1, 1, 1, 1]
     assert sum(bool(s.has_hint) for s in samples) == 2
     # the status the server shows holds what the trainer logged (pushed to it, never read from the trainer)
-    status = runtime.status()
+    status = runtime.user.status()
     assert status["last_metrics"] == metrics and [h["step"] for h in status["history"]] == [1]
     assert status["history"][0]["reward_mean"] == metrics["reward"] and status["policy_version"] == 1
 

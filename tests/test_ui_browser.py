@@ -199,16 +199,16 @@ def test_toy_demo_learns_the_bulleted_style_from_clicks(toy_demo_model, tmp_path
     argv = ["--config", "recipes/toy_offline.yaml", "--output_dir", str(tmp_path / "run")]
     argv += ["--save_strategy", "no", "--adapter_history", "0", "--max_steps", str(TOY_UPDATES)]
     runtime = build_runtime(*load_recipe(argv))
-    trainer = threading.Thread(target=runtime.trainer.train, daemon=True)
+    trainer = threading.Thread(target=runtime.user.trainer.train, daemon=True)
     try:
-        runtime.scorer.start()
+        runtime.user.scorer.start()
         server = start_server(runtime, port=0, ui=True)
         trainer.start()
         wait = WebDriverWait(driver, 60)
         driver.get(server.url + "/")
         replies = []  # (policy version that answered, bulleted, liked)
         for _ in range(TOY_MAX_ROUNDS):
-            replies.append(_ask_and_rate(driver, wait, runtime.store, bullets))
+            replies.append(_ask_and_rate(driver, wait, runtime.user.store, bullets))
             final = [bulleted for version, bulleted, _ in replies if version == TOY_UPDATES]
             if replies[-1][2] and final:
                 ARTIFACTS.mkdir(exist_ok=True)  # a bulleted answer of the final policy, 👍 recorded
@@ -223,7 +223,7 @@ def test_toy_demo_learns_the_bulleted_style_from_clicks(toy_demo_model, tmp_path
         assert sum(final) >= 6, f"bulleted among the last {TOY_LAST_K} replies: {sum(final)}; all: {replies}"
         base = json.loads((toy_demo_model / META_FILE).read_text())["metrics"]["bare"]["rate"]
         assert base < 0.5  # before any update, bulleted answers are a minority (about 1 in 4)
-        assert not trainer.is_alive() and runtime.trainer.state.global_step == TOY_UPDATES
+        assert not trainer.is_alive() and runtime.user.trainer.state.global_step == TOY_UPDATES
     finally:
         runtime.close()
         trainer.join(timeout=60)

@@ -59,10 +59,10 @@ def test_demo_explains_itself_and_learns_the_correction_after_a_dislike(demo_cac
 
     argv = ["--config", "recipes/toy_offline.yaml", "--output_dir", str(tmp_path / "run"), "--max_steps", "1"]
     runtime = build_runtime(*load_recipe(argv))
-    trainer = threading.Thread(target=runtime.trainer.train, daemon=True)
-    store = runtime.store
+    trainer = threading.Thread(target=runtime.user.trainer.train, daemon=True)
+    store = runtime.user.store
     try:
-        runtime.scorer.start()
+        runtime.user.scorer.start()
         server = start_server(runtime, port=0, ui=True)
         trainer.start()
         wait = WebDriverWait(driver, DEADLINE_S)
@@ -97,7 +97,9 @@ def test_demo_explains_itself_and_learns_the_correction_after_a_dislike(demo_cac
         driver.find_element(By.CSS_SELECTOR, "#chat button[aria-label='Dislike']").click()
         wait.until(lambda d: "What should it have said?" in text("correction-prompt"))
         assert f"on turn {disliked}" in text("correction-prompt")
-        if getattr(runtime.collector.config, "correction_window_s", 0):  # the server holds the 👎 that long
+        if getattr(
+            runtime.user.collector.config, "correction_window_s", 0
+        ):  # the server holds the 👎 that long
             assert "s (and before your next message) replaces the 👎" in text("correction-prompt")
             wait.until(lambda d: "Waiting for a correction: 1 rating" in text("learning-status"))
         box = driver.find_element(By.CSS_SELECTOR, "#correction textarea")
@@ -122,7 +124,7 @@ def test_demo_explains_itself_and_learns_the_correction_after_a_dislike(demo_cac
         assert not text("correction-prompt")  # a 👍 offers no correction
 
         trainer.join(timeout=DEADLINE_S)
-        assert not trainer.is_alive() and runtime.trainer.state.global_step == 1
+        assert not trainer.is_alive() and runtime.user.trainer.state.global_step == 1
         trained = {s.turn_id: s for s in store.queries.iter_samples() if s.consumed_step == 1}
         assert set(trained) == {disliked, liked}
         assert (

@@ -2,7 +2,7 @@
 ``tests/test_ui_browser.py``) and without one.
 
 Two users, alice and bob, share one tiny HF engine, each through their ``AdapterView``, with their own store,
-collector and status (``serving.app.create_users_app``). The page is behind Gradio's login (the user's name,
+collector and status (``serving.app.create_tenants_app``). The page is behind Gradio's login (the user's name,
 their API key as the password): a wrong password is refused; alice chats and 👍s an answer, which lands in
 her store only; bob, logged in from a second browser at the same time, sees none of alice's conversation, and
 his learning panel shows his own hints and feedback. Without a browser: the login refuses bad credentials
@@ -54,9 +54,9 @@ def hf_engine(tiny_model_dir):
 
 @contextlib.contextmanager
 def users_server(engine, root, learning=None):
-    """alice and bob on one server (``create_users_app``, the UI on): yields (url, {name: store}, app)."""
+    """alice and bob on one server (``create_tenants_app``, the UI on): yields (url, {name: store}, app)."""
     from openclaw_trl.engines.views import AdapterView
-    from openclaw_trl.serving.app import ServerThread, UserParts, create_users_app
+    from openclaw_trl.serving.app import ServerThread, UserParts, create_tenants_app
     from openclaw_trl.serving.settings import ServerSettings
     from openclaw_trl.sessions import TurnCollector
     from openclaw_trl.store import Store
@@ -78,7 +78,7 @@ def users_server(engine, root, learning=None):
             )
         )
     keys = UserKeys((UserSpec("alice", "ALICE_KEY"), UserSpec("bob", "BOB_KEY")), environ=ENVIRON)
-    app = create_users_app(parts, keys, ServerSettings(ui=True, default_max_tokens=8))
+    app = create_tenants_app(parts, ServerSettings(ui=True, default_max_tokens=8), keys)
     server = ServerThread(app).start()
     try:
         yield server.url, stores, app

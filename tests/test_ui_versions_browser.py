@@ -67,11 +67,11 @@ def test_rollback_and_pause_from_the_panel(tmp_path, driver):  # noqa: F811
     # Pause: samples queue, no update; the chat still answers; then resume and the update runs.
     driver.find_element(By.CSS_SELECTOR, "#pause-learning input").click()
     wait.until(lambda d: "Learning paused" in text("versions-notice"))
-    assert run.runtime.store.versions.learning_paused()
+    assert run.runtime.user.store.versions.learning_paused()
     run.add_samples(2, seed=2)
-    learning = run.runtime.learning
+    learning = run.runtime.user.learning
     wait_until(
-        lambda: learning.trainer_state == "paused" and run.runtime.store.queue.count_waiting() == 2,
+        lambda: learning.trainer_state == "paused" and run.runtime.user.store.queue.count_waiting() == 2,
         300,
         "the pause",
     )
@@ -85,4 +85,4 @@ def test_rollback_and_pause_from_the_panel(tmp_path, driver):  # noqa: F811
     driver.find_element(By.CSS_SELECTOR, "#pause-learning input").click()
     wait.until(lambda d: "Learning resumed" in text("versions-notice"))
     run.join()  # the update after resuming is the run's last (max_steps 4)
-    assert run.version == 4 and not run.runtime.store.versions.learning_paused()
+    assert run.version == 4 and not run.runtime.user.store.versions.learning_paused()

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from openclaw_trl.errors import UserError
-from openclaw_trl.users import UserKeys, find_user, parse_users, user_config
+from openclaw_trl.users import UserKeys, find_user, parse_users, plan_users, user_args
 
 TWO = [{"name": "alice", "api_key_env": "ALICE_KEY"}, {"name": "bob", "api_key_env": "BOB_KEY"}]
 
@@ -26,11 +26,31 @@ def _config(tmp_path, **fields):
 def test_users_get_their_own_folder_and_store(tmp_path):
     config = _config(tmp_path, users=TWO)
     assert config.max_adapters == 2
-    alice = user_config(config, config.user_specs[0])
-    assert alice.output_dir == str(tmp_path / "run" / "users" / "alice")
+    plan = plan_users(config)[0]
+    assert plan.name == "alice" and plan.api_key_env == TWO[0]["api_key_env"]
+    alice = user_args(config, plan, model_init_kwargs=None)
+    assert alice.output_dir == plan.output_dir == str(tmp_path / "run" / "users" / "alice")
     assert alice.store_path == str(tmp_path / "run" / "users" / "alice" / "openclaw.sqlite")
     assert alice.users is None and alice.run_name == "run-alice"
     assert config.output_dir == str(tmp_path / "run") and config.users == TWO  # the recipe's is untouched
+
+
+def test_a_run_without_users_has_one_user_named_none_in_the_recipes_folder(tmp_path):
+    config = _config(tmp_path)
+    (only,) = plan_users(config)
+    assert only.name is None and only.output_dir == config.output_dir and only.store_path == config.store_path
+    args = user_args(config, only, model_init_kwargs={"dtype": "float32"})
+    assert args.model_init_kwargs == {"dtype": "float32"} and config.model_init_kwargs is None  # a copy
+    assert args.output_dir == config.output_dir and args.batch_size == config.batch_size
+
+
+def test_a_server_without_user_keys_serves_exactly_one_user_named_none():
+    from openclaw_trl.serving.app import UserParts, create_tenants_app
+
+    two = [UserParts("alice", None, None, None), UserParts("bob", None, None, None)]
+    for users in (two, two[:1], []):
+        with pytest.raises(ValueError, match="exactly one user, named None"):
+            create_tenants_app(users)
 
 
 @pytest.mark.parametrize(

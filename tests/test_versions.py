@@ -47,7 +47,7 @@ class LiveRun:
             lambda: self.runtime.server is not None and self.runtime.server.server.started, 300, "the server"
         )
         self.url = self.runtime.server.url
-        learning = self.runtime.learning
+        learning = self.runtime.user.learning
         wait_until(lambda: learning.trainer_state in ("waiting for samples", "paused"), 300, "the trainer")
         self.client = openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0)
 
@@ -55,7 +55,7 @@ class LiveRun:
         from openclaw_trl.runtime import run
 
         try:
-            self.result = run(self.runtime)
+            self.result = run(self.runtime)[None]
         except BaseException as err:  # reported by join()
             self.error = err
 
@@ -65,7 +65,7 @@ class LiveRun:
 
     def add_samples(self, n: int, seed: int) -> None:
         """``n`` samples sampled by the served policy (so their log-probs are genuine)."""
-        engine, store = self.runtime.engine, self.runtime.store
+        engine, store = self.runtime.engine, self.runtime.user.store
         gen = torch.Generator().manual_seed(seed)
         for i in range(n):
             prompt = torch.randint(10, 1500, (10 + i,), generator=gen).tolist()
@@ -89,7 +89,7 @@ class LiveRun:
         self.add_samples(2 * (version - self.version), seed)
         if last:
             self.join()
-        learning = self.runtime.learning
+        learning = self.runtime.user.learning
         ready = lambda: self.version == version and learning.trainer_state == "waiting for samples"  # noqa: E731
         wait_until(lambda: last or ready(), 300, f"policy version {version}")
 
@@ -167,14 +167,14 @@ def test_rollback_serves_and_trains_from_the_restored_version_and_survives_a_res
     }
     assert run.version == 4
     reasons = [
-        s.dropped_reason for s in run.runtime.store.queries.iter_samples() if s.consumed_step in (2, 3)
+        s.dropped_reason for s in run.runtime.user.store.queries.iter_samples() if s.consumed_step in (2, 3)
     ]
     assert len(reasons) == 4 and all(r == "rolled_back: version 1 restored as version 4" for r in reasons)
 
     # The next reply is produced by version 1's weights: its log-probs are those of a fresh load of checkpoint-1.
     reply = _reply(run, "hello after the rollback")
     assert reply.system_fingerprint == "openclaw-v4"
-    turn = run.runtime.store.conversations.get_turn(reply.model_extra["openclaw"]["turn_id"])
+    turn = run.runtime.user.store.conversations.get_turn(reply.model_extra["openclaw"]["turn_id"])
     assert turn.policy_version == 4
     args = (run.runtime.model_path, turn.prompt_ids, turn.completion_ids, turn.temperature)
     fresh, fresh_all = _fresh_logprobs(args[0], out / "checkpoint-1", *args[1:])
@@ -187,7 +187,7 @@ def test_rollback_serves_and_trains_from_the_restored_version_and_survives_a_res
     assert (three - served).abs().max() > 1e-2  # version 3 would have answered differently
 
     # Training continues from version 1: the optimizer state is checkpoint-1's, and the next update builds on it.
-    trainer = run.runtime.trainer
+    trainer = run.runtime.user.trainer
     in_memory = {
         k: {n: t.cpu() for n, t in v.items()} for k, v in trainer.optimizer.state_dict()["state"].items()
     }
@@ -212,9 +212,11 @@ def test_rollback_serves_and_trains_from_the_restored_version_and_survives_a_res
         (0, None),
     ]
     assert listed["data"][0]["serving"] and all(v["restorable"] for v in listed["data"])
-    assert again.runtime.store.queue.count_waiting() == 0  # the rolled-back samples stay out of the queue
+    assert (
+        again.runtime.user.store.queue.count_waiting() == 0
+    )  # the rolled-back samples stay out of the queue
     reply = _reply(again, "hello after the restart")
-    turn = again.runtime.store.conversations.get_turn(reply.model_extra["openclaw"]["turn_id"])
+    turn = again.runtime.user.store.conversations.get_turn(reply.model_extra["openclaw"]["turn_id"])
     fresh, _ = _fresh_logprobs(
         again.runtime.model_path, out / "checkpoint-5", turn.prompt_ids, turn.completion_ids, 1.0
     )

@@ -121,11 +121,13 @@ def run_seed(seed: int, updates: int, answers: int, overrides: list[str], work: 
     started, user = time.perf_counter(), None
     try:
         server = start_server(runtime, port=0, ui=False)
-        user = LockstepUser(runtime, server.url, settings, seed, True, toy_world.TOPICS, schedule="lockstep")
-        runtime.trainer.store = budgeted_store(runtime.store, user.start())
-        runtime.trainer.add_callback(probe_callback(user, curve, measure))
+        user = LockstepUser(
+            runtime.user, server.url, settings, seed, True, toy_world.TOPICS, schedule="lockstep"
+        )
+        runtime.user.trainer.store = budgeted_store(runtime.user.store, user.start())
+        runtime.user.trainer.add_callback(probe_callback(user, curve, measure))
         try:
-            runtime.trainer.train()
+            runtime.user.trainer.train()
         except BudgetExhausted:
             log.info("seed %d: the conversation budget ran out after %d updates", seed, len(curve.rates) - 1)
     finally:
@@ -133,7 +135,7 @@ def run_seed(seed: int, updates: int, answers: int, overrides: list[str], work: 
             user.close()
         runtime.stop_event.set()
         runtime.close()
-    updates = [e for e in runtime.trainer.state.log_history if "reward" in e]
+    updates = [e for e in runtime.user.trainer.state.log_history if "reward" in e]
     held = [e.get("guard/held", 0.0) for e in updates]
     return {
         "guard": [{k: e[k] for k in e if k.startswith("guard/") or k == "time/update_s"} for e in updates],

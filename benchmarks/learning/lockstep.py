@@ -35,8 +35,8 @@ SCHEDULES = ("lockstep", "live")
 class LockstepUser:
     """Drives conversations over HTTP while the trainer waits for its next batch, then pauses.
 
-    ``runtime`` needs ``config``, ``store`` and ``scorer``: a run's ``Runtime``, or one user's
-    ``UserRuntime`` of a run with users (with that user's ``api_key``).
+    ``runtime`` needs ``config``, ``store`` and ``scorer``: one user's ``UserRuntime`` (in a run with
+    ``users``, with that user's ``api_key``).
 
     After each conversation every ready turn is judged (``lockstep``: after every reply, in this thread;
     ``live``: it wakes the scorer thread and waits), so the count of waiting samples is exact when it

@@ -233,7 +233,7 @@ def served_scorer(spec: Row, runtime, seed: int, first_hint_only: bool = False):
     if spec.oracle:
         return proxy_scorer(StyleProxy(preferred=spec.preference, seed=seed))
     if first_hint_only:
-        first = runtime.store.queries.recent_hints(1_000_000)[:1]
+        first = runtime.user.store.queries.recent_hints(1_000_000)[:1]
         tokenizer = runtime.engine.tokenizer
         judge = HintMemory(
             lambda n: first,
@@ -246,7 +246,7 @@ def served_scorer(spec: Row, runtime, seed: int, first_hint_only: bool = False):
         )
     else:
         judge = make_quick_judge(
-            config, engine=runtime.engine, tokenizer=runtime.engine.tokenizer, store=runtime.store
+            config, engine=runtime.engine, tokenizer=runtime.engine.tokenizer, store=runtime.user.store
         )
     return quick_judge_scorer(judge, runtime.config.temperature)
 
@@ -269,7 +269,7 @@ def make_measure(spec: Row, runtime, settings: BenchSettings, seed: int, result:
                 runtime.engine, settings, spec.best_of, score, spec.preference, f"eval-{seed}"
             )
             if result.served_after_hint is None and (
-                spec.quick_judge != "memory" or runtime.store.queries.recent_hints(1)
+                spec.quick_judge != "memory" or runtime.user.store.queries.recent_hints(1)
             ):
                 if spec.quick_judge == "memory":
                     score = served_scorer(spec, runtime, seed, first_hint_only=True)
@@ -311,19 +311,19 @@ def run_one(
 
     user = None
     try:
-        runtime.trainer.remove_callback(PrinterCallback)  # metrics go to the JSON, not the terminal
-        runtime.trainer.sample_timeout = settings.sample_timeout_s
+        runtime.user.trainer.remove_callback(PrinterCallback)  # metrics go to the JSON, not the terminal
+        runtime.user.trainer.sample_timeout = settings.sample_timeout_s
         if settings.schedule == "live":
-            runtime.scorer.start()  # lockstep: the user judges each turn itself (lockstep.py)
+            runtime.user.scorer.start()  # lockstep: the user judges each turn itself (lockstep.py)
         server = start_server(runtime, port=0, ui=False)
         feedback = spec.backend == "feedback"
         user = LockstepUser(
-            runtime, server.url, settings, seed, feedback, LEARNING_TOPICS, schedule=settings.schedule
+            runtime.user, server.url, settings, seed, feedback, LEARNING_TOPICS, schedule=settings.schedule
         ).start()
-        runtime.trainer.store = budgeted_store(runtime.store, user)
-        runtime.trainer.add_callback(probe_callback(user, result, measure))
+        runtime.user.trainer.store = budgeted_store(runtime.user.store, user)
+        runtime.user.trainer.add_callback(probe_callback(user, result, measure))
         try:
-            runtime.trainer.train()
+            runtime.user.trainer.train()
         except BudgetExhausted:
             result.stopped_early = True
             log.info(
@@ -337,11 +337,11 @@ def run_one(
     if user is not None and user.error is not None:
         raise RuntimeError(f"the simulated user failed: {user.error!r}") from user.error
     result.first_ok = list(user.first_ok) if user is not None else []
-    result.policy_version = runtime.trainer.state.global_step
-    result.samples_used = runtime.trainer.samples_used
+    result.policy_version = runtime.user.trainer.state.global_step
+    result.samples_used = runtime.user.trainer.samples_used
     result.trainer_metrics = [
         {k: e[k] for k in TRAINER_KEYS if k in e} | {"step": e.get("step")}
-        for e in runtime.trainer.state.log_history
+        for e in runtime.user.trainer.state.log_history
         if "reward" in e
     ]
     result.seconds = round(time.perf_counter() - started, 1)

@@ -10,7 +10,7 @@ recipe's ``simulated_user`` of each says) with the learning benchmark's best set
 (``run.py``'s ``combine+bo4+memory`` row: Combine, Best-of-4 with the ``memory`` quick judge, ``scale_rewards:
 group``, the benchmark's optimizer and baseline (``run.BenchSettings``), LoRA r 8, batches of 8, judge noise 0),
 for :data:`UPDATES`
-updates per user. Everything goes through the multi-user path (``openclaw_trl.users_runtime``): one engine
+updates per user. Everything goes through the run of a recipe with users (``openclaw_trl.runtime``): one engine
 serving both adapters, one shared copy of the base weights, one training thread per user taking turns on
 the device, each user's store, scorer and Best-of-N picker; each simulated user talks to the one server with
 their own bearer key, paced as in ``run.py`` (``lockstep.py``: a user talks only while their trainer waits
@@ -44,7 +44,6 @@ import logging
 import os
 import secrets
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -171,8 +170,8 @@ def run_two_users(settings: BenchSettings, seed: int, out_dir: Path, model: str 
     from transformers.trainer_callback import PrinterCallback
 
     from openclaw_trl.engines.views import AdapterView
-    from openclaw_trl.runtime import build_runtime
-    from openclaw_trl.users_runtime import _train_user, start_users_server, stop_users
+    from openclaw_trl.run_training import stop_users, train_users
+    from openclaw_trl.runtime import build_runtime, start_server
 
     started = time.perf_counter()
     set_seed(seed)
@@ -180,7 +179,7 @@ def run_two_users(settings: BenchSettings, seed: int, out_dir: Path, model: str 
     runtime = build_runtime(config, model_args, recipe)
     prefs = {u.name: user_preference(u.config) for u in runtime.users}
     names = list(prefs)
-    curves, talkers, results, failures = {}, {}, {}, {}
+    curves, talkers = {}, {}
     try:
         for i, user in enumerate(runtime.users):
             other = prefs[names[1 - i]]
@@ -195,7 +194,7 @@ def run_two_users(settings: BenchSettings, seed: int, out_dir: Path, model: str 
             curves[user.name] = UserCurve(run, other)
         for user in runtime.users:
             user.scorer.start()
-        server = start_users_server(runtime, port=0, ui=False)
+        server = start_server(runtime, port=0, ui=False)
         for i, user in enumerate(runtime.users):
             mine = dataclasses.replace(settings, preferred=prefs[user.name])
             talker = LockstepUser(
@@ -215,20 +214,9 @@ def run_two_users(settings: BenchSettings, seed: int, out_dir: Path, model: str 
             trainer.store = budgeted_store(user.store, talker)
             measure = make_measure(user, curves[user.name], mine, started)
             trainer.add_callback(probe_callback(talker, curves[user.name].run, measure))
-        # the training threads of ``run_users`` (which would also start the recipe's free-running simulated
-        # users: here each user talks in lock-step with their trainer instead)
-        threads = [
-            threading.Thread(
-                target=_train_user, args=(u, results, failures), name=f"train-{u.name}", daemon=True
-            )
-            for u in runtime.users
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        for name, err in failures.items():
-            raise RuntimeError(f"the training of {name} failed: {err!r}") from err
+        # the training of ``run`` without its source (which would also start the recipe's free-running
+        # simulated users: here each user talks in lock-step with their trainer instead)
+        train_users(runtime)
         train_seconds = time.perf_counter() - started
         for talker in talkers.values():
             talker.close()

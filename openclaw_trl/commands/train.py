@@ -185,14 +185,12 @@ def run_argv(argv: list[str], prog: str = "openclaw-trl train") -> int:
     # terminal has the stop line already
     if sys.stdout.isatty():
         return 0
-    if runtime.users:  # one entry per user: {"users": {name: {"policy_version", "metrics"}}}
-        summary = {
-            u.name: {"policy_version": u.trainer.state.global_step, "metrics": metrics.get(u.name, {})}
-            for u in runtime.users
-        }
+    summary = {
+        u.name: {"policy_version": u.trainer.state.global_step, "metrics": metrics.get(u.name, {})}
+        for u in runtime.users
+    }
+    if config.users:  # one entry per user: {"users": {name: {"policy_version", "metrics"}}}
         print(json.dumps({"users": summary}, default=str))
-    elif runtime.trainer.accelerator.is_main_process:
-        print(
-            json.dumps({"policy_version": runtime.trainer.state.global_step, "metrics": metrics}, default=str)
-        )
+    elif runtime.user.trainer.accelerator.is_main_process:
+        print(json.dumps(summary[None], default=str))
     return 0

@@ -21,7 +21,7 @@ from openclaw_trl.errors import UserError
 from openclaw_trl.users import USERS_DIR, check_user_name
 
 STORE_FILE = "openclaw.sqlite"
-"""The store file of a user's run folder (``users.user_config``'s ``store_path``)."""
+"""The store file of a user's run folder (``users.user_plan``'s ``store_path``)."""
 
 
 def add_user_argument(parser: argparse.ArgumentParser, what: str) -> None:

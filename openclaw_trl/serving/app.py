@@ -1,5 +1,6 @@
-"""The app and its server: ``create_app`` (the API routes + the Gradio UI on one ``ChatService``),
-``ServerThread`` (uvicorn in a background thread), ``serve`` (blocking) and ``open_share_link``."""
+"""The app and its server: ``create_tenants_app`` (the API routes + the Gradio UI, a ``ChatService`` per
+user), ``create_app`` (the same for one user), ``ServerThread`` (uvicorn in a background thread), ``serve``
+(blocking) and ``open_share_link``."""
 
 from __future__ import annotations
 
@@ -45,33 +46,25 @@ def create_app(
     learning=None,
     protocols: tuple[Protocol, ...] = PROTOCOLS,
 ):
-    """The FastAPI app of a server with one user: the ``PROTOCOLS``' routes + the Gradio UI at ``/`` (when
-    ``settings.ui``).
+    """The app of a server with one user (``create_tenants_app`` with that user alone, named None).
 
     ``collector`` attaches next states and writes turns to ``store`` (``openclaw_trl.sessions``);
     ``status()`` returns the learning status for ``/v1/status`` and the learning panel.
     ``best_of_n`` (a ``judging.BestOfN``) samples and quick-judges its ``n`` candidates per trainable turn.
     ``learning`` (a ``LearningControl``, or ``None`` when nothing trains) backs ``/v1/adapters``,
     ``/v1/learning`` and the UI's version controls. ``protocols``: the wire protocols served (``PROTOCOLS``).
-    The one user's parts are ``app.state.tenants[None]`` (a ``Tenant``: chat service, collector, learning
-    control); ``app.state.api_key`` is the API key (or ``None``).
     """
-    settings = settings or ServerSettings()
-    api_key = _resolve_api_key(settings)
-    service = ChatService(engine, collector, store, settings, status, best_of_n=best_of_n)
-    app = _api_app({None: Tenant(None, service, collector, learning)}, settings, protocols)
-    app.state.api_key = api_key
-    if settings.ui:
-        app = _mount_ui(app, settings, api_key)
-    return app
+    user = UserParts(None, engine, collector, store, status, best_of_n, learning)
+    return create_tenants_app([user], settings, protocols=protocols)
 
 
 @dataclass(frozen=True)
 class UserParts:
-    """What one user's side of a server with several users is built from (each user's own components, the
-    engine being their ``AdapterView`` of the shared one)."""
+    """What one user's side of a server is built from: their name (None: the server's only user), engine (a
+    named user's ``AdapterView`` of the shared one), collector, store, status, Best-of-N picker and learning
+    control."""
 
-    name: str
+    name: str | None
     engine: object
     collector: object
     store: object
@@ -80,11 +73,27 @@ class UserParts:
     learning: object = None
 
 
-def create_users_app(users: list[UserParts], user_keys: UserKeys, settings: ServerSettings | None = None):
-    """The FastAPI app of a server with several users: the same routes, each request answered by the user
-    its key selects (``app.state.user_keys``; ``http.auth.check_key``), on that user's own chat
-    service, collector and learning control (``app.state.tenants``). The UI asks for the user's name and key."""
+def create_tenants_app(
+    users: list[UserParts],
+    settings: ServerSettings | None = None,
+    user_keys: UserKeys | None = None,
+    protocols: tuple[Protocol, ...] = PROTOCOLS,
+):
+    """The FastAPI app: the ``protocols``' routes + the Gradio UI at ``/`` (when ``settings.ui``), each
+    request answered on its user's own chat service, collector and learning control (``app.state.tenants``:
+    a ``Tenant`` per user name).
+
+    Without ``user_keys`` the server has one user (``users`` holds one, named None) and
+    ``settings.api_key_env``'s key, if any, is the API key of every request (``app.state.api_key``) and the
+    UI's password. With ``user_keys`` (``app.state.user_keys``) the request's key selects its user
+    (``http.auth.check_key``), and the UI asks for the user's name and key.
+    """
     settings = settings or ServerSettings()
+    api_key = None
+    if user_keys is None:
+        if len(users) != 1 or users[0].name is not None:
+            raise ValueError("a server without user keys serves exactly one user, named None")
+        api_key = _resolve_api_key(settings)
     tenants = {
         u.name: Tenant(
             u.name,
@@ -94,10 +103,13 @@ def create_users_app(users: list[UserParts], user_keys: UserKeys, settings: Serv
         )
         for u in users
     }
-    app = _api_app(tenants, settings)
-    app.state.api_key, app.state.user_keys = None, user_keys
+    app = _api_app(tenants, settings, protocols)
+    app.state.api_key, app.state.user_keys = api_key, user_keys
     if settings.ui:
-        app = _mount_users_ui(app, tenants, user_keys, settings)
+        if user_keys is None:
+            app = _mount_ui(app, settings, api_key)
+        else:
+            app = _mount_blocks(app, tenants, settings, user_keys.check, USERS_LOGIN_MESSAGE)
     return app
 
 
@@ -166,13 +178,8 @@ def _mount_ui(app, settings: ServerSettings, api_key: str | None):
 
 
 USERS_LOGIN_MESSAGE = "Log in with your user name; your API key is the password."
-
-
-def _mount_users_ui(app, tenants: dict, user_keys: UserKeys, settings: ServerSettings):
-    """The Gradio UI at ``/`` for several users: the login asks for the user's name and key
-    (``UserKeys.check``), and every event of the page acts for the logged-in user only (their conversations,
-    feedback, versions and learning panel; ``serving.ui.tenants``)."""
-    return _mount_blocks(app, tenants, settings, user_keys.check, USERS_LOGIN_MESSAGE)
+"""The login of a server with users: every event of the page then acts for the logged-in user only (their
+conversations, feedback, versions and learning panel; ``serving.ui.tenants``)."""
 
 
 def _mount_blocks(app, tenants: dict, settings: ServerSettings, auth, auth_message: str | None):
