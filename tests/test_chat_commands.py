@@ -158,3 +158,33 @@ def test_latest_turn_is_found_only_with_the_users_own_key(tiny_model_dir, tmp_pa
             assert r.status_code == 200 and r.json()["turn_id"] == alice["turn_id"]
     finally:
         engine.close()
+
+
+def test_the_plugin_is_installable_and_its_commands_are_the_ones_the_server_skips():
+    """The plugin folder holds what ``openclaw plugins install`` reads (the manifest, with the id the entry
+    registers, and the entry ``package.json`` names), and the commands it registers are those whose messages
+    the server never takes as a next state."""
+    import json
+    import re
+    from pathlib import Path
+
+    from openclaw_trl.sessions.requests import next_state_after
+    from openclaw_trl.sessions.side_calls import FEEDBACK_COMMANDS
+
+    folder = Path(__file__).parent.parent / "integrations" / "openclaw"
+    manifest = json.loads((folder / "openclaw.plugin.json").read_text())
+    package = json.loads((folder / "package.json").read_text())
+    entry = folder / package["openclaw"]["extensions"][0]
+    source = entry.read_text()
+    assert manifest["configSchema"]["type"] == "object" and f'id: "{manifest["id"]}"' in source
+    assert sorted(re.findall(r'name: "(\w+)",\n\s+description: "openclaw-trl', source)) == sorted(
+        FEEDBACK_COMMANDS
+    )
+
+    reply = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    commands = [
+        {"role": "user", "content": f"[Mon 2026-12-07 15:38 UTC] /{name} x"} for name in FEEDBACK_COMMANDS
+    ]
+    assert next_state_after([*reply, *commands], 1) is None
+    after = next_state_after([*reply, *commands, {"role": "user", "content": "/goodness me, thanks"}], 1)
+    assert after["content"] == "/goodness me, thanks"  # only the commands themselves are skipped
