@@ -188,3 +188,17 @@ def test_the_plugin_is_installable_and_its_commands_are_the_ones_the_server_skip
     assert next_state_after([*reply, *commands], 1) is None
     after = next_state_after([*reply, *commands, {"role": "user", "content": "/goodness me, thanks"}], 1)
     assert after["content"] == "/goodness me, thanks"  # only the commands themselves are skipped
+
+
+def test_latest_turn_of_a_responses_conversation_named_by_the_session_id_header(engine, tmp_path):
+    """OpenClaw's ``openai-responses`` provider with ``compat.sendSessionIdHeader`` sends ``session_id: <id>``."""
+    with running_stack(engine, tmp_path / "store.db") as stack:
+        body = {"model": "openclaw", "input": "Tell me about apples.", "max_output_tokens": 4, "store": False}
+        r = httpx.post(
+            f"{stack.url}/v1/responses", json=body, headers={"session_id": OPENCLAW_SESSION}, timeout=60
+        )
+        assert r.status_code == 200, r.text
+        served = stack.store.conversations.last_main_turn_of_key(OPENCLAW_SESSION)
+        assert served is not None
+        r = _feedback(stack.url, {"turn_id": "latest", "session_id": OPENCLAW_SESSION, "rating": 1})
+        assert r.status_code == 200 and r.json()["turn_id"] == served.id and r.json()["attached"]
