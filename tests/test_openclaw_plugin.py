@@ -216,3 +216,13 @@ def test_chat_commands_rate_the_last_reply_and_report_the_update(openclaw, tmp_p
             answer = chat.send("/undo")
             assert "Withdrawn" in answer and f"turn {latest[0]}" in answer, answer
             assert _rows(store, "SELECT close_reason FROM turns WHERE id = ?", latest[0]) == [("withdrawn",)]
+
+
+def test_the_plugins_own_tests_pass(openclaw):
+    """``feedback.test.mjs`` (Node's test runner): config resolution, the requests sent, the refusals."""
+    _, node_dir = openclaw
+    done = subprocess.run(
+        [str(Path(node_dir) / "node"), "--test", str(PLUGIN / "feedback.test.mjs")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
