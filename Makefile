@@ -96,7 +96,7 @@ $(OPENCLAW_CACHE)/.installed-$(OPENCLAW_VERSION):
 
 test-openclaw: install $(OPENCLAW_CACHE)/.installed-$(OPENCLAW_VERSION)
 	OPENCLAW_BIN=$(CURDIR)/$(OPENCLAW_CACHE)/cli/node_modules/.bin/openclaw OPENCLAW_NODE_DIR=$(OPENCLAW_NODE_DIR) \
-		$(PY) -m pytest -m openclaw -p no:cacheprovider $(PYTEST_ARGS) tests/test_openclaw_agent.py tests/test_openclaw_users.py
+		$(PY) -m pytest -m openclaw -p no:cacheprovider $(PYTEST_ARGS) tests/test_openclaw_agent.py tests/test_openclaw_users.py tests/test_openclaw_plugin.py
 
 # Headless chromium + chromedriver for the UI browser tests (tests/test_ui_browser.py) and an emoji font
 # (without it the screenshots show boxes for the UI's emoji), installed with apt only when missing

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from openclaw_trl.chat import flatten_content
 from openclaw_trl.sessions.chaining import user_text
-from openclaw_trl.sessions.side_calls import is_side_message
+from openclaw_trl.sessions.side_calls import is_feedback_command, is_side_message
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -168,9 +168,10 @@ def next_state_after(messages: Sequence[Mapping], reply_index: int) -> dict | No
 
     The next state is the user or tool messages that follow the reply, up to the next assistant message.
     Several tool results (parallel tool calls) are joined; the role is that of the last one. Skipped on the
-    way: messages holding only agent internal context, and side calls the agent kept in its history (a memory
-    flush or heartbeat prompt, the replies and tool results that answer it): they are not the person's
-    reaction. None when there is no next state.
+    way: messages holding only agent internal context, side calls the agent kept in its history (a memory
+    flush or heartbeat prompt, the replies and tool results that answer it), and the feedback plugin's chat
+    commands (``/good``, ``/bad ...``, ``/undo``, ``/learning``: their signal reached the server directly):
+    they are not the person's reaction. None when there is no next state.
     """
     segment: list[dict] = []
     in_side_call = False
@@ -189,7 +190,7 @@ def next_state_after(messages: Sequence[Mapping], reply_index: int) -> dict | No
             continue
         if role == "user":
             in_side_call = False
-        if in_side_call or (role == "user" and not user_text(message)):
+        if in_side_call or (role == "user" and (not user_text(message) or is_feedback_command(message))):
             continue
         segment.append(dict(message))
     if not segment:

@@ -10,6 +10,7 @@ one that continues no conversation starts its own, which nothing continues, so i
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 
 from openclaw_trl.chat import flatten_content
@@ -98,3 +99,16 @@ def is_side_message(message: Mapping) -> bool:
         return False
     one = [message]
     return _is_poll(one) or any(check(one, None) for check in (_memory_flush, _heartbeat, _skill_review))
+
+
+FEEDBACK_COMMANDS = ("good", "bad", "undo", "learning")
+"""The chat commands of the OpenClaw feedback plugin (``integrations/openclaw``): ``/good``, ``/bad [text]``,
+``/undo``, ``/learning [pause|resume]``."""
+_COMMAND = re.compile(r"/(?:" + "|".join(FEEDBACK_COMMANDS) + r")(?:\s.*)?", re.DOTALL)
+
+
+def is_feedback_command(message: Mapping) -> bool:
+    """Whether a user message is one of the feedback plugin's chat commands. The plugin answers it without the
+    model and sends its signal to the server itself; the agent keeps it in the history it re-sends, where it is
+    skipped when looking for a next state (it is not the person's reaction to the reply's content)."""
+    return message.get("role") == "user" and _COMMAND.fullmatch(user_text(message)) is not None

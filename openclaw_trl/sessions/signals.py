@@ -13,6 +13,9 @@ transaction; the UI's chatbot events and ``POST /v1/feedback`` both call them:
   waiting sample of it is dropped (kept in the store with that reason). The user message of the undone
   exchange stays the next state of the turn before it: the person did write it in reply to that answer.
 
+A caller that does not know the turn id asks for the latest one of its session first (:meth:`TurnSignals.latest_turn`:
+the last reply of that conversation, e.g. a chat command typed right after it).
+
 Ownership: a caller names the session it speaks for (``session``: the key it sent, or for a conversation it named
 no id for the server's ``chain-<hex>`` key, returned as ``openclaw.session_id``; see :func:`session_matches`); a
 turn of a session without a key (stored by an older version) cannot be named; a turn of any other session is
@@ -118,6 +121,18 @@ class TurnSignals:
             where = "" if session is None else f" in session {session!r}"
             raise UnknownTurnError(f"unknown turn id {turn_id}{where}"[:300])
         return turn
+
+    def latest_turn(self, session: str) -> int:
+        """The id of the most recent main turn of the session named ``session`` (the conversation's last reply);
+        ``UnknownTurnError`` when that session has none (or does not exist: the same answer, so nothing about
+        other sessions can be probed)."""
+        if not isinstance(session, str) or not session:
+            raise FeedbackError("the latest turn needs the name of its session")
+        with self._lock:
+            turn = self.store.conversations.last_main_turn_of_key(session)
+            if turn is None:
+                raise UnknownTurnError(f"no turn yet in session {session!r}"[:300])
+            return turn.id
 
     def feedback(
         self,

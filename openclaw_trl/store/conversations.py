@@ -151,6 +151,15 @@ class Conversations:
         row = self._db.conn().execute(sql, (session_id,)).fetchone()
         return Turn.from_row(row) if row else None
 
+    def last_main_turn_of_key(self, key: str) -> Turn | None:
+        """The most recent main turn of any session named ``key`` (any generation, open or ended), or None."""
+        sql = (
+            "SELECT t.* FROM turns t JOIN sessions s ON s.id = t.session_id"
+            " WHERE s.key = ? AND t.turn_type = 'main' ORDER BY t.id DESC LIMIT 1"
+        )
+        row = self._db.conn().execute(sql, (key,)).fetchone()
+        return Turn.from_row(row) if row else None
+
     def find_chained_turns(
         self, keys: Iterable[str], session_id: int | None = None, column: str = "exchange_key"
     ) -> list[Turn]:

@@ -23,7 +23,8 @@ The routes, as the protocols registered today answer them:
 * ``POST /v1/responses`` (OpenAI Responses API, ``openclaw_trl.serving.protocols.responses.turns``) on the same chat service,
   ``GET /v1/responses/{id}`` (the stored response object);
 * ``POST /v1/feedback``: a signal on any turn of the session it names (``session_id`` / ``X-Session-Id``: the
-  reply's ``openclaw.session_id``; another session's turn is a 404): ``action`` ``rate`` (👍/👎 + optional
+  reply's ``openclaw.session_id``; another session's turn is a 404; ``turn_id: "latest"`` is that session's
+  last reply, for a client that never saw the turn id, such as a chat command): ``action`` ``rate`` (👍/👎 + optional
   text, the default), ``correct`` (what the answer should have been), ``reject`` (retry: a 👎 without text) or
   ``withdraw`` (undo: never judged or trained), as in the UI (``openclaw_trl.sessions.signals``). A bare 👎
   (``rating: -1`` without ``text``) waits for its correction: the reply's ``correction_until`` (ISO 8601, UTC)

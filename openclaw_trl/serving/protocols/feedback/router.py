@@ -1,5 +1,6 @@
 """``POST /v1/feedback``: a per-turn signal (``rate``, ``correct``, ``reject``, ``withdraw``) sent to the
-collector that owns them (``openclaw_trl.sessions.signals``); ``serving.protocols`` describes the wire format."""
+collector that owns them (``openclaw_trl.sessions.signals``), on a turn named by id or on the named session's
+latest turn (``turn_id: "latest"``); ``serving.protocols`` describes the wire format."""
 
 from __future__ import annotations
 
@@ -29,9 +30,12 @@ async def feedback(request: Request):
 
 
 def _send(collector, asked: FeedbackRequest):
-    """Blocking: the signal, on the collector (``TurnSignals``); its refusals as ``ApiError`` 400 / 404."""
+    """Blocking: the signal, on the collector (``TurnSignals``); its refusals as ``ApiError`` 400 / 404.
+    ``turn_id: "latest"`` is the session's most recent main turn (a 404 when it has none)."""
     turn, session = asked.turn_id, asked.session
     with signal_errors():
+        if turn is None:
+            turn = collector.latest_turn(session)
         if asked.action == "withdraw":
             return collector.withdraw(turn, session=session)
         if asked.action == "reject":

@@ -15,13 +15,15 @@ from openclaw_trl.serving.limits import INT64_MAX, RequestLimits
 from openclaw_trl.serving.text_check import check_text
 
 FEEDBACK_ACTIONS = ("rate", "correct", "reject", "withdraw")
+LATEST = "latest"
+"""``turn_id: "latest"``: the most recent main turn of the named session (its last reply)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class FeedbackRequest:
     """A validated ``POST /v1/feedback`` body."""
 
-    turn_id: int
+    turn_id: int | None  # None: the session's latest turn (``turn_id: "latest"``), resolved by the route
     action: str  # rate (👍/👎 + optional text) / correct (text) / reject (retry) / withdraw (undo)
     rating: int | None
     text: str | None
@@ -58,8 +60,9 @@ class WithdrawReply(BaseModel):
 
 
 def feedback_reply(asked: FeedbackRequest, result) -> SignalReply | WithdrawReply:
-    """The reply to a signal from what the collector returned (a ``FeedbackResult`` or a ``Withdrawal``)."""
-    fields = dict(turn_id=asked.turn_id, action=asked.action, rating=asked.rating)
+    """The reply to a signal from what the collector returned (a ``FeedbackResult`` or a ``Withdrawal``; for
+    ``turn_id: "latest"`` it names the turn that took the signal)."""
+    fields = dict(turn_id=result.turn_id, action=asked.action, rating=asked.rating)
     if asked.action == "withdraw":
         return WithdrawReply(
             **fields,
@@ -101,8 +104,11 @@ def check_feedback_text(limits: RequestLimits, text: str | None) -> None:
         check_text(text, "text")
 
 
-def _feedback_turn_id(value) -> int:
-    """A turn id: a JSON integer, or a string of ASCII digits, from 1 to 2**63 - 1 (what the store holds)."""
+def _feedback_turn_id(value) -> int | None:
+    """A turn id: a JSON integer, or a string of ASCII digits, from 1 to 2**63 - 1 (what the store holds);
+    ``"latest"`` (None): the named session's most recent main turn."""
+    if value == LATEST:
+        return None
     if isinstance(value, str) and value.isascii() and value.isdigit():
         value = int(value) if len(value) <= 19 else INT64_MAX + 1
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT64_MAX:
@@ -111,7 +117,7 @@ def _feedback_turn_id(value) -> int:
         raise ApiError(
             400,
             f"'turn_id' must be the x-openclaw-turn-id of a reply (an integer from 1 to 2**63 - 1, or its "
-            f"decimal digits as a string), got {shown}",
+            f'decimal digits as a string) or "latest" (the session\'s last reply), got {shown}',
             "invalid_value",
             "turn_id",
         )
@@ -124,7 +130,10 @@ def parse_feedback(payload, headers, limits: RequestLimits) -> FeedbackRequest:
         raise ApiError(400, "The request body must be a JSON object", "invalid_json")
     if payload.get("turn_id") in (None, ""):
         raise ApiError(
-            400, "'turn_id' (the x-openclaw-turn-id of a reply) is required", "invalid_value", "turn_id"
+            400,
+            "'turn_id' (the x-openclaw-turn-id of a reply, or \"latest\" for the session's last reply) is required",
+            "invalid_value",
+            "turn_id",
         )
     turn_id = _feedback_turn_id(payload["turn_id"])
     session = _feedback_session(payload, headers, limits)
