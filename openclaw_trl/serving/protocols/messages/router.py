@@ -26,6 +26,7 @@ from openclaw_trl.serving.http.replies import streaming_response, turn_headers
 from openclaw_trl.serving.pipeline.chat_service import ChatService
 from openclaw_trl.serving.pipeline.prepare import PreparedChat
 from openclaw_trl.serving.pipeline.recording import TurnResult, openclaw_meta
+from openclaw_trl.serving.pipeline.turn import served_model
 from openclaw_trl.serving.protocols.messages.reply import (
     MessageEvents,
     MessageUsage,
@@ -116,7 +117,6 @@ def prepare(service: ChatService, payload, headers) -> PreparedMessage:
 def _count(service: ChatService, payload) -> int:
     """Blocking: the prompt tokens of a ``count_tokens`` body (the chat template rendered as for a reply)."""
     from openclaw_trl.chat import render_prompt_ids
-    from openclaw_trl.serving.pipeline.turn import served_model
 
     request = parse_request(payload, count_only=True)
     chat = conversation(service.settings, request)
