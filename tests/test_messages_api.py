@@ -217,6 +217,16 @@ def test_count_tokens_is_the_rendered_prompt(stack, client, says):
     assert client.messages.count_tokens(**kw).input_tokens < counted  # the tools are part of the prompt
 
 
+def test_a_side_call_is_served_and_never_trained(stack, client, says):
+    says("A title.")
+    raw = client.messages.with_raw_response.create(
+        model="openclaw", messages=HI, max_tokens=10, extra_headers={"X-Turn-Type": "side"}
+    )
+    turn = _turn(stack, raw)
+    assert raw.parse().content[0].text == "A title."
+    assert turn.turn_type == "side" and not turn.trainable
+
+
 def test_feedback_by_the_header_turn_id(stack, client, says):
     says("A short answer.")
     raw = client.messages.with_raw_response.create(
