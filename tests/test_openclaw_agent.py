@@ -4,7 +4,10 @@ OpenClaw's default agent configuration plus one provider entry, nothing else (no
 Run by ``make test-openclaw``, which installs Node and OpenClaw into an ignored cache folder and sets
 ``OPENCLAW_BIN`` (the CLI) and ``OPENCLAW_NODE_DIR`` (the folder of the ``node`` binary). Checked: every turn is
 answered; each OpenClaw session is one trainable conversation; ratings through ``POST /v1/feedback`` become
-samples and an update; the next turn is served by the new adapter; the same through the Responses API.
+samples and an update; the next turn is served by the new adapter; the same through the Responses API and the
+Anthropic Messages API (``api: "anthropic-messages"``: OpenClaw sends ``x-api-key``, ``anthropic-version:
+2023-06-01``, ``stream: true``, its system prompt as two text blocks and its tools with ``cache_control``, and each
+user message as text blocks, its per-turn internal context a user message of its own).
 """
 
 from __future__ import annotations
@@ -100,10 +103,11 @@ def app_server(run: Path, *extra: str, extra_env: dict | None = None):
 
 def _home(tmp_path: Path, url: str, api: str, api_key: str = "sk-local") -> Path:
     """A throwaway HOME whose OpenClaw config is the default agent plus one provider entry (``api``, with
-    ``api_key`` as the provider's key)."""
+    ``api_key`` as the provider's key; the Anthropic client adds ``/v1/messages`` to the server's root itself)."""
     home, workspace = tmp_path / "home", tmp_path / "workspace"
     (home / ".openclaw").mkdir(parents=True)
     workspace.mkdir()
+    base_url = url if api == "anthropic-messages" else f"{url}/v1"
     model = {
         "id": "openclaw",
         "name": "openclaw-trl",
@@ -117,7 +121,7 @@ def _home(tmp_path: Path, url: str, api: str, api_key: str = "sk-local") -> Path
         "agents": {"defaults": {"model": {"primary": "trl/openclaw"}, "workspace": str(workspace)}},
         "models": {
             "mode": "merge",
-            "providers": {"trl": {"baseUrl": f"{url}/v1", "apiKey": api_key, "api": api, "models": [model]}},
+            "providers": {"trl": {"baseUrl": base_url, "apiKey": api_key, "api": api, "models": [model]}},
         },
     }
     (home / ".openclaw" / "openclaw.json").write_text(json.dumps(config))
@@ -234,5 +238,25 @@ def test_openclaw_responses_api_sessions_learn(openclaw, server, tmp_path):
     _rate(url, turns[1][0], key, 1)
     _wait_for_version(url, version + 1)
     _agent_turn(openclaw, home, "gamma", "Thanks!")
+    latest = _main_turns(store, start)[-1]
+    assert latest[1] == session_id and latest[5] >= version + 1, latest
+
+
+def test_openclaw_anthropic_messages_sessions_learn(openclaw, server, tmp_path):
+    url, store = server
+    home = _home(tmp_path, url, "anthropic-messages")
+    start = _last_turn(store)
+    version = httpx.get(f"{url}/v1/status", timeout=30).json().get("policy_version", 0)
+    for message in ("Hi there.", "What is an apple?", "And a pear?"):
+        _agent_turn(openclaw, home, "delta", message)
+    turns = _main_turns(store, start)
+    session_id, key = _session_turns_are_one_conversation(turns, 3)
+    states = _rows(store, "SELECT next_state_source FROM turns WHERE id IN (?, ?)", turns[0][0], turns[1][0])
+    assert states == [("request",), ("request",)], states
+    _check_side_turns(store, start)
+    _rate(url, turns[0][0], key, 1)
+    _rate(url, turns[1][0], key, -1)
+    _wait_for_version(url, version + 1)
+    _agent_turn(openclaw, home, "delta", "Thanks!")
     latest = _main_turns(store, start)[-1]
     assert latest[1] == session_id and latest[5] >= version + 1, latest

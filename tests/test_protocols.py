@@ -30,7 +30,7 @@ def _anthropic_error(err: ApiError) -> JSONResponse:
 _router = APIRouter()
 
 
-@_router.post("/v1/messages", dependencies=authorized(header_key("x-api-key"), BEARER))
+@_router.post("/v1/stand-in", dependencies=authorized(header_key("x-api-key"), BEARER))
 async def _messages(request: Request):
     payload = await json_body(request, request.app.state.settings.limits)
     if not isinstance(payload, dict) or "messages" not in payload:
@@ -38,7 +38,7 @@ async def _messages(request: Request):
     return {"type": "message", "tenant": tenant_of(request).name}
 
 
-MESSAGES = Protocol("messages", _router, ("/v1/messages",), _anthropic_error)
+STAND_IN = Protocol("stand-in", _router, ("/v1/stand-in",), _anthropic_error)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def url(tiny_model_dir, tmp_path_factory, monkeypatch_module):
     engine = HFEngine(tiny_model_dir)
     store = Store(tmp_path_factory.mktemp("protocols") / "store.db")
     settings = ServerSettings(ui=False, api_key_env="PROTOCOL_TEST_KEY", default_max_tokens=4)
-    app = create_app(engine, TurnCollector(store), store, settings, protocols=(*PROTOCOLS, MESSAGES))
+    app = create_app(engine, TurnCollector(store), store, settings, protocols=(*PROTOCOLS, STAND_IN))
     server = ServerThread(app).start()
     try:
         yield server.url
@@ -71,12 +71,12 @@ def monkeypatch_module():
 
 def test_the_new_protocol_takes_its_own_key_header_and_the_bearer(url):
     for headers in ({"x-api-key": KEY}, {"Authorization": f"Bearer {KEY}"}):
-        r = httpx.post(f"{url}/v1/messages", json={"messages": []}, headers=headers)
+        r = httpx.post(f"{url}/v1/stand-in", json={"messages": []}, headers=headers)
         assert r.status_code == 200 and r.json() == {"type": "message", "tenant": None}
 
 
 def test_the_new_protocol_renders_its_errors_in_its_own_shape(url):
-    r = httpx.post(f"{url}/v1/messages", json={"messages": []})
+    r = httpx.post(f"{url}/v1/stand-in", json={"messages": []})
     assert r.status_code == 401
     assert r.json() == {
         "type": "error",
@@ -85,12 +85,12 @@ def test_the_new_protocol_renders_its_errors_in_its_own_shape(url):
             "message": "Missing API key: send 'x-api-key: <key>' or 'Authorization: Bearer <key>'",
         },
     }
-    r = httpx.post(f"{url}/v1/messages", json={"messages": []}, headers={"x-api-key": "wrong"})
+    r = httpx.post(f"{url}/v1/stand-in", json={"messages": []}, headers={"x-api-key": "wrong"})
     assert r.status_code == 401 and r.json()["error"]["message"] == "Incorrect API key provided"
-    r = httpx.post(f"{url}/v1/messages", content=b"{not json", headers={"x-api-key": KEY})
+    r = httpx.post(f"{url}/v1/stand-in", content=b"{not json", headers={"x-api-key": KEY})
     assert r.status_code == 400 and r.json()["type"] == "error"
     assert r.json()["error"]["message"].startswith("We could not parse the JSON body")
-    r = httpx.post(f"{url}/v1/messages", json={}, headers={"x-api-key": KEY})
+    r = httpx.post(f"{url}/v1/stand-in", json={}, headers={"x-api-key": KEY})
     assert r.status_code == 400
     assert r.json() == {
         "type": "error",
@@ -111,7 +111,7 @@ def test_the_other_protocols_keep_their_shape_and_their_key_source(url):
         }
     }
     assert r.headers["www-authenticate"] == "Bearer"
-    r = httpx.get(f"{url}/v1/messages/unknown", headers={"Authorization": f"Bearer {KEY}"})
+    r = httpx.get(f"{url}/v1/stand-in/unknown", headers={"Authorization": f"Bearer {KEY}"})
     assert r.status_code == 404 and r.json()["type"] == "error"  # under the protocol's path: its shape
     r = httpx.get(f"{url}/v1/nowhere", headers={"Authorization": f"Bearer {KEY}"})
     assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_url"  # no protocol's: OpenAI's

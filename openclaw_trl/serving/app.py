@@ -16,7 +16,7 @@ from openclaw_trl.errors import UserError
 from openclaw_trl.serving.errors import ApiError
 from openclaw_trl.serving.http.auth import Tenant, same_secret
 from openclaw_trl.serving.pipeline.chat_service import ChatService
-from openclaw_trl.serving.protocols import chat_completions, control, feedback, responses
+from openclaw_trl.serving.protocols import chat_completions, control, feedback, messages, responses
 from openclaw_trl.serving.protocols.base import Protocol, render_for, unknown_routes
 from openclaw_trl.serving.settings import ServerSettings
 from openclaw_trl.users import UserKeys
@@ -28,6 +28,7 @@ PROTOCOLS: tuple[Protocol, ...] = (
     chat_completions.PROTOCOL,
     responses.PROTOCOL,
     feedback.PROTOCOL,
+    messages.PROTOCOL,
 )
 """The wire protocols the app serves (``serving.protocols``): adding one is its folder + one entry here."""
 

@@ -21,11 +21,15 @@ class ApiError(Exception):
 def format_validation_error(exc: ValidationError) -> ApiError:
     """A pydantic validation error as a 400 naming the first field at fault."""
     first = exc.errors()[0]
-    loc = [
-        str(p) for p in first.get("loc", ()) if not str(p).startswith(("function-", "list[", "str", "dict"))
-    ]
+    loc = [str(p) for p in first.get("loc", ()) if not _union_tag(str(p))]
     param = ".".join(loc) or None
     msg = first.get("msg", "invalid request").removeprefix("Value error, ")
     if first.get("type") == "missing":
         msg = "field required"
     return ApiError(400, f"Invalid value for '{param}': {msg}" if param else msg, "invalid_value", param)
+
+
+def _union_tag(part: str) -> bool:
+    """Whether a part of a pydantic error location names a union member (``str``, ``list[...]``,
+    ``function-after[...]``) rather than a field (``stream`` is a field)."""
+    return part in ("str", "dict") or part.startswith(("function-", "list[", "str[", "dict["))

@@ -2,6 +2,8 @@
 
 * ``chat_completions``, ``responses``, ``feedback``, ``control``: the OpenAI-compatible protocols and the
   server's own routes, each a ``base.Protocol`` (its router, the paths it owns, how it renders errors);
+* ``messages``: Anthropic's Messages API (``POST /v1/messages``, ``POST /v1/messages/count_tokens``), its errors
+  in Anthropic's shape and its key in ``x-api-key`` (or the bearer key);
 * ``base``: ``Protocol`` and the 404 of unknown ``/v1/...`` paths; ``openai_errors``: OpenAI's error shape.
 
 Adding a protocol (e.g. Anthropic's messages API) means a new folder and one registration line:
@@ -22,6 +24,8 @@ The routes, as the protocols registered today answer them:
   delta is sent as both ``reasoning_content`` and ``reasoning``, and either is accepted on input;
 * ``POST /v1/responses`` (OpenAI Responses API, ``openclaw_trl.serving.protocols.responses.turns``) on the same chat service,
   ``GET /v1/responses/{id}`` (the stored response object);
+* ``POST /v1/messages`` (Anthropic Messages API, ``openclaw_trl.serving.protocols.messages``) on the same chat
+  service, ``POST /v1/messages/count_tokens``;
 * ``POST /v1/feedback``: a signal on any turn of the session it names (``session_id`` / ``X-Session-Id``: the
   reply's ``openclaw.session_id``; another session's turn is a 404; ``turn_id: "latest"`` is that session's
   last reply, for a client that never saw the turn id, such as a chat command): ``action`` ``rate`` (👍/👎 + optional
