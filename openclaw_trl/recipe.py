@@ -30,9 +30,15 @@ def load_recipe(argv: list[str] | None = None):
     """``(config, model_args, recipe_yaml)`` from ``--config recipe.yaml`` and CLI overrides (TrlParser)."""
     from trl import ModelConfig, TrlParser
 
-    parser = TrlParser((OpenClawConfig, ModelConfig))
+    class Parser(TrlParser):
+        def error(self, message):  # argparse's: the whole usage (hundreds of lines), then the message
+            raise UserError(f"invalid recipe: {message} (openclaw-trl fields WORD lists the recipe fields)")
+
+    parser = Parser((OpenClawConfig, ModelConfig))
     try:
         config, model_args = parser.parse_args_and_config(argv)
+    except UserError:
+        raise
     except ValueError as err:  # OpenClawConfig.__post_init__ says what is wrong and how to fix it
         raise UserError(f"invalid recipe: {err}") from err
     recipe_yaml = None
