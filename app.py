@@ -21,6 +21,9 @@ import sys
 
 
 def main(argv: list[str]) -> int:
+    from openclaw_trl import stopping
+
+    stopping.install()  # Ctrl-C and SIGTERM stop the command from here on, at any moment
     from openclaw_trl.cli import main as cli_main
 
     return cli_main(["train", *argv], command_prog="python app.py")

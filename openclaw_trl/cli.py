@@ -13,6 +13,7 @@ import importlib
 import os
 import sys
 
+from openclaw_trl import stopping
 from openclaw_trl.errors import UserError
 
 # subcommand -> (module, one-line help)
@@ -59,7 +60,11 @@ def quiet_openmp() -> None:
 
 def main(argv: list[str] | None = None, command_prog: str | None = None) -> int:
     """Run ``argv`` (``COMMAND [options]``); ``command_prog`` names the command in its help
-    (``python app.py`` for ``app.py``; default ``openclaw-trl COMMAND``)."""
+    (``python app.py`` for ``app.py``; default ``openclaw-trl COMMAND``). Run as the program (``argv`` None),
+    it takes over Ctrl-C and SIGTERM (:mod:`openclaw_trl.stopping`); called with ``argv``, it leaves the
+    caller's signal handling alone."""
+    if argv is None:
+        stopping.install()
     quiet_openmp()
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="openclaw-trl", description=DESCRIPTION, epilog=EPILOG)

@@ -191,7 +191,10 @@ def run(runtime: Runtime, share: bool = False) -> dict:
         with sigterm_as_interrupt():
             trainer.resume_from(runtime.resume)
     except KeyboardInterrupt:
-        logger.info("stopping after update %d: saving a checkpoint", trainer.state.global_step)
+        if trainer.state.global_step:
+            logger.info("stopping after update %d: saving a checkpoint", trainer.state.global_step)
+        else:
+            logger.info("stopped before the first update: nothing to save")
     finally:
         runtime.stop_event.set()
         checkpoint = trainer.save_checkpoint()
