@@ -40,9 +40,8 @@ def test_cli_overrides_the_recipe(tmp_path):
 
 def test_bad_recipe_value_is_a_clear_error(tmp_path, capsys):
     from openclaw_trl.config import OpenClawConfig
-    from openclaw_trl.runtime import load_recipe
-
     from openclaw_trl.errors import UserError
+    from openclaw_trl.runtime import load_recipe
 
     with pytest.raises(UserError, match="argument --method: invalid choice: 'ppo'"):  # one line, no usage
         load_recipe(

@@ -76,7 +76,7 @@ can be added without rerunning the others (``--rerun`` runs them again). The rep
 run: ``benchmarks/results/learning.json`` (git-ignored), ``learning_summary.json`` (committed: one entry per
 row and noise level with conversations to 0.9, sessions until stable, fidelity drop, served before any
 update, and the goals), ``learning.png`` (score per conversation, seed bands) and ``learning_summary.md`` (the
-tables, generated from the JSON); the README's table between its ``learning-table`` markers is rewritten
+tables, generated from the JSON); the table between the ``learning-table`` markers of docs/benchmarks.md is rewritten
 from the same JSON. ``--quick`` uses ``learning_runs_quick/`` and
 ``learning_quick.*`` (``--smoke``: ``learning_runs_smoke/``, ``learning_smoke.*``). Server-side sampling is
 not seeded (as in live use), so reruns differ a little.
@@ -440,7 +440,7 @@ def run_benchmark(
 
 def write_report(report: dict, out: Path, stem: str) -> str:
     """``<stem>.json`` (the whole report), ``<stem>_summary.json`` (one entry per row and noise level, the
-    goals), ``<stem>.png`` and ``<stem>_summary.md``; the README's table when this is the committed report."""
+    goals), ``<stem>.png`` and ``<stem>_summary.md``; the table of docs/benchmarks.md when this is the committed report."""
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(report, indent=1))
     results = summary_json(report, ROWS)
@@ -449,7 +449,7 @@ def write_report(report: dict, out: Path, stem: str) -> str:
     summary = summary_markdown(report, LABELS, results)
     (out / f"{stem}_summary.md").write_text(summary)
     if stem == "learning" and out.resolve() == RESULTS.resolve():
-        update_readme(ROOT / "README.md", results)
+        update_readme(ROOT / "docs" / "benchmarks.md", results)
     return summary
 
 
