@@ -30,4 +30,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    from openclaw_trl import stopping
+
+    stopping.finish(code)  # atexit handlers, then exit without the slow teardown of torch's modules

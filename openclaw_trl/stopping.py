@@ -16,6 +16,10 @@ inside :func:`graceful`. What a signal does depends on where the process is:
   once. A checkpoint cut short that way is incomplete, and the next start moves it aside and continues from
   the last whole one.
 
+A command that has finished ends with :func:`finish`: the ``atexit`` handlers run (trackers finish, logs are
+flushed), the standard streams are flushed, and the process exits without the interpreter's teardown of torch
+and the other libraries' modules, which took seconds on a busy machine after the last line was printed.
+
 Without :func:`install` (a program that runs the package's functions itself), :func:`graceful` still turns
 SIGINT and SIGTERM into ``KeyboardInterrupt`` in its block and restores the previous handlers after it; the
 rest of the process keeps its own signal handling.
@@ -23,14 +27,14 @@ rest of the process keeps its own signal handling.
 
 from __future__ import annotations
 
-import _thread
 import os
 import signal
 import sys
 import threading
 from contextlib import contextmanager
+from typing import NoReturn
 
-RETRY_S = 2.0
+RETRY_S = 1.0
 """Seconds between two tries to raise the interrupt in the main thread while a stop is pending."""
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
@@ -59,6 +63,19 @@ def install() -> None:
         signal.signal(signum, _handle)
     sys.unraisablehook = _QuietInterrupt(sys.unraisablehook)
     _STATE.installed = True
+
+
+def finish(code: int) -> NoReturn:
+    """End the process with exit ``code`` now that the command has finished (module docstring)."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(code)
 
 
 def stop_requested() -> bool:
@@ -107,7 +124,7 @@ def _handle(signum, frame) -> None:
     if phase == "finishing":
         _STATE.finishing_signals += 1
         if _STATE.finishing_signals == 1:
-            _say("saving the checkpoint of the last update: a moment (once more quits without it)")
+            _say("stopping: saving the last update and closing, a moment (once more quits without waiting)")
             return
         _say("stopped without saving; the next start continues from the last whole checkpoint")
         _exit_now(signum)
@@ -120,9 +137,10 @@ def _retry_interrupt(signum: int) -> None:
     """Raise the interrupt again while the main thread is still inside :func:`graceful` (it was swallowed)."""
     while True:
         threading.Event().wait(RETRY_S)
-        if _STATE.phase != "graceful":
+        if _STATE.phase != "graceful" or signal.getsignal(signum) is not _handle:
             return
-        _thread.interrupt_main(signum)
+        # the signal itself, to the main thread: it also wakes a blocking call (a sleep, a lock's wait)
+        signal.pthread_kill(threading.main_thread().ident, signum)
 
 
 @contextmanager
