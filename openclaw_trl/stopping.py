@@ -32,7 +32,6 @@ import signal
 import sys
 import threading
 from contextlib import contextmanager
-from typing import NoReturn
 
 RETRY_S = 1.0
 """Seconds between two tries to raise the interrupt in the main thread while a stop is pending."""
@@ -65,8 +64,9 @@ def install() -> None:
     _STATE.installed = True
 
 
-def finish(code: int) -> NoReturn:
-    """End the process with exit ``code`` now that the command has finished (module docstring)."""
+def finish(code: int) -> None:
+    """End the process with exit ``code`` now that the command has finished (module docstring); it does not
+    return."""
     import atexit
 
     atexit._run_exitfuncs()
