@@ -7,10 +7,11 @@ dataclass has (with the closest field name), a value of the wrong type (``batch_
 run that serves (``source: live``), a ``host:port`` that another program holds.
 
 The names and types of the fields come from :mod:`openclaw_trl.recipe_field_table`, generated from the
-parser the run uses (``python -m openclaw_trl.recipe_check`` writes it again). The table records the TRL,
-transformers and peft versions and a digest of the config sources it was made from; when the installed
-ones differ, the field names and types are left to the run's own parser (whose errors are one line too,
-``openclaw_trl.recipe``), and only the file and port checks are made here.
+parser the run uses (``python -m openclaw_trl.recipe_check`` writes it again). The table records a digest of
+the config sources it was made from (when they changed since, only the file and port checks are made here)
+and the TRL, transformers and peft versions: when the installed ones differ, a name the table lacks may be a
+field those versions added, so it is left to the run's own parser, whose error is one line too
+(``openclaw_trl.recipe``), a few seconds later.
 """
 
 from __future__ import annotations
@@ -154,22 +155,24 @@ def resolve_option(option: str, fields) -> str | None:
 
 @dataclass(frozen=True)
 class FieldTable:
-    """The fields by name, and the defaults of ``source``, ``host`` and ``port``."""
+    """The fields by name, the defaults of ``source``, ``host`` and ``port``, and whether the table was made
+    with the installed TRL, transformers and peft (``exact``: a name it lacks is no field)."""
 
     fields: dict[str, Field]
     defaults: dict[str, object]
+    exact: bool
 
 
 def current_table() -> FieldTable | None:
-    """The generated table when it matches the installed libraries and config sources, else None."""
+    """The generated table when it matches the config sources, else None."""
     try:
         from openclaw_trl import recipe_field_table as table
     except ImportError:
         return None
-    if table.VERSIONS != installed_versions() or table.CONFIG_DIGEST != config_digest():
+    if table.CONFIG_DIGEST != config_digest():
         return None
     fields = {field.name: field for field in map(decode, table.FIELDS.split())}
-    return FieldTable(fields, table.DEFAULTS)
+    return FieldTable(fields, table.DEFAULTS, exact=table.VERSIONS == installed_versions())
 
 
 # ------------------------------------------------------------------------------------------------ the checks
@@ -190,6 +193,8 @@ def check_run_argv(argv: list[str], recipes_dir: Path | None = None) -> None:
             if name == "env":
                 continue
             field = table.fields.get(name)
+            if field is None and not table.exact:
+                continue  # perhaps a field of the installed libraries: the run's parser decides
             if field is None:
                 raise UserError(
                     f"unknown field `{name}` in {recipe_path}: {suggestion(name, table.fields, '')}"
@@ -240,6 +245,8 @@ def command_line_values(argv: list[str], table) -> dict[str, list[str]]:
             if table is None:
                 continue
             dest = resolve_option(name, table.fields)
+            if dest is None and not table.exact:
+                continue  # perhaps a field of the installed libraries: the run's parser decides
             if dest is None:
                 known = name.replace("-", "_")
                 raise UserError(f"unknown option `--{name}`: {suggestion(known, table.fields, '--')}")

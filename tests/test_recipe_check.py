@@ -19,6 +19,10 @@ from openclaw_trl.errors import UserError
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "transformers", "trl", "gradio", "peft", "huggingface_hub")
 TOY = "recipes/toy_offline.yaml"
+TABLE = recipe_check.current_table()
+EXACT = TABLE is not None and TABLE.exact
+"""The field table was made with the installed TRL, transformers and peft: every check is made before TRL
+loads. With other versions, a name the table lacks is left to the run's parser (one line too, seconds later)."""
 
 _PROBE = """
 import json, sys
@@ -51,8 +55,9 @@ def assert_one_line(rc: int, err: str, heavy: list[str], elapsed: float) -> str:
     assert "Traceback" not in err and "usage:" not in err, err
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
-    assert not heavy, f"loaded {heavy} before refusing"  # no model, no TRL: the answer comes at once
-    assert elapsed < 10, elapsed  # ~0.3 s on 2 idle cores
+    if EXACT or "unknown" not in lines[0]:
+        assert not heavy, f"loaded {heavy} before refusing"  # no model, no TRL: the answer comes at once
+        assert elapsed < 10, elapsed  # 0.1-0.8 s on 2 busy cores
     return lines[0]
 
 
@@ -73,12 +78,16 @@ def test_a_missing_recipe_names_the_closest_ones():
 def test_an_unknown_field_names_the_closest_one_in_the_recipe_and_on_the_command_line(tmp_path):
     recipe = recipe_with(tmp_path, "learning_rate: 3.0", "learnig_rate: 3.0")
     line = assert_one_line(*run_app("--config", str(recipe)))
+    where = f" in {recipe}" if EXACT else " in the recipe"
     assert line.endswith(
-        f"unknown field `learnig_rate` in {recipe}: did you mean `learning_rate`? "
+        f"unknown field `learnig_rate`{where}: did you mean `learning_rate`? "
         "(openclaw-trl fields WORD lists the recipe fields)"
     ), line
     line = assert_one_line(*run_app("--config", TOY, "--learnig_rate", "1e-3"))
-    assert "unknown option `--learnig_rate`: did you mean `--learning_rate`?" in line, line
+    if EXACT:
+        assert "unknown option `--learnig_rate`: did you mean `--learning_rate`?" in line, line
+    else:
+        assert "unknown field `learnig_rate`: did you mean `learning_rate`?" in line, line
 
 
 def test_a_value_of_the_wrong_type_says_what_the_field_takes(tmp_path):
@@ -123,9 +132,29 @@ def test_the_command_line_forms_the_run_accepts_pass():
 
 def test_the_field_table_is_current():
     """``openclaw_trl/recipe_field_table.py`` is what ``python -m openclaw_trl.recipe_check`` writes for the
-    installed TRL and config sources (run it after changing a field)."""
-    assert recipe_check.current_table() is not None, "python -m openclaw_trl.recipe_check writes it again"
-    assert (ROOT / "openclaw_trl" / "recipe_field_table.py").read_text() == recipe_check.table_source()
+    config sources (run it after changing a field) and, with the TRL, transformers and peft it was made with,
+    for those; with others, the fields it has are read the same way."""
+    assert TABLE is not None, "the config changed: python -m openclaw_trl.recipe_check writes the table again"
+    if EXACT:
+        assert (ROOT / "openclaw_trl" / "recipe_field_table.py").read_text() == recipe_check.table_source()
+        return
+    import dataclasses
+
+    from openclaw_trl.config import OpenClawConfig
+
+    fields = recipe_check.build_table()[0]
+    for field in dataclasses.fields(OpenClawConfig):
+        if field.name in fields:
+            assert TABLE.fields.get(field.name) == fields[field.name], field.name
+    assert all(TABLE.fields[name] == field for name, field in fields.items() if name in TABLE.fields)
+
+
+def test_with_other_library_versions_a_name_the_table_lacks_goes_to_the_parser(monkeypatch):
+    monkeypatch.setattr(recipe_check, "installed_versions", lambda: {"trl": "0.0.0"})
+    argv = ["--config", str(ROOT / TOY), "--port", "0", "--a_field_of_a_newer_trl", "1"]
+    recipe_check.check_run_argv(argv)
+    with pytest.raises(UserError, match="batch_size takes a whole number"):
+        recipe_check.check_run_argv([*argv, "--batch_size", "two"])
 
 
 def test_with_a_stale_table_the_runs_own_parser_answers_in_one_line(tmp_path, monkeypatch):
@@ -136,5 +165,5 @@ def test_with_a_stale_table_the_runs_own_parser_answers_in_one_line(tmp_path, mo
     argv = ["--config", str(ROOT / TOY), "--output_dir", str(tmp_path)]
     with pytest.raises(UserError, match=r"invalid recipe: argument --batch_size/--batch-size: invalid int"):
         load_recipe([*argv, "--batch_size", "two"])
-    with pytest.raises(UserError, match=r"invalid recipe: .*--learnig_rate"):
+    with pytest.raises(UserError, match=r"^unknown field `learnig_rate`: did you mean `learning_rate`\?"):
         load_recipe([*argv, "--learnig_rate", "1"])
