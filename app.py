@@ -17,14 +17,32 @@ fetched ends with a one-line error.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
 
+def _stop_at_once(signum, frame):  # until openclaw_trl.stopping takes over, a few lines below
+    os.write(2, b"openclaw-trl: stopped before training started; nothing was lost\n")
+    os._exit(128 + signum)
+
+
+if __name__ == "__main__":  # Ctrl-C or SIGTERM from the very start: no traceback
+    signal.signal(signal.SIGINT, _stop_at_once)
+    signal.signal(signal.SIGTERM, _stop_at_once)
+
+
 def main(argv: list[str]) -> int:
+    from openclaw_trl import stopping
+
+    stopping.install()  # Ctrl-C and SIGTERM stop the command from here on, at any moment
     from openclaw_trl.cli import main as cli_main
 
     return cli_main(["train", *argv], command_prog="python app.py")
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    from openclaw_trl import stopping
+
+    stopping.finish(code)  # atexit handlers, then exit without the slow teardown of torch's modules

@@ -13,6 +13,7 @@ import importlib
 import os
 import sys
 
+from openclaw_trl import stopping
 from openclaw_trl.errors import UserError
 
 # subcommand -> (module, one-line help)
@@ -59,9 +60,15 @@ def quiet_openmp() -> None:
 
 def main(argv: list[str] | None = None, command_prog: str | None = None) -> int:
     """Run ``argv`` (``COMMAND [options]``); ``command_prog`` names the command in its help
-    (``python app.py`` for ``app.py``; default ``openclaw-trl COMMAND``)."""
+    (``python app.py`` for ``app.py``; default ``openclaw-trl COMMAND``). Run as the program (``argv`` None),
+    it takes over Ctrl-C and SIGTERM and ends the process when the command has finished
+    (:mod:`openclaw_trl.stopping`); called with ``argv``, it leaves the caller's signal handling alone and
+    returns the exit code."""
+    if argv is None:
+        stopping.install()
+        stopping.finish(main(sys.argv[1:], command_prog))  # the command has finished: exit now
     quiet_openmp()
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = list(argv)
     parser = argparse.ArgumentParser(prog="openclaw-trl", description=DESCRIPTION, epilog=EPILOG)
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
     for name, (_, help_text) in COMMANDS.items():

@@ -5,7 +5,9 @@ is the recipe's (TrainingArguments' ``log_level``):
 
 * ``passive`` (the default): this package's messages at INFO (the served URL, what starting up does, one
   line per update, a rollback, a resume), every other library's at WARNING; transformers' progress bars
-  (loading weights) off, uvicorn's per-request lines off;
+  (loading weights) off, uvicorn's per-request lines off; a library's deprecation notices
+  (``FutureWarning``, ``DeprecationWarning``: one library warning of a change in another, for their
+  developers) hidden;
 * ``info`` / ``debug``: every library at that level, transformers' bars and uvicorn's request lines on;
 * ``warning`` / ``error`` / ``critical``: everything, this package included, at that level.
 
@@ -33,6 +35,10 @@ from openclaw_trl.config_checks import LOG_LEVELS
 PACKAGE_LOGGER = "openclaw_trl"
 QUIET_LEVELS = ("passive", "warning", "error", "critical")
 """``log_level`` values that keep the libraries' INFO messages, progress bars and request lines off."""
+
+DEPRECATIONS = (FutureWarning, DeprecationWarning, PendingDeprecationWarning)
+"""Warning categories by which a library announces a change to come: hidden at the ``passive`` log level
+when they come from an installed library (shown from this package, a script, or with another level)."""
 
 _LEVELS = {name: getattr(logging, "INFO" if name == "passive" else name.upper()) for name in LOG_LEVELS}
 
@@ -74,6 +80,8 @@ def configure_console(log_level: str = "passive", stream=None) -> None:
     logging.getLogger(PACKAGE_LOGGER).setLevel(level)
     if not sys.warnoptions and not isinstance(warnings.showwarning, _ShowOnce):
         warnings.showwarning = _ShowOnce(warnings.showwarning)
+    if isinstance(warnings.showwarning, _ShowOnce):
+        warnings.showwarning.hide_deprecations = str(log_level).lower() == "passive"
     _transformers_console(bars=not quiet)
 
 
@@ -84,10 +92,13 @@ class _ShowOnce:
         self.fallback = fallback
         self.shown: set[tuple[type, str]] = set()
         self.lock = threading.Lock()
+        self.hide_deprecations = True  # a library's deprecation notices (the ``passive`` log level)
 
     def __call__(self, message, category, filename, lineno, file=None, line=None):
         if file is not None:  # shown somewhere chosen by the caller: as Python would
             self.fallback(message, category, filename, lineno, file, line)
+            return
+        if self.hide_deprecations and issubclass(category, DEPRECATIONS) and _library(filename):
             return
         with self.lock:
             key = (category, str(message))

@@ -31,15 +31,40 @@ def load_recipe(argv: list[str] | None = None):
     """``(config, model_args, recipe_yaml)`` from ``--config recipe.yaml`` and CLI overrides (TrlParser)."""
     from trl import ModelConfig, TrlParser
 
-    parser = TrlParser((OpenClawConfig, ModelConfig))
+    class Parser(TrlParser):
+        def error(self, message):  # argparse's: the whole usage (hundreds of lines), then the message
+            raise UserError(f"invalid recipe: {message} (openclaw-trl fields WORD lists the recipe fields)")
+
+    parser = Parser((OpenClawConfig, ModelConfig))
     try:
         config, model_args = parser.parse_args_and_config(argv)
+    except UserError:
+        raise
     except ValueError as err:  # OpenClawConfig.__post_init__ says what is wrong and how to fix it
-        raise UserError(f"invalid recipe: {err}") from err
+        raise UserError(unknown_fields(err, parser) or f"invalid recipe: {err}") from err
     recipe_yaml = None
     if argv and "--config" in argv:
         recipe_yaml = Path(argv[argv.index("--config") + 1]).read_text()
     return config, model_args, recipe_yaml
+
+
+def unknown_fields(err: ValueError, parser) -> str | None:
+    """The parser's errors for names that are no field (in the recipe, or on the command line) as one line
+    naming the first one and the closest real field (None for any other error)."""
+    import difflib
+    import re
+
+    in_recipe = "Unknown arguments from config file" in str(err)
+    if not in_recipe and "not used by the HfArgumentParser" not in str(err):
+        return None
+    names = re.findall(r"'--([^'=]+)", str(err))
+    if not names:
+        return None
+    known = [o.lstrip("-") for action in parser._actions for o in action.option_strings if o.startswith("--")]
+    close = difflib.get_close_matches(names[0], known, n=1, cutoff=0.6)
+    hint = f"did you mean `{close[0]}`? " if close else ""
+    where = " in the recipe" if in_recipe else ""
+    return f"unknown field `{names[0]}`{where}: {hint}(openclaw-trl fields WORD lists the recipe fields)"
 
 
 def resolve_model_path(model_args, config: OpenClawConfig) -> str:

@@ -191,21 +191,12 @@ def prepare_start(config: OpenClawConfig):
 
 @contextmanager
 def sigterm_as_interrupt():
-    """``kill`` (SIGTERM) stops training as Ctrl-C does: the last update is checkpointed, nothing is lost."""
-    import signal
+    """Ctrl-C and ``kill`` (SIGTERM) stop training: ``KeyboardInterrupt`` in the block, raised again if it was
+    swallowed, then the last update is checkpointed and nothing is lost (:func:`openclaw_trl.stopping.graceful`)."""
+    from openclaw_trl.stopping import graceful
 
-    if threading.current_thread() is not threading.main_thread():
+    with graceful():
         yield
-        return
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def share_publicly(runtime: Runtime) -> str:

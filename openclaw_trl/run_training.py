@@ -86,7 +86,12 @@ def train_user(user: UserRuntime) -> dict:
     try:
         trainer.resume_from(user.resume)
     except KeyboardInterrupt:
-        logger.info("%sstopping after update %d: saving a checkpoint", _who(user), trainer.state.global_step)
+        if trainer.state.global_step:
+            logger.info(
+                "%sstopping after update %d: saving a checkpoint", _who(user), trainer.state.global_step
+            )
+        else:
+            logger.info("%sstopped before the first update: nothing to save", _who(user))
     except (StopTraining, SampleSourceError):
         if not trainer.stop_requested:
             raise

@@ -423,7 +423,7 @@ def test_acceptance_tiny_simulated_best_of_4(tmp_path):
     judge, the random tiny model's ratings), and stores a group of 4 for its trainable turns."""
     cmd = [
         sys.executable, "app.py", "--config", "recipes/tiny_simulated.yaml", "--max_steps", "2",
-        "--best_of_n", "4", "--output_dir", str(tmp_path / "run"),
+        "--best_of_n", "4", "--output_dir", str(tmp_path / "run"), "--json-summary",
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)

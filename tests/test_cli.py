@@ -71,3 +71,27 @@ def test_a_taken_port_is_a_one_line_error_naming_the_fix():
         port = holder.getsockname()[1]
         with pytest.raises(UserError, match=rf"port {port} on 127.0.0.1 is in use .*--port N"):
             ServerThread(FastAPI(), port=port).start()
+
+
+def test_compare_latest_is_the_newest_version_kept(tmp_path, capsys):
+    """``--versions 0 latest`` stays true however many updates were made (only the last adapter_history
+    checkpoints are kept, so a fixed version number stops existing)."""
+    from openclaw_trl.cli import main
+    from openclaw_trl.commands.compare import _latest
+    from openclaw_trl.store import Store
+
+    run = tmp_path / "run"
+    Store(run / "openclaw.sqlite").close()
+    store = str(run / "openclaw.sqlite")
+    assert main(["compare", "--store", store, "--versions", "0", "latest"]) == 2
+    assert "no checkpoint-<v> with an adapter in" in capsys.readouterr().err
+    for version in (11, 12, 3):
+        (run / f"checkpoint-{version}").mkdir()
+        (run / f"checkpoint-{version}" / "adapter_config.json").write_text('{"base_model_name_or_path": "b"}')
+    (run / "checkpoint-13").mkdir()  # cut short: no adapter
+    assert _latest(run) == 12
+    assert main(["compare", "--store", store, "--versions", "0", "latest"]) == 2  # resolved, then: no prompts
+    assert "holds no prompts" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["compare", "--store", store, "--versions", "0", "newest"])
+    assert "a version number or latest, not 'newest'" in capsys.readouterr().err

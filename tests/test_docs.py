@@ -37,3 +37,21 @@ def test_every_docs_page_is_linked_from_the_readme():
     readme = (ROOT / "README.md").read_text()
     for page in PAGES[1:]:
         assert f"docs/{page.name}" in readme, f"docs/{page.name} is not linked from the README"
+
+
+def test_ci_runs_the_test_commands_the_docs_show():
+    """``.ci/run`` runs the ``make`` commands of docs/development.md's test block, in the same order."""
+    ci = [
+        line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.startswith("make ")
+    ]
+    text = (ROOT / "docs" / "development.md").read_text()
+    block = text.split("## Tests", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    shown = [line.split("#", 1)[0].strip() for line in block.strip().splitlines()]
+    assert ci == shown
+
+
+def test_readme_says_how_to_run_the_commands_without_activating():
+    readme = (ROOT / "README.md").read_text()
+    for text in ("make run", "make test", ".venv/bin/openclaw-trl", "source .venv/bin/activate"):
+        assert text in readme, text
+    assert "## Layout" not in readme and "## Tests" not in readme  # developer pages: docs/development.md

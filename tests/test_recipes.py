@@ -40,13 +40,14 @@ def test_cli_overrides_the_recipe(tmp_path):
 
 def test_bad_recipe_value_is_a_clear_error(tmp_path, capsys):
     from openclaw_trl.config import OpenClawConfig
+    from openclaw_trl.errors import UserError
     from openclaw_trl.runtime import load_recipe
 
-    with pytest.raises(SystemExit):  # argparse: "argument --method: invalid choice: 'ppo'"
+    with pytest.raises(UserError, match="argument --method: invalid choice: 'ppo'"):  # one line, no usage
         load_recipe(
             ["--config", "recipes/tiny_simulated.yaml", "--method", "ppo", "--output_dir", str(tmp_path)]
         )
-    assert "invalid choice: 'ppo'" in capsys.readouterr().err
+    assert "usage:" not in capsys.readouterr().err
     with pytest.raises(ValueError, match="method must be one of"):
         OpenClawConfig(output_dir=str(tmp_path), method="ppo")
     with pytest.raises(ValueError, match="judge_backend=callable needs judge_callable"):

@@ -35,6 +35,7 @@ def _app(output_dir: Path, *extra: str) -> subprocess.Popen:
         "recipes/tiny_simulated.yaml",
         "--output_dir",
         str(output_dir),
+        "--json-summary",
     ]
     return subprocess.Popen(
         [*cmd, *extra], cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

@@ -20,7 +20,7 @@ def test_accelerate_launch_tiny_simulated(tmp_path):
     cmd = [
         accelerate, "launch", "--cpu", "--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no",
         "--dynamo_backend", "no", "app.py", "--config", "recipes/tiny_simulated.yaml",
-        "--max_steps", "2", "--output_dir", str(tmp_path / "run"),
+        "--max_steps", "2", "--output_dir", str(tmp_path / "run"), "--json-summary",
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)

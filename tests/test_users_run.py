@@ -72,7 +72,7 @@ def test_two_users_train_their_own_adapters_and_continue_after_a_restart(tmp_pat
     from openclaw_trl.commands.train import run_argv
 
     capsys.readouterr()
-    assert run_argv(_argv(tmp_path, "--max_steps", "2")) == 0
+    assert run_argv(_argv(tmp_path, "--max_steps", "2", "--json-summary")) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["users"]
     assert {name: s["policy_version"] for name, s in summary.items()} == {"alice": 2, "bob": 2}
     for name in ("alice", "bob"):
@@ -243,7 +243,12 @@ class _App:
 
         root = Path(__file__).parent.parent
         env = {**os.environ, **KEYS, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
-        cmd = [sys.executable, "app.py", *_argv(run.parent, "--output_dir", str(run), *extra)]
+        cmd = [
+            sys.executable,
+            "app.py",
+            *_argv(run.parent, "--output_dir", str(run), *extra),
+            "--json-summary",
+        ]
         self.run, self.out_path, self.err_path = run, run.parent / f"{name}.out", run.parent / f"{name}.err"
         with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
             self.proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=out, stderr=err, text=True)

@@ -1,5 +1,5 @@
 """Headline tables of the learning benchmark, rendered from its machine-readable summary
-(``results_json.summary_json``): the markdown summary's table and goals, and the README's table.
+(``results_json.summary_json``): the markdown summary's table and goals, and the table of docs/benchmarks.md.
 
 Cells: a per-seed figure reads ``mean (k/n)``: the mean over the ``k`` of ``n`` seeds that got there
 (``never (0/n)`` when none did); drops (update 0 minus the last evaluation point; positive: the run lost

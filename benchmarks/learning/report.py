@@ -36,7 +36,8 @@ def build_report(runs: list[dict], settings: BenchSettings, skipped: list[str]) 
 
 def write_report(report: dict, out: Path, stem: str) -> str:
     """``<stem>.json`` (the whole report), ``<stem>_summary.json`` (one entry per row and noise level, the
-    goals), ``<stem>.png`` and ``<stem>_summary.md``; the README's table when this is the committed report."""
+    goals), ``<stem>.png`` and ``<stem>_summary.md``; the table of docs/benchmarks.md when this is
+    the committed report."""
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(report, indent=1))
     results = summary_json(report, ROWS)
@@ -45,5 +46,5 @@ def write_report(report: dict, out: Path, stem: str) -> str:
     summary = summary_markdown(report, LABELS, results)
     (out / f"{stem}_summary.md").write_text(summary)
     if stem == "learning" and out.resolve() == RESULTS.resolve():
-        update_readme(ROOT / "README.md", results)
+        update_readme(ROOT / "docs" / "benchmarks.md", results)
     return summary

@@ -76,7 +76,7 @@ can be added without rerunning the others (``--rerun`` runs them again). The rep
 run: ``benchmarks/results/learning.json`` (git-ignored), ``learning_summary.json`` (committed: one entry per
 row and noise level with conversations to 0.9, sessions until stable, fidelity drop, served before any
 update, and the goals), ``learning.png`` (score per conversation, seed bands) and ``learning_summary.md`` (the
-tables, generated from the JSON); the README's table between its ``learning-table`` markers is rewritten
+tables, generated from the JSON); the table between the ``learning-table`` markers of docs/benchmarks.md is rewritten
 from the same JSON. ``--quick`` uses ``learning_runs_quick/`` and
 ``learning_quick.*`` (``--smoke``: ``learning_runs_smoke/``, ``learning_smoke.*``). Server-side sampling is
 not seeded (as in live use), so reruns differ a little.

@@ -2,7 +2,8 @@
 
 Loads the base model once (HF engine), takes the most recent prompts of the store's conversations not marked
 private, and answers each with both versions (0 = the base model, any other ``v`` = the adapter of the run's
-``checkpoint-<v>``) with the same seed; prints them side by side. Works offline: nothing is downloaded.
+``checkpoint-<v>``, ``latest`` = the newest one kept) with the same seed; prints them side by side. Works
+offline: nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from openclaw_trl.commands.user_folder import add_user_argument, user_folder, user_store
 from openclaw_trl.errors import UserError
 
+LATEST = "latest"
 MAX_PROMPTS = 50
 MAX_NEW_TOKENS = 2048
 
@@ -29,9 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--versions",
         required=True,
         nargs=2,
-        type=int,
+        type=_version,
         metavar=("A", "B"),
-        help="two adapter versions (GET /v1/adapters lists them); 0 = the base model",
+        help="two adapter versions (GET /v1/adapters lists them); 0 = the base model, latest = the newest kept "
+        "(e.g. --versions 0 latest)",
     )
     parser.add_argument(
         "--run-dir",
@@ -65,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     if not store_path.is_file():
         raise UserError(f"no store at {store_path}: pass the openclaw.sqlite of a run (--store)")
     run_dir = user_folder(args.run_dir, args.user, "checkpoints") if args.run_dir else store_path.parent
+    args.versions = [_latest(run_dir) if v == LATEST else v for v in args.versions]
     checkpoint = {v: _checkpoint(run_dir, v) for v in args.versions if v != 0}
     base = args.base or _base_model(checkpoint, run_dir)
     with Store(store_path) as store:
@@ -98,20 +102,40 @@ def _check_bounds(args) -> None:
         raise UserError(f"--max-new-tokens must be between 1 and {MAX_NEW_TOKENS}, got {args.max_new_tokens}")
     if args.temperature < 0:
         raise UserError(f"--temperature must be >= 0, got {args.temperature}")
-    if min(args.versions) < 0:
-        raise UserError(f"--versions must be >= 0 (0 = the base model), got {args.versions}")
+    if any(v != LATEST and v < 0 for v in args.versions):
+        raise UserError(f"--versions must be >= 0 (0 = the base model) or latest, got {args.versions}")
 
 
 def _label(version: int) -> str:
     return "v0 (base model)" if version == 0 else f"v{version}"
 
 
+def _version(text: str) -> int | str:
+    if text == LATEST:
+        return LATEST
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a version number or {LATEST}, not {text!r}") from None
+
+
+def _kept(run_dir: Path) -> list[int]:
+    """The versions whose adapter the run keeps (the last ``adapter_history`` ones), oldest first."""
+    steps = (int(p.name[11:]) for p in run_dir.glob("checkpoint-*") if p.name[11:].isdigit())
+    return sorted(v for v in steps if (run_dir / f"checkpoint-{v}" / "adapter_config.json").is_file())
+
+
+def _latest(run_dir: Path) -> int:
+    kept = _kept(run_dir)
+    if not kept:
+        raise UserError(f"no checkpoint-<v> with an adapter in {run_dir} yet: rate a few answers first")
+    return kept[-1]
+
+
 def _checkpoint(run_dir: Path, version: int) -> Path:
     path = run_dir / f"checkpoint-{version}"
     if not (path / "adapter_config.json").is_file():
-        kept = sorted(
-            int(p.name.split("-")[1]) for p in run_dir.glob("checkpoint-*") if p.name[11:].isdigit()
-        )
+        kept = _kept(run_dir)
         raise UserError(
             f"no adapter for version {version} in {run_dir} (no {path.name}/adapter_config.json); the checkpoints "
             f"kept there are versions {kept or 'none'} (the last adapter_history), or pass --run-dir"

@@ -123,21 +123,17 @@ def run(args: argparse.Namespace) -> int:
     logger.info("collecting every turn into %s (no training); Ctrl-C stops", args.store)
     if args.share:
         logger.info("public link: %s", open_share_link(settings.host, server.port))
-    import signal
+    from openclaw_trl.stopping import graceful
 
-    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops as cleanly as Ctrl-C
     try:
-        server.thread.join()
+        with graceful():  # Ctrl-C and `kill` (SIGTERM) stop serving cleanly
+            server.thread.join()
     except KeyboardInterrupt:
         pass
     finally:
         server.stop()
         serving.close()
     return 0
-
-
-def _interrupt(*_):
-    raise KeyboardInterrupt
 
 
 def _run_recipe(args: argparse.Namespace) -> int:
@@ -169,6 +165,9 @@ def _run_recipe(args: argparse.Namespace) -> int:
         argv += ["--temperature", str(args.temperature)]
     if args.model_name is not None:
         argv += ["--served_model_name", args.model_name]
+    from openclaw_trl.recipe_check import check_run_argv
+
+    check_run_argv(argv)  # one line, before the model loads: a missing recipe, a wrong field, a taken port
     config, model_args, recipe_yaml = rt.load_recipe(argv)
     from openclaw_trl.console import configure_console
 

@@ -94,7 +94,8 @@ def help_parser(prog: str) -> argparse.ArgumentParser:
     """
     parser = argparse.ArgumentParser(
         prog=prog,
-        usage=f"{prog} [--config RECIPE] [--FIELD VALUE ...] [--share] [-h] [--help-fields] [--help-trl]",
+        usage=f"{prog} [--config RECIPE] [--FIELD VALUE ...] [--share] [--json-summary] [-h] [--help-fields] "
+        "[--help-trl]",
         description=fill(
             "Serve and learn from a recipe. The recipe's source says where turns come from: live (people "
             "through the UI and the OpenAI-compatible API), replay (recorded conversations) or simulated "
@@ -119,6 +120,12 @@ def help_parser(prog: str) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--share", action="store_true", help="a public Gradio link to the UI and the API (needs api_key_env)"
+    )
+    parser.add_argument(
+        "--json-summary",
+        action="store_true",
+        help='after the run, its summary as one JSON line on stdout, for scripts: {"policy_version": N, '
+        '"metrics": {...}} (a run with several users: {"users": {name: {...}}})',
     )
     parser.add_argument("-h", "--help", action="store_true", help="show this help and exit")
     parser.add_argument(
@@ -166,6 +173,10 @@ def run_argv(argv: list[str], prog: str = "openclaw-trl train") -> int:
     if any(arg in HELP_FLAGS for arg in argv):
         print_help(argv, prog)
         return 0
+    from openclaw_trl.recipe_check import check_run_argv
+
+    # a missing recipe, an unknown field, a value of the wrong type, a taken port: one line, at once
+    check_run_argv(argv if "--config" in argv else ["--config", DEFAULT_RECIPE, *argv])
     from openclaw_trl.console import configure_console
     from openclaw_trl.runtime import build_runtime, load_recipe, run
     from openclaw_trl.store import SampleSourceError
@@ -173,7 +184,8 @@ def run_argv(argv: list[str], prog: str = "openclaw-trl train") -> int:
     configure_console()  # until the recipe's log_level is known
     argv = choose_recipe(argv)
     share = "--share" in argv  # a public Gradio link (live source; needs api_key_env)
-    config, model_args, recipe_yaml = load_recipe([a for a in argv if a != "--share"])
+    summary_json = "--json-summary" in argv  # the run's summary as one JSON line on stdout, for scripts
+    config, model_args, recipe_yaml = load_recipe([a for a in argv if a not in ("--share", "--json-summary")])
     configure_console(config.log_level)
     runtime = build_runtime(config, model_args, recipe_yaml)
     try:
@@ -181,9 +193,7 @@ def run_argv(argv: list[str], prog: str = "openclaw-trl train") -> int:
     except SampleSourceError as exc:
         print(f"openclaw-trl: {exc}", file=sys.stderr)
         return 1
-    # the run's summary as one JSON line on stdout for scripts (stdout piped or redirected); a person at a
-    # terminal has the stop line already
-    if sys.stdout.isatty():
+    if not summary_json:  # the stop line is the run's last word
         return 0
     summary = {
         u.name: {"policy_version": u.trainer.state.global_step, "metrics": metrics.get(u.name, {})}

@@ -211,6 +211,7 @@ def _port_taken(host: str, port: int) -> bool:
     if not port:
         return False
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is free
         try:
             probe.bind((host, port))
         except OSError:
@@ -242,14 +243,17 @@ class ServerThread:
         self.host = host
 
     def start(self, timeout: float = 30.0) -> ServerThread:
+        taken = UserError(
+            f"port {self.config.port} on {self.config.host} is in use (another server still running?): "
+            "stop it, or choose another port with --port N"
+        )
+        if _port_taken(self.config.host, self.config.port):  # before uvicorn logs its own error
+            raise taken
         self.thread.start()
         deadline = time.monotonic() + timeout
         while not self.server.started:
             if not self.thread.is_alive() and _port_taken(self.config.host, self.config.port):
-                raise UserError(
-                    f"port {self.config.port} on {self.config.host} is in use (another server still running?): "
-                    "stop it, or choose another port with --port N"
-                )
+                raise taken
             if not self.thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError("uvicorn did not start")
             time.sleep(0.02)
