@@ -119,7 +119,7 @@ def test_latest_turn_of_another_session_or_none_is_a_404_and_bad_input_a_400(eng
 def _two_users(engine, root):
     """alice and bob, each with their own key, store and collector, on one server: yields (url, stores)."""
     from openclaw_trl.engines.views import AdapterView
-    from openclaw_trl.serving.app import ServerThread, UserParts, create_users_app
+    from openclaw_trl.serving.app import ServerThread, UserParts, create_tenants_app
     from openclaw_trl.serving.settings import ServerSettings
     from openclaw_trl.sessions import TurnCollector
     from openclaw_trl.store import Store
@@ -132,7 +132,7 @@ def _two_users(engine, root):
     environ = {"ALICE_KEY": "sk-alice", "BOB_KEY": "sk-bob"}
     keys = UserKeys((UserSpec("alice", "ALICE_KEY"), UserSpec("bob", "BOB_KEY")), environ=environ)
     server = ServerThread(
-        create_users_app(parts, keys, ServerSettings(ui=False, default_max_tokens=4))
+        create_tenants_app(parts, ServerSettings(ui=False, default_max_tokens=4), keys)
     ).start()
     try:
         yield server.url, stores

@@ -260,7 +260,7 @@ def test_x_api_key_and_bearer_auth(engine, tmp_path, monkeypatch):
 
 def test_each_users_key_selects_their_own_store(engine, tmp_path):
     from openclaw_trl.engines.views import AdapterView
-    from openclaw_trl.serving.app import ServerThread, UserParts, create_users_app
+    from openclaw_trl.serving.app import ServerThread, UserParts, create_tenants_app
     from openclaw_trl.serving.settings import ServerSettings
     from openclaw_trl.sessions import TurnCollector
     from openclaw_trl.store import Store
@@ -273,7 +273,7 @@ def test_each_users_key_selects_their_own_store(engine, tmp_path):
         environ={"ALICE_KEY": "ka", "BOB_KEY": "kb"},
     )
     server = ServerThread(
-        create_users_app(parts, keys, ServerSettings(ui=False, default_max_tokens=4))
+        create_tenants_app(parts, ServerSettings(ui=False, default_max_tokens=4), keys)
     ).start()
     try:
         alice = anthropic.Anthropic(base_url=server.url, api_key="ka", max_retries=0)
