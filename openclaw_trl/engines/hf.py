@@ -63,6 +63,7 @@ from openclaw_trl.engines.base import (
 from openclaw_trl.engines.hf_model import SlottedModel
 from openclaw_trl.engines.hf_runner import HFRunner, Row, Steps, fail_row
 from openclaw_trl.engines.hf_schedule import OwnerSchedule
+from openclaw_trl.engines.memory_budget import fit_budget
 from openclaw_trl.engines.prefix_cache import (
     DEFAULT_PREFIX_CACHE_MB,
     DEFAULT_PREFIX_CACHE_MIN_TOKENS,
@@ -157,10 +158,11 @@ class HFEngine(OwnerSchedule):
         self.batch_wait_s = batch_wait_s
         self.learn_max_wait_s = float(learn_max_wait_s)
         self._learn_clock: float | None = None  # since when learning work has waited (None: none waits)
+        self.prefix_cache_budget = fit_budget("prefix_cache_mb", int(prefix_cache_mb) * 2**20, self.device)
         self._runner = HFRunner(
             self.model,
             self.device,
-            PrefixCache(int(prefix_cache_mb) * 2**20, prefix_cache_min_tokens),
+            PrefixCache(self.prefix_cache_budget.granted, prefix_cache_min_tokens),
             score_batch_tokens,
             score_logits_elems,
         )
@@ -178,6 +180,23 @@ class HFEngine(OwnerSchedule):
         """The prompt KV cache the owner thread uses (read-only: its ``clear()`` empties it, its ``stats``
         count the reuse)."""
         return self._runner.prefix_cache
+
+    def memory(self) -> dict:
+        """What each memory budget holds (``/v1/status``'s ``memory``): the prompt KV cache's bytes against its
+        budget (``prefix_cache_mb``, capped to the machine: ``memory_budget``), and the adapters' CPU copies (one
+        per adapter, the authoritative weights: held whole, never evicted)."""
+        budget = self.prefix_cache_budget
+        adapters, copy_bytes = self.model.adapter_copies()
+        return {
+            "prefix_cache": {
+                "bytes": self.prefix_cache.nbytes,
+                "budget_bytes": self.prefix_cache.max_bytes,
+                "requested_bytes": budget.requested,
+                "capped_by": budget.capped_by,
+                "entries": len(self.prefix_cache),
+            },
+            "adapter_copies": {"bytes": copy_bytes, "adapters": adapters},
+        }
 
     @property
     def policy_version(self) -> int:
