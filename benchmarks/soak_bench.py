@@ -7,14 +7,16 @@
 ``app.py`` serves the toy model (``recipes/toy_offline.yaml``, shipped with the package, offline) in its own
 process, learning on: the rule judge reads each reply's verdict from the person's next message, Best-of-4 with
 the memory quick judge picks the served answer, every update is checkpointed and the last ``--adapter-history``
-kept. Eight simulated people (``--sessions``) talk to it without pause, and one agent replays recorded OpenClaw
-traffic (heartbeats, main turns, a compaction: ``_soak_traffic.py``).
+kept, the prompt KV cache bounded by ``--prefix-cache-mb`` (it fills up to its budget with the agent's long
+prompts, and RSS with it: a small budget lets the first window reach that plateau). Eight simulated people
+(``--sessions``) talk to it without pause, and one agent replays recorded OpenClaw traffic (heartbeats, main
+turns, a compaction: ``_soak_traffic.py``).
 
 Every window (``--window-s``) records the server process's resident memory (RSS), its open files
-(``/proc/<pid>/fd``) and threads, the store file and its write-ahead log (WAL), the latency p50/p95 of the
-requests that ended in the window, the updates done (policy version) and the errors (any answer but 200, or
-none). At the end: the disk used per stored turn (the store) and per update (checkpoints), the checkpoints
-kept against their limit, and how the server ended on SIGTERM.
+(``/proc/<pid>/fd``) and threads, the prompt KV cache's bytes (``/v1/status``), the store file and its
+write-ahead log (WAL), the latency p50/p95 of the requests that ended in the window, the updates done (policy
+version) and the errors (any answer but 200, or none). At the end: the disk used per stored turn (the store)
+and per update (checkpoints), the checkpoints kept against their limit, and how the server ended on SIGTERM.
 
 Targets (PASS/FAIL with their ratio): after the first window RSS grows at most 5% per hour; the last window's
 p95 at most 1.2x the second's; no error; the WAL at most the store's bound (``journal_size_limit``) at every
@@ -75,6 +77,8 @@ def start_server(run_dir: Path, port: int, args) -> subprocess.Popen:
         str(run_dir),
         "--port",
         str(port),
+        "--prefix_cache_mb",
+        str(args.prefix_cache_mb),
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     log = (run_dir.parent / "server.log").open("w")
@@ -142,6 +146,7 @@ def sample(pid: int, url: str, run_dir: Path, log: RequestLog, start: float, end
         "p50_s": _percentile(latencies, 50),
         "p95_s": _percentile(latencies, 95),
         "updates": status.get("policy_version"),
+        "prefix_cache_bytes": ((status.get("memory") or {}).get("prefix_cache") or {}).get("bytes"),
         "errors": len(errors),
         "error_examples": sorted({f"{r.source} {r.status}: {r.error}" for r in errors})[:3],
     }
@@ -220,9 +225,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--adapter-history", type=int, default=3, help="checkpoints kept (adapter_history)")
     parser.add_argument("--max-tokens", type=int, default=48, help="max_tokens of each request")
     parser.add_argument(
+        "--prefix-cache-mb",
+        type=int,
+        default=256,
+        help="the prompt KV cache's budget: it fills up to it with the agent's prompts (RSS grows until then)",
+    )
+    parser.add_argument(
         "--out", default=None, help="JSON report path (default: benchmarks/results/soak_<time>.json)"
     )
-    args = parse_args(parser, argv, {"minutes": 2.5, "window_s": 30.0})
+    args = parse_args(parser, argv, {"minutes": 2.5, "window_s": 30.0, "prefix_cache_mb": 32})
 
     tmp = Path(tempfile.mkdtemp(prefix="openclaw-soak-"))
     run_dir = tmp / "run"
@@ -244,7 +255,9 @@ def main(argv: list[str] | None = None) -> int:
             t.start()
         windows, n_windows = [], max(2, round(args.minutes * 60 / args.window_s))
         header = f"{'t_s':>6} {'rss_mb':>7} {'fds':>4} {'thr':>4} {'store_kb':>8} {'wal_kb':>7} "
-        print(header + f"{'reqs':>5} {'p50_s':>6} {'p95_s':>6} {'upd':>4} {'err':>4}", flush=True)
+        print(
+            header + f"{'kv_mb':>6} {'reqs':>5} {'p50_s':>6} {'p95_s':>6} {'upd':>4} {'err':>4}", flush=True
+        )
         for i in range(n_windows):
             start = t0 + i * args.window_s
             time.sleep(max(0.0, start + args.window_s - time.monotonic()))
@@ -254,9 +267,10 @@ def main(argv: list[str] | None = None) -> int:
             windows.append(w)
             p50 = f"{w['p50_s']:.2f}" if w["p50_s"] is not None else "-"
             p95 = f"{w['p95_s']:.2f}" if w["p95_s"] is not None else "-"
+            kv = f"{w['prefix_cache_bytes'] / 2**20:.0f}" if w["prefix_cache_bytes"] is not None else "-"
             print(
                 f"{w['t_s']:>6.0f} {w['rss_mb']:>7.1f} {w['open_files']:>4} {w['threads']:>4} "
-                f"{w['store_bytes'] // 1024:>8} {w['wal_bytes'] // 1024:>7} {w['requests']:>5} {p50:>6} {p95:>6} "
+                f"{w['store_bytes'] // 1024:>8} {w['wal_bytes'] // 1024:>7} {kv:>6} {w['requests']:>5} {p50:>6} {p95:>6} "
                 f"{w['updates']!s:>4} {w['errors']:>4}",
                 flush=True,
             )

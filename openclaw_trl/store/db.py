@@ -15,6 +15,7 @@ batch lease): a version-1 file gains it (NULL: nothing leased) when it is opened
 
 from __future__ import annotations
 
+import errno
 import sqlite3
 import threading
 from contextlib import contextmanager
@@ -203,6 +204,42 @@ class StoreError(RuntimeError):
     """A store that cannot be used as asked (e.g. written by a newer openclaw-trl, or closed)."""
 
 
+class StoreFull(StoreError):
+    """The disk under the store is full: the write was rolled back whole (nothing of it kept), the store stays
+    readable, and the same write succeeds once space is freed. ``http_status``: what a server answers (507)."""
+
+    http_status, code = 507, "insufficient_storage"
+
+
+class StoreBusy(StoreError):
+    """Another process held the store's write lock for longer than the busy timeout: the write was rolled back
+    whole and may be retried. ``http_status``: what a server answers (503)."""
+
+    http_status, code = 503, "store_busy"
+
+
+def storage_error(err: BaseException, path: Path) -> StoreError | None:
+    """``err`` as :class:`StoreFull` or :class:`StoreBusy` when it is one of those (SQLite's ``SQLITE_FULL``
+    or an ``ENOSPC``; ``SQLITE_BUSY`` / ``SQLITE_LOCKED``), else ``None``."""
+    code = getattr(err, "sqlite_errorcode", None)
+    text = str(err)
+    if (isinstance(err, OSError) and err.errno == errno.ENOSPC) or (
+        isinstance(err, sqlite3.OperationalError) and (code == sqlite3.SQLITE_FULL or "disk is full" in text)
+    ):
+        return StoreFull(
+            f"the disk under the store {path} is full ({text}): nothing of this write was kept; "
+            "free some space (old runs, checkpoints) and it works again"
+        )
+    if isinstance(err, sqlite3.OperationalError) and (
+        code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "database is locked" in text
+    ):
+        return StoreBusy(
+            f"the store {path} is locked by another process ({text}): nothing of this write was kept; "
+            "retry, and stop whatever holds it (an open sqlite3 shell, a backup that locks the file)"
+        )
+    return None
+
+
 class Database:
     """The store's SQLite file: ``conn()`` is this thread's connection, ``tx()`` a write transaction.
 
@@ -260,9 +297,15 @@ class Database:
             conn.execute("BEGIN IMMEDIATE")
             yield conn
             conn.execute("COMMIT")
-        except BaseException:
+        except BaseException as err:
             if conn.in_transaction:
-                conn.execute("ROLLBACK")
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:  # a full disk may fail the rollback too: SQLite then rolls back itself
+                    pass
+            translated = storage_error(err, self.path)
+            if translated is not None:
+                raise translated from err
             raise
         finally:
             self._local.in_tx = False
