@@ -23,7 +23,9 @@ Concurrency model: one owner thread runs every computation on the model.
 * A caller that gives up (``timeout_s``) cancels its job: rows not started are dropped, rows in progress stop at
   the next step, a scoring job stops before its next forward; the caller gets ``TimeoutError``.
 * A request that fails on its own (its generator cannot be seeded, its sampling step raises) fails alone: its
-  caller gets the error and the other requests of the batch decode on. A failed forward fails its batch.
+  caller gets the error and the other requests of the batch decode on. A failed forward fails its batch, except
+  when it ran out of memory: the prompt KV cache is emptied and each request of the batch is decoded on its own
+  (one that had streamed tokens already, or runs out of memory alone, fails alone).
 * ``publish_adapter`` never touches weights that are in use: the engine owns its own model copy with
   ``max_adapters + 1`` adapter slots (``hf_model.SlottedModel``, rules in ``hf_slots``); work in flight finishes
   on the weights it started with. The trainer trains its own model copy; nothing is shared with it.
@@ -64,6 +66,7 @@ from openclaw_trl.engines.hf_model import SlottedModel
 from openclaw_trl.engines.hf_runner import HFRunner, Row, Steps, fail_row
 from openclaw_trl.engines.hf_schedule import OwnerSchedule
 from openclaw_trl.engines.memory_budget import fit_budget
+from openclaw_trl.engines.out_of_memory import free_cached_memory, is_out_of_memory
 from openclaw_trl.engines.prefix_cache import (
     DEFAULT_PREFIX_CACHE_MB,
     DEFAULT_PREFIX_CACHE_MIN_TOKENS,
@@ -319,7 +322,12 @@ class HFEngine(OwnerSchedule):
             ):  # their adapters get a slot in the next batch (whose first row is pinned unconditionally)
                 self.stats["deferred_rows"] += len(deferred)
                 self._pending.rows[priority].extendleft(reversed(deferred))
-            yield from self._runner.decode(kept, [pins[_group(row)][0] for row in kept])
+            try:
+                yield from self._runner.decode(kept, [pins[_group(row)][0] for row in kept])
+            except Exception as exc:
+                if len(kept) < 2 or not is_out_of_memory(exc):
+                    raise
+                kept = yield from self._decode_alone(kept, pins, exc)
         finally:
             for selected, _ in pins.values():
                 self.model.unpin(selected)
@@ -328,6 +336,35 @@ class HFEngine(OwnerSchedule):
                 finish = row.finish_reason or "length"
                 done = Completion(row.tokens, row.logprobs, finish, pins[_group(row)][1])  # type: ignore[arg-type]
                 row.job.finish_one(row.index, done)
+
+    def _decode_alone(self, rows: list[Row], pins: dict, exc: BaseException) -> Steps:
+        """After a batch ran out of memory: free the prompt KV cache (and CUDA's cached blocks), then decode
+        each row again on its own, from its prompt (a seeded row samples the same tokens again). A row whose
+        caller already received streamed tokens fails with the error instead (a restart would repeat them);
+        a row that runs out of memory alone fails alone. Returns the rows decoded."""
+        logger.warning(
+            "a batch of %d requests ran out of memory (%s): the prompt KV cache is emptied and each request is "
+            "decoded on its own",
+            len(rows),
+            exc,
+        )
+        self.prefix_cache.clear()
+        free_cached_memory(self.device)
+        done = []
+        for row in rows:
+            if row.tokens and row.job.on_token is not None:
+                fail_row(row.job, exc)
+                continue
+            alone = Row(row.job, row.index, row.request, self._make_generator(row.request.sampling.seed))
+            try:
+                yield from self._runner.decode([alone], [pins[_group(row)][0]])
+            except Exception as err:  # noqa: BLE001 - out of memory alone: this request fails alone
+                if not is_out_of_memory(err):
+                    raise
+                fail_row(row.job, err)
+                continue
+            done.append(alone)
+        return done
 
     def _pin_rows(self, rows: list[Row], priority: Priority) -> dict[tuple, tuple[str, int]]:
         """``(selected, version)`` per ``(weights, adapter)`` group of ``rows``, each slot pinned; the groups left
