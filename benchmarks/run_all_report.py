@@ -405,7 +405,7 @@ def soak_rows(report: dict | None, row) -> None:
             target,
             f"{minutes:.0f} min",
         )
-    others = [r for k, r in checks.items() if not k.startswith(("RSS growth", "p95 latency"))]
+    others = [r for k, r in checks.items() if not k.startswith(("RSS growth", "p95 latency", "RSS beyond"))]
     row(
         "soak: errors, WAL, checkpoints kept",
         "toy",
