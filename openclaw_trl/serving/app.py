@@ -167,7 +167,7 @@ def _add_error_handlers(app, protocols: tuple[Protocol, ...]) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request, exc: Exception):
-        if getattr(exc, "http_status", None):  # the store's disk full (507) or its file locked (503): one line
+        if getattr(exc, "http_status", None):  # the store's disk full (507) or file locked (503): one line
             logger.warning("request failed: %s", exc)
             return render(request, ApiError(exc.http_status, str(exc), exc.code))
         logger.exception("unhandled error")
