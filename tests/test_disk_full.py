@@ -68,7 +68,11 @@ def test_only_a_full_disk_is_waited_for(monkeypatch):
             raise OSError(errno.ENOSPC, "No space left on device")
         return "done"
 
-    assert disk_full.write_when_space(write, "a test write") == "done" and len(calls) == 3
+    waits = []
+    assert (
+        disk_full.write_when_space(write, "a test write", on_wait=waits.append) == "done" and len(calls) == 3
+    )
+    assert waits == [True, False]  # one wait, however many tries
     try:
         disk_full.write_when_space(lambda: 1 / 0, "a broken write")
     except ZeroDivisionError:

@@ -4,7 +4,7 @@ An update's checkpoint (adapter, optimizer, scheduler, RNG and trainer state) an
 after the update. When the disk is full, :func:`write_when_space` removes what the failed write left of the
 folder (a checkpoint is whole or absent: ``resume`` only uses folders with their last file,
 ``trainer_state.json``), logs one line, and tries again every :data:`RETRY_S` seconds. Meanwhile the trainer
-takes no batch: serving, judging and collecting go on and samples keep queueing, so nothing is lost; once space
+takes no batch (``/v1/status``: ``trainer_state`` is ``waiting for disk space``): serving, judging and collecting go on and samples keep queueing, so nothing is lost; once space
 is back the checkpoint is written, one line says so, and learning goes on by itself.
 """
 
@@ -43,11 +43,16 @@ def is_disk_full(err: BaseException | None) -> bool:
 
 
 def write_when_space(
-    write: Callable[[], T], what: str, folder: Path | None = None, retry_s: float | None = None
+    write: Callable[[], T],
+    what: str,
+    folder: Path | None = None,
+    retry_s: float | None = None,
+    on_wait: Callable[[bool], object] | None = None,
 ) -> T:
     """``write()``, tried again every ``retry_s`` (default :data:`RETRY_S`) seconds for as long as it fails
     because the disk is full; ``folder``: where it writes, removed after a failed try unless it was whole
-    (with ``trainer_state.json``) before. Any other error is raised at once."""
+    (with ``trainer_state.json``) before; ``on_wait(True)`` when it starts waiting for space, ``on_wait(False)``
+    once written after a wait. Any other error is raised at once."""
     from openclaw_trl.resume import is_complete
 
     wait = RETRY_S if retry_s is None else retry_s
@@ -63,6 +68,8 @@ def write_when_space(
                 shutil.rmtree(folder, ignore_errors=True)
             if paused_at is None:
                 paused_at = time.monotonic()
+                if on_wait is not None:
+                    on_wait(True)
                 logger.warning(
                     "%s not written, the disk is full (%s): learning pauses and tries again every %g s; "
                     "serving goes on and nothing learned is lost. Free some space to resume.",
@@ -73,6 +80,8 @@ def write_when_space(
             time.sleep(wait)
             continue
         if paused_at is not None:
+            if on_wait is not None:
+                on_wait(False)
             logger.warning(
                 "%s written: space is back after %.0f s, learning goes on", what, time.monotonic() - paused_at
             )

@@ -274,7 +274,13 @@ class TrainerVersions:
             lambda: super(TrainerVersions, self)._save_checkpoint(model, trial),
             f"checkpoint of update {step}",
             checkpoint_dir(self.args.output_dir, step),
+            on_wait=self._waiting_for_space,
         )
+
+    def _waiting_for_space(self, waiting: bool) -> None:
+        """``trainer_state`` while a write waits for disk space (main process, with a ``LearningControl``)."""
+        if self.learning is not None and self.accelerator.is_main_process:
+            self.learning.note_state("waiting for disk space" if waiting else "updating")
 
     def _checkpoint_written(self, restored_from: int | None) -> None:
         if self.accelerator.is_main_process:
@@ -283,6 +289,7 @@ class TrainerVersions:
                 write_when_space(
                     lambda: record_version(self.store, self.state, self.args.output_dir, restored_from),
                     f"the version record of update {step}",
+                    on_wait=self._waiting_for_space,
                 )
             write_when_space(self.write_run_info, "the run's summary")
 
