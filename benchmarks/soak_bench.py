@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--prefix-cache-mb",
         type=int,
-        default=256,
+        default=64,
         help="the prompt KV cache's budget: it fills up to it with the agent's prompts (RSS grows until then)",
     )
     parser.add_argument(
