@@ -141,7 +141,8 @@ test-vllm: $(VLLM_VENV)/.installed $(VENV)/.installed
 	OPENCLAW_TRL_APP_PYTHON=$(CURDIR)/$(PY) PYTHONPATH=$(CURDIR) $(VLLM_PY) -m pytest -m vllm -p no:cacheprovider $(PYTEST_ARGS) tests/vllm_engine
 
 # Every benchmark of `make bench` with --smoke: tiny sizes, a few steps, no target checked -- that each one
-# still runs (about 3 minutes on 2 idle cores; the vLLM stages with .venv-vllm). Fails when a stage did not finish.
+# still runs (about 6 minutes on 2 idle cores, the soak stage 2.5 of them; the vLLM stages with .venv-vllm).
+# Fails when a stage did not finish.
 BENCH_SMOKE_OUT ?= .bench-smoke-out
 bench-smoke: $(VENV)/.installed $(VLLM_VENV)/.installed
 	rm -rf $(BENCH_SMOKE_OUT)

@@ -1,11 +1,11 @@
 """Run every benchmark and write one JSON + one Markdown table, with the performance targets marked PASS/FAIL.
 
-    .venv/bin/python benchmarks/run_all.py --quick     # 2-core CPU: about 10 minutes
+    .venv/bin/python benchmarks/run_all.py --quick     # 2-core CPU: about 15 minutes (a 5-minute soak)
     .venv/bin/python benchmarks/run_all.py             # CPU, more steps and rounds
     .venv/bin/python benchmarks/run_all.py --full      # + 0.6B-shaped update ratio, KD step, vLLM engine
     python benchmarks/run_all.py --gpu                 # one GPU: 0.6B / 4B shapes in bf16 (gpu_check.sh)
     python benchmarks/run_all.py --gpu --device cpu --tiny   # the same stages on the tiny model (rehearsal)
-    .venv/bin/python benchmarks/run_all.py --smoke     # every stage with --smoke: that each one runs (~3 min)
+    .venv/bin/python benchmarks/run_all.py --smoke     # every stage with --smoke: that each one runs (~6 min)
 
 Stages (each in its own process, so one failing or running out of memory leaves the others standing):
 ``engine_bench.py`` (generate / score / plain forward tokens/s, adapter publish; vLLM through ``.venv-vllm``
@@ -14,7 +14,8 @@ condition), ``trainer_bench.py`` (update time vs TRL's ``GRPOTrainer``, peak mem
 merge-and-push), ``serving_bench.py`` (p50/p95 latency idle vs during LoRA updates), ``judge_bench.py`` (judge
 cost per turn, scorer turns/s with m = 1 and 3), ``priority_bench.py`` (chat latency behind queued learning
 work), ``best_of_n_bench.py`` (a Best-of-4 turn in one request vs 4), ``help_bench.py`` (the slowest
-``--help`` against its 2 s target) and ``multi_user_bench.py`` (4 users of one base: one user's update time
+``--help`` against its 2 s target), ``soak_bench.py`` (a learning server under non-stop traffic: RSS,
+latency, store and disk per window) and ``multi_user_bench.py`` (4 users of one base: one user's update time
 with 4 training vs alone, serving p95 with 4 adapters on 4 and 2 slots vs 1, memory per extra user). ``--gpu`` adds
 ``combine_4b_bench.py`` (one Combine update of a Qwen3-4B-shaped model beside the colocated engine: seconds and
 peak memory; its QLoRA variant where bitsandbytes imports) and ``learning/run.py --quick``; a stage whose
@@ -167,6 +168,8 @@ def plan(args, tmp: Path) -> list[tuple[str, list[str] | None, Path | str, int]]
     stage("multi_user", "multi_user_bench.py", [], ["--models", "tiny"] if quick else [], 1800)
     # the version guard's cost per update (guard on / off, paired steps)
     stage("guard", "guard_bench.py", [], ["--quick"] if quick else [], 1200)
+    # a learning server under non-stop traffic (8 people + an OpenClaw replay): memory, latency, disk per window
+    stage("soak", "soak_bench.py", [], ["--minutes", "5", "--window-s", "60"] if quick else [], 2400)
     # the offline demo's recipe with a simulated person (2 seeds x 10 updates quick; the promise needs 30)
     demo_sizes = ["--seeds", "0", "1", "--updates", "10"] if quick else []
     stage("demo", "learning/demo.py", [], demo_sizes, 1800)
@@ -314,7 +317,11 @@ def _stage_times(stages: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="fewer steps and rounds: under 15 min on 2 cores")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="fewer steps and rounds: under 20 min on 2 cores (a 5-minute soak)",
+    )
     ap.add_argument("--full", action="store_true", help="add the 0.6B-shaped update ratio and KD step")
     ap.add_argument("--gpu", action="store_true", help="one GPU: the 0.6B / 4B-shaped suite (gpu_check.sh)")
     ap.add_argument(
@@ -327,7 +334,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument(
         "--smoke",
         action="store_true",
-        help="every stage with --smoke (tiny sizes, a few steps, about 3 min in all on 2 cores): that each "
+        help="every stage with --smoke (tiny sizes, a few steps, about 6 min in all on 2 cores): that each "
         "benchmark runs; targets are not checked",
     )
     ap.add_argument("--results-dir", default=None, help="where the JSON, table and stage logs go")

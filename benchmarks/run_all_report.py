@@ -26,6 +26,8 @@ TARGETS = {
     ),  # one user's update with 4 users training / alone (turn wait apart)
     "multi_user_serving_p95_ratio": ("<=", 1.3),  # serving p95, 4 users' adapters / 1 (4 and 2 slots)
     "guard_share": ("<=", 0.10),  # the version guard's check / an update without it
+    "soak_rss_growth_per_hour": ("<=", 0.05),  # server RSS growth per hour after the first window
+    "soak_p95_last_over_second": ("<=", 1.2),  # the last window's p95 latency / the second's
 }
 
 
@@ -277,6 +279,7 @@ def summarize(reports: dict, check_targets: bool = True) -> list[dict]:
             f"the guard's share of an update on {g['basis']}; batch {g['geometry']['batch']} x "
             f"~{g['geometry']['prompt_len']}+{g['geometry']['completion_len']} tokens",
         )
+    soak_rows(reports.get("soak"), row)
     demo = reports.get("demo")
     if demo:
         row(
@@ -379,3 +382,36 @@ def multi_user_rows(report: dict | None, row) -> None:
             note=f"ratio: trainer tensors / base; engine / base {m['engine_over_base']:.4f}; RSS per trainer "
             f"built {(m['trainer_rss_delta_bytes'] or 0) / 2**20:.1f} MiB",
         )
+
+
+def soak_rows(report: dict | None, row) -> None:
+    """The figures of ``soak_bench.py``: a learning server under non-stop traffic, window after window."""
+    if not report:
+        return
+    windows, disk = report["windows"], report["disk"]
+    checks = {r["target"]: r for r in report["targets"]}
+    minutes = windows[-1]["t_s"] / 60
+    for key, target in (
+        ("RSS growth per hour", "soak_rss_growth_per_hour"),
+        ("p95 latency", "soak_p95_last_over_second"),
+    ):
+        r = next(v for k, v in checks.items() if k.startswith(key))
+        row(
+            f"soak, {r['target']}",
+            "toy",
+            _fmt(r["value"]),
+            r["note"],
+            r["value"],
+            target,
+            f"{minutes:.0f} min",
+        )
+    others = [r for k, r in checks.items() if not k.startswith(("RSS growth", "p95 latency", "RSS beyond"))]
+    row(
+        "soak: errors, WAL, checkpoints kept",
+        "toy",
+        "; ".join(f"{r['result']} {r['target']} {_fmt(r['value'])}" for r in others),
+        "-",
+        None,
+        note=f"{disk['turns_stored']} turns, {_fmt(disk['bytes_per_turn'], 0)} B/turn; {disk['updates']} updates, "
+        f"{_fmt(disk['bytes_per_update'], 0)} B/update beyond the store",
+    )

@@ -247,9 +247,11 @@ class OpenClawConfig(GRPOConfig):
         shares with a prompt computed before on the same weights (the base model, or one published adapter
         version), so a turn and its teacher scoring only compute their new tokens. Results are the same
         with and without it. Least recently used prompts go first; ~10k tokens of a 4B model take ~1.5 GB
-        in bfloat16 (twice that in float32): lower it on a small GPU. The vLLM engines cache prefixes
-        themselves (colocated: always on; servers: `vllm serve --enable-prefix-caching`), so it is refused
-        with them.
+        in bfloat16 (twice that in float32): lower it on a small GPU. At start it is capped at a quarter of
+        the memory the device has available (CPU: `MemAvailable` or the container's limit; CUDA: its free
+        memory), with a logged line saying so; `/v1/status` (`memory`) reports the bytes it holds and its
+        budget. The vLLM engines cache prefixes themselves (colocated: always on; servers: `vllm serve
+        --enable-prefix-caching`), so it is refused with them.
     vllm_server_urls (`list[str]`, defaults to `[]`):
         Roots (`http(s)://host:port`) of the vLLM servers of `engine: vllm_server` (required there), each
         started as `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve MODEL --enable-lora --max-lora-rank R

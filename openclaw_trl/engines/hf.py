@@ -23,7 +23,9 @@ Concurrency model: one owner thread runs every computation on the model.
 * A caller that gives up (``timeout_s``) cancels its job: rows not started are dropped, rows in progress stop at
   the next step, a scoring job stops before its next forward; the caller gets ``TimeoutError``.
 * A request that fails on its own (its generator cannot be seeded, its sampling step raises) fails alone: its
-  caller gets the error and the other requests of the batch decode on. A failed forward fails its batch.
+  caller gets the error and the other requests of the batch decode on. A failed forward fails its batch, except
+  when it ran out of memory: the prompt KV cache is emptied and each request of the batch is decoded on its own
+  (one that had streamed tokens already, or runs out of memory alone, fails alone).
 * ``publish_adapter`` never touches weights that are in use: the engine owns its own model copy with
   ``max_adapters + 1`` adapter slots (``hf_model.SlottedModel``, rules in ``hf_slots``); work in flight finishes
   on the weights it started with. The trainer trains its own model copy; nothing is shared with it.
@@ -63,6 +65,8 @@ from openclaw_trl.engines.base import (
 from openclaw_trl.engines.hf_model import SlottedModel
 from openclaw_trl.engines.hf_runner import HFRunner, Row, Steps, fail_row
 from openclaw_trl.engines.hf_schedule import OwnerSchedule
+from openclaw_trl.engines.memory_budget import fit_budget
+from openclaw_trl.engines.out_of_memory import free_cached_memory, is_out_of_memory
 from openclaw_trl.engines.prefix_cache import (
     DEFAULT_PREFIX_CACHE_MB,
     DEFAULT_PREFIX_CACHE_MIN_TOKENS,
@@ -157,10 +161,11 @@ class HFEngine(OwnerSchedule):
         self.batch_wait_s = batch_wait_s
         self.learn_max_wait_s = float(learn_max_wait_s)
         self._learn_clock: float | None = None  # since when learning work has waited (None: none waits)
+        self.prefix_cache_budget = fit_budget("prefix_cache_mb", int(prefix_cache_mb) * 2**20, self.device)
         self._runner = HFRunner(
             self.model,
             self.device,
-            PrefixCache(int(prefix_cache_mb) * 2**20, prefix_cache_min_tokens),
+            PrefixCache(self.prefix_cache_budget.granted, prefix_cache_min_tokens),
             score_batch_tokens,
             score_logits_elems,
         )
@@ -178,6 +183,23 @@ class HFEngine(OwnerSchedule):
         """The prompt KV cache the owner thread uses (read-only: its ``clear()`` empties it, its ``stats``
         count the reuse)."""
         return self._runner.prefix_cache
+
+    def memory(self) -> dict:
+        """What each memory budget holds (``/v1/status``'s ``memory``): the prompt KV cache's bytes against its
+        budget (``prefix_cache_mb``, capped to the machine: ``memory_budget``), and the adapters' CPU copies (one
+        per adapter, the authoritative weights: held whole, never evicted)."""
+        budget = self.prefix_cache_budget
+        adapters, copy_bytes = self.model.adapter_copies()
+        return {
+            "prefix_cache": {
+                "bytes": self.prefix_cache.nbytes,
+                "budget_bytes": self.prefix_cache.max_bytes,
+                "requested_bytes": budget.requested,
+                "capped_by": budget.capped_by,
+                "entries": len(self.prefix_cache),
+            },
+            "adapter_copies": {"bytes": copy_bytes, "adapters": adapters},
+        }
 
     @property
     def policy_version(self) -> int:
@@ -300,7 +322,12 @@ class HFEngine(OwnerSchedule):
             ):  # their adapters get a slot in the next batch (whose first row is pinned unconditionally)
                 self.stats["deferred_rows"] += len(deferred)
                 self._pending.rows[priority].extendleft(reversed(deferred))
-            yield from self._runner.decode(kept, [pins[_group(row)][0] for row in kept])
+            try:
+                yield from self._runner.decode(kept, [pins[_group(row)][0] for row in kept])
+            except Exception as exc:
+                if len(kept) < 2 or not is_out_of_memory(exc):
+                    raise
+                kept = yield from self._decode_alone(kept, pins, exc)
         finally:
             for selected, _ in pins.values():
                 self.model.unpin(selected)
@@ -309,6 +336,35 @@ class HFEngine(OwnerSchedule):
                 finish = row.finish_reason or "length"
                 done = Completion(row.tokens, row.logprobs, finish, pins[_group(row)][1])  # type: ignore[arg-type]
                 row.job.finish_one(row.index, done)
+
+    def _decode_alone(self, rows: list[Row], pins: dict, exc: BaseException) -> Steps:
+        """After a batch ran out of memory: free the prompt KV cache (and CUDA's cached blocks), then decode
+        each row again on its own, from its prompt (a seeded row samples the same tokens again). A row whose
+        caller already received streamed tokens fails with the error instead (a restart would repeat them);
+        a row that runs out of memory alone fails alone. Returns the rows decoded."""
+        logger.warning(
+            "a batch of %d requests ran out of memory (%s): the prompt KV cache is emptied and each request is "
+            "decoded on its own",
+            len(rows),
+            exc,
+        )
+        self.prefix_cache.clear()
+        free_cached_memory(self.device)
+        done = []
+        for row in rows:
+            if row.tokens and row.job.on_token is not None:
+                fail_row(row.job, exc)
+                continue
+            alone = Row(row.job, row.index, row.request, self._make_generator(row.request.sampling.seed))
+            try:
+                yield from self._runner.decode([alone], [pins[_group(row)][0]])
+            except Exception as err:  # noqa: BLE001 - out of memory alone: this request fails alone
+                if not is_out_of_memory(err):
+                    raise
+                fail_row(row.job, err)
+                continue
+            done.append(alone)
+        return done
 
     def _pin_rows(self, rows: list[Row], priority: Priority) -> dict[tuple, tuple[str, int]]:
         """``(selected, version)`` per ``(weights, adapter)`` group of ``rows``, each slot pinned; the groups left

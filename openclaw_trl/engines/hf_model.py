@@ -169,6 +169,10 @@ class SlottedModel:
         what KV states computed with them are valid for (``prefix_cache``). Stable while ``selected`` is pinned."""
         return BASE if self._slots is None else self._slots.key_of(selected)
 
+    def adapter_copies(self) -> tuple[int, int]:
+        """The adapters published, and the bytes of their authoritative CPU copies (``hf_slots``)."""
+        return (0, 0) if self._slots is None else self._slots.copy_bytes()
+
     def served_keys(self) -> set[str]:
         """The ``weights_key`` of the base weights and of every adapter's latest publish."""
         return {BASE} | (set() if self._slots is None else self._slots.latest_keys())

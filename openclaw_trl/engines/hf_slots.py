@@ -119,6 +119,19 @@ class SlotTable:
         with self._cond:
             return {published.key for published in self._latest.values()}
 
+    def copy_bytes(self) -> tuple[int, int]:
+        """The adapters with a publish, and the bytes of their CPU copies (tensors of the latest publish each)."""
+        with self._cond:
+            latest = list(self._latest.values())
+        total = sum(
+            t.numel() * t.element_size()
+            for p in latest
+            if isinstance(p.weights, dict)
+            for t in p.weights.values()
+            if hasattr(t, "element_size")
+        )
+        return len(latest), total
+
     def resident(self) -> list[str | None]:
         """The resident names, least recently used first."""
         with self._cond:

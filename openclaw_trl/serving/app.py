@@ -150,7 +150,8 @@ def _resolve_api_key(settings: ServerSettings) -> str | None:
 
 def _add_error_handlers(app, protocols: tuple[Protocol, ...]) -> None:
     """Every error leaves in the shape of the protocol that owns its path (``Protocol.render_error``; OpenAI's
-    elsewhere): ``ApiError``s, Starlette's HTTP errors, and crashes (a 500)."""
+    elsewhere): ``ApiError``s, Starlette's HTTP errors, errors that carry their ``http_status`` and ``code``
+    (the store's ``StoreFull``: 507, ``StoreBusy``: 503), and crashes (a 500)."""
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     def render(request, err: ApiError):
@@ -166,6 +167,9 @@ def _add_error_handlers(app, protocols: tuple[Protocol, ...]) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request, exc: Exception):
+        if getattr(exc, "http_status", None):  # the store's disk full (507) or file locked (503): one line
+            logger.warning("request failed: %s", exc)
+            return render(request, ApiError(exc.http_status, str(exc), exc.code))
         logger.exception("unhandled error")
         return render(request, ApiError(500, f"internal error: {type(exc).__name__}", "server_error"))
 

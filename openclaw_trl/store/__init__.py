@@ -37,7 +37,7 @@ import sqlite3
 from pathlib import Path
 
 from openclaw_trl.store.conversations import FEEDBACK_KINDS, WITHDRAWN, Conversations, Withdrawal
-from openclaw_trl.store.db import SCHEMA_VERSION, Database, StoreError
+from openclaw_trl.store.db import SCHEMA_VERSION, Database, StoreBusy, StoreError, StoreFull
 from openclaw_trl.store.groups import Groups
 from openclaw_trl.store.holds import CorrectionWindow, CorrectionWindows
 from openclaw_trl.store.judging import TEACHER_ERROR_PREFIX, Judging
@@ -68,7 +68,9 @@ __all__ = [
     "SampleQueue",
     "SampleSourceError",
     "Store",
+    "StoreBusy",
     "StoreError",
+    "StoreFull",
     "StoredResponse",
     "TEACHER_ERROR_PREFIX",
     "TURN_STATUSES",

@@ -7,7 +7,7 @@ threads, the scorer and the trainer share one store); writers take ``BEGIN IMMED
 writers queue on SQLite's lock instead of failing on a read-to-write upgrade.
 
 The schema carries ``SCHEMA_VERSION`` in ``PRAGMA user_version``; a file written by a newer version is
-refused. Columns added after a store file may have been created (``_ADDED_COLUMNS``) are nullable or
+refused. The write-ahead log is bounded (``WAL_LIMIT_BYTES``). Columns added after a store file may have been created (``_ADDED_COLUMNS``) are nullable or
 defaulted, so an existing store gains them in place when it is opened; so do tables added later
 (``candidate_groups``, ``policy_lineage``), created when missing. Version 2 added ``samples.lease`` (the
 batch lease): a version-1 file gains it (NULL: nothing leased) when it is opened and keeps every row.
@@ -15,12 +15,18 @@ batch lease): a version-1 file gains it (NULL: nothing leased) when it is opened
 
 from __future__ import annotations
 
+import errno
 import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 
 from openclaw_trl.records import SAMPLE_COLUMNS, table_sql
+
+WAL_LIMIT_BYTES = 16 * 1024 * 1024
+"""The write-ahead log's size bound (``journal_size_limit``): SQLite checkpoints the log into the store file
+every 1000 pages (about 4 MB) and truncates it back to at most this size, so a server that writes for weeks
+keeps a bounded ``-wal`` file beside its store."""
 
 SCHEMA_VERSION = 2
 """1: the first schema; 2: ``samples.lease`` (the batch lease, :mod:`~openclaw_trl.store.queue`)."""
@@ -198,6 +204,42 @@ class StoreError(RuntimeError):
     """A store that cannot be used as asked (e.g. written by a newer openclaw-trl, or closed)."""
 
 
+class StoreFull(StoreError):
+    """The disk under the store is full: the write was rolled back whole (nothing of it kept), the store stays
+    readable, and the same write succeeds once space is freed. ``http_status``: what a server answers (507)."""
+
+    http_status, code = 507, "insufficient_storage"
+
+
+class StoreBusy(StoreError):
+    """Another process held the store's write lock for longer than the busy timeout: the write was rolled back
+    whole and may be retried. ``http_status``: what a server answers (503)."""
+
+    http_status, code = 503, "store_busy"
+
+
+def storage_error(err: BaseException, path: Path) -> StoreError | None:
+    """``err`` as :class:`StoreFull` or :class:`StoreBusy` when it is one of those (SQLite's ``SQLITE_FULL``
+    or an ``ENOSPC``; ``SQLITE_BUSY`` / ``SQLITE_LOCKED``), else ``None``."""
+    code = getattr(err, "sqlite_errorcode", None)
+    text = str(err)
+    if (isinstance(err, OSError) and err.errno == errno.ENOSPC) or (
+        isinstance(err, sqlite3.OperationalError) and (code == sqlite3.SQLITE_FULL or "disk is full" in text)
+    ):
+        return StoreFull(
+            f"the disk under the store {path} is full ({text}): nothing of this write was kept; "
+            "free some space (old runs, checkpoints) and it works again"
+        )
+    if isinstance(err, sqlite3.OperationalError) and (
+        code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "database is locked" in text
+    ):
+        return StoreBusy(
+            f"the store {path} is locked by another process ({text}): nothing of this write was kept; "
+            "retry, and stop whatever holds it (an open sqlite3 shell, a backup that locks the file)"
+        )
+    return None
+
+
 class Database:
     """The store's SQLite file: ``conn()`` is this thread's connection, ``tx()`` a write transaction.
 
@@ -229,6 +271,7 @@ class Database:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
             self._local.conn = conn
             with self._conns_lock:
                 self._conns.append(conn)
@@ -254,9 +297,15 @@ class Database:
             conn.execute("BEGIN IMMEDIATE")
             yield conn
             conn.execute("COMMIT")
-        except BaseException:
+        except BaseException as err:
             if conn.in_transaction:
-                conn.execute("ROLLBACK")
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:  # a full disk may fail the rollback too: SQLite then rolls back itself
+                    pass
+            translated = storage_error(err, self.path)
+            if translated is not None:
+                raise translated from err
             raise
         finally:
             self._local.in_tx = False

@@ -27,6 +27,10 @@ With several processes the rollback is all or nothing: every process restores ``
 process restores ``s`` again and the request fails with the error. A resumed run whose checkpoint is older
 than the last version published does the same as a rollback to that checkpoint (``publish_start``).
 
+A checkpoint or version record that meets a full disk is tried again until there is space
+(:mod:`openclaw_trl.trainer.disk_full`): learning pauses meanwhile, serving goes on, and a checkpoint folder is
+whole or absent.
+
 ``TrainerVersions`` holds these steps as the trainer's own methods (``OpenClawTrainer`` inherits them):
 ``publish``, ``publish_start``, ``rollback_to``, ``resume_from``, the checkpoints. They run on the training
 loop's thread; the server's threads only queue requests (``trainer.control.LearningControl``).
@@ -48,6 +52,7 @@ from openclaw_trl.resume import checkpoint_step, is_complete, latest_checkpoint
 from openclaw_trl.store import AdapterVersion
 from openclaw_trl.trainer.callbacks import AdapterSnapshot, run_info
 from openclaw_trl.trainer.control import RollbackResult
+from openclaw_trl.trainer.disk_full import write_when_space
 
 logger = logging.getLogger(__name__)
 
@@ -255,18 +260,38 @@ class TrainerVersions:
     def checkpoint_version(self, restored_from: int | None = None) -> None:
         """Write ``checkpoint-<global step>`` now and record its version (``restored_from``: the version whose
         weights it holds after a rollback or a resume; None otherwise). Every process."""
-        super()._save_checkpoint(self.model_wrapped, trial=None)
+        self._write_checkpoint(self.model_wrapped, None)
         self._checkpoint_written(restored_from)
 
     def _save_checkpoint(self, model, trial):  # the Trainer's own checkpoints: an update's version
-        super()._save_checkpoint(model, trial)
+        self._write_checkpoint(model, trial)
         self._checkpoint_written(self.take_held_from())  # a held-back step holds the version kept
+
+    def _write_checkpoint(self, model, trial) -> None:
+        """The Trainer's save of ``checkpoint-<global step>``; on a full disk it waits for space (``disk_full``)."""
+        step = self.state.global_step
+        write_when_space(
+            lambda: super(TrainerVersions, self)._save_checkpoint(model, trial),
+            f"checkpoint of update {step}",
+            checkpoint_dir(self.args.output_dir, step),
+            on_wait=self._waiting_for_space,
+        )
+
+    def _waiting_for_space(self, waiting: bool) -> None:
+        """``trainer_state`` while a write waits for disk space (main process, with a ``LearningControl``)."""
+        if self.learning is not None and self.accelerator.is_main_process:
+            self.learning.note_state("waiting for disk space" if waiting else "updating")
 
     def _checkpoint_written(self, restored_from: int | None) -> None:
         if self.accelerator.is_main_process:
             if self.store is not None and self.args.adapter_history > 0:
-                record_version(self.store, self.state, self.args.output_dir, restored_from)
-            self.write_run_info()
+                step = self.state.global_step
+                write_when_space(
+                    lambda: record_version(self.store, self.state, self.args.output_dir, restored_from),
+                    f"the version record of update {step}",
+                    on_wait=self._waiting_for_space,
+                )
+            write_when_space(self.write_run_info, "the run's summary")
 
     def resume_from(self, checkpoint: str | bool | None, **train_kwargs):
         """Train from ``checkpoint`` (a ``checkpoint-<step>`` folder; True: the latest complete one in

@@ -110,10 +110,12 @@ class ChatService:
 
     def status(self) -> dict:
         """The live view of ``/v1/status`` and the learning panel: the trainer's (``status``), completed with
-        ``policy_version``, ``samples_waiting`` and ``correction_window`` (the 👎s waiting for a correction:
-        ``openclaw_trl.sessions.correction_window_view``)."""
+        ``policy_version``, ``memory`` (the engine's budgets, when it reports them), ``samples_waiting`` and
+        ``correction_window`` (the 👎s waiting for a correction: ``openclaw_trl.sessions.correction_window_view``)."""
         out = dict(self._status() if self._status else {})
         out.setdefault("policy_version", getattr(self.engine, "policy_version", 0))
+        if callable(getattr(self.engine, "memory", None)):  # each memory budget: bytes held / budget
+            out.setdefault("memory", self.engine.memory())
         if "samples_waiting" not in out and hasattr(self.store.queue, "count_waiting"):
             out["samples_waiting"] = self.store.queue.count_waiting()
         if "correction_window" not in out and hasattr(self.store.holds, "open_correction_windows"):
