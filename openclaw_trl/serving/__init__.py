@@ -1,4 +1,4 @@
-"""Serving: the wire protocols (OpenAI-compatible today) and the Gradio UI, all on one ``ChatService``.
+"""Serving: the wire protocols (OpenAI-compatible and Anthropic's Messages API) and the Gradio UI, all on one ``ChatService``.
 
 * ``pipeline/``: one chat turn, protocol-free: ``turn.TurnRequest`` (what every protocol builds from its own
   wire body: internal chat messages, tools, sampling values, session fields) -> ``prepare`` (render, context

@@ -251,12 +251,9 @@ class OpenClawTrainer(TrainerSafety, TrainerVersions, GRPOTrainer):
         mask = batch["completion_mask"]
         if self.mask_truncated_completions:  # as TRL: out of the attention and the loss
             mask = mask * (~batch["truncated"]).unsqueeze(1).to(mask.dtype)
+        args = self.args
         rewards, baseline_mean = rl_rewards(
-            batch,
-            self.args.advantage_baseline,
-            self.args.scale_rewards,
-            self.ledger.score_std,
-            self.args.group_std_floor,
+            batch, args.advantage_baseline, args.scale_rewards, self.ledger.score_std, args.group_std_floor
         )
         if baseline_mean is not None:
             self.log_metric("rl/baseline_mean", baseline_mean)

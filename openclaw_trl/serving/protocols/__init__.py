@@ -6,7 +6,7 @@
   in Anthropic's shape and its key in ``x-api-key`` (or the bearer key);
 * ``base``: ``Protocol`` and the 404 of unknown ``/v1/...`` paths; ``openai_errors``: OpenAI's error shape.
 
-Adding a protocol (e.g. Anthropic's messages API) means a new folder and one registration line:
+Adding a protocol means a new folder and one registration line (``messages`` was added so):
 
 1. ``protocols/<name>/``: its wire schema, a conversion of its body to the pipeline's ``TurnRequest``
    (``pipeline.turn``: internal chat messages, tools, sampling values, session fields), its reply models,
