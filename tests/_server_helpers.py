@@ -59,6 +59,18 @@ class ScriptedEngine:
         pass
 
 
+@contextlib.contextmanager
+def scripted_hf_engine(model_dir, max_batch_size: int = 16):
+    """A real ``HFEngine`` on ``model_dir`` wrapped in a ``ScriptedEngine``; closed on exit."""
+    from openclaw_trl.engines.hf import HFEngine
+
+    eng = HFEngine(model_dir, max_batch_size=max_batch_size)
+    try:
+        yield ScriptedEngine(eng)
+    finally:
+        eng.close()
+
+
 @dataclass
 class Stack:
     engine: object

@@ -11,7 +11,7 @@ import anthropic
 import httpx
 import pytest
 
-from tests._server_helpers import ScriptedEngine, running_stack, turns
+from tests._server_helpers import running_stack, scripted_hf_engine, turns
 
 WEATHER_TOOL = {
     "name": "get_weather",
@@ -25,11 +25,8 @@ HI = [{"role": "user", "content": "hi"}]
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
-    from openclaw_trl.engines.hf import HFEngine
-
-    eng = HFEngine(tiny_model_dir, max_batch_size=16)
-    yield ScriptedEngine(eng)
-    eng.close()
+    with scripted_hf_engine(tiny_model_dir) as eng:
+        yield eng
 
 
 @pytest.fixture(scope="module")

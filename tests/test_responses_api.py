@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from tests._server_helpers import ScriptedEngine, running_stack, turns
+from tests._server_helpers import running_stack, scripted_hf_engine, turns
 
 WEATHER_TOOL = {
     "type": "function",
@@ -25,11 +25,8 @@ THINKING_TEXT = "<think>\nthe user wants a plan\n</think>\n\nHere is the plan."
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
-    from openclaw_trl.engines.hf import HFEngine
-
-    eng = HFEngine(tiny_model_dir, max_batch_size=16)
-    yield ScriptedEngine(eng)
-    eng.close()
+    with scripted_hf_engine(tiny_model_dir) as eng:
+        yield eng
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from tests._server_helpers import ScriptedEngine, running_stack, turns
+from tests._server_helpers import running_stack, scripted_hf_engine, turns
 from tests.helpers import wait_until, wait_until_steady
 
 WEATHER_TOOL = {
@@ -28,11 +28,8 @@ TOOL_CALL_TEXT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
-    from openclaw_trl.engines.hf import HFEngine
-
-    eng = HFEngine(tiny_model_dir, max_batch_size=16)
-    yield ScriptedEngine(eng)
-    eng.close()
+    with scripted_hf_engine(tiny_model_dir) as eng:
+        yield eng
 
 
 @pytest.fixture(scope="module")
