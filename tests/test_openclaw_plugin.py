@@ -26,7 +26,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.test_openclaw_agent import _free_port, _main_turns, _rows, _wait_for_version, app_server
+from tests.test_openclaw_agent import (  # noqa: F401 - openclaw is a fixture
+    _free_port,
+    _main_turns,
+    _rows,
+    _wait_for_version,
+    app_server,
+    openclaw,
+)
 
 pytestmark = pytest.mark.openclaw
 
@@ -35,16 +42,6 @@ PLUGIN = ROOT / "integrations" / "openclaw"
 HINT = "Please answer as a bulleted list."
 TOKEN = "gateway-test-token"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-@pytest.fixture(scope="module")
-def openclaw() -> tuple[str, str]:
-    binary, node_dir = os.environ.get("OPENCLAW_BIN"), os.environ.get("OPENCLAW_NODE_DIR")
-    if not binary or not Path(binary).exists() or not node_dir:
-        pytest.fail(
-            "OPENCLAW_BIN / OPENCLAW_NODE_DIR are not set: run `make test-openclaw`, which installs them"
-        )
-    return binary, node_dir
 
 
 def _env(home: Path, node_dir: str) -> dict:
@@ -75,7 +72,7 @@ def _home(tmp_path: Path, url: str) -> Path:
     return home
 
 
-def _openclaw(openclaw, home: Path, *args: str, timeout: float = 300) -> str:
+def _openclaw(openclaw, home: Path, *args: str, timeout: float = 300) -> str:  # noqa: F811
     binary, node_dir = openclaw
     done = subprocess.run(
         [binary, *args], cwd=home.parent / "workspace", env=_env(home, node_dir), capture_output=True, text=True,
@@ -88,7 +85,7 @@ def _openclaw(openclaw, home: Path, *args: str, timeout: float = 300) -> str:
 
 
 @contextlib.contextmanager
-def _gateway(openclaw, home: Path):
+def _gateway(openclaw, home: Path):  # noqa: F811
     """``openclaw gateway run`` on a free loopback port; yields the port once it says it is ready."""
     binary, node_dir = openclaw
     port = _free_port()
@@ -124,7 +121,7 @@ def _gateway(openclaw, home: Path):
 class Chat:
     """One OpenClaw conversation through the gateway's chat RPCs."""
 
-    def __init__(self, openclaw, home: Path, port: int):
+    def __init__(self, openclaw, home: Path, port: int):  # noqa: F811
         self.openclaw, self.home, self.port = openclaw, home, port
         self.key = f"agent:main:plugin-{uuid.uuid4().hex[:8]}"
 
@@ -171,7 +168,7 @@ def _text(message: dict) -> str:
     return "\n".join(part.get("text") or "" for part in content or [] if isinstance(part, dict))
 
 
-def test_chat_commands_rate_the_last_reply_and_report_the_update(openclaw, tmp_path):
+def test_chat_commands_rate_the_last_reply_and_report_the_update(openclaw, tmp_path):  # noqa: F811
     run = tmp_path / "run"
     run.mkdir()
     with app_server(run) as url:
@@ -218,7 +215,7 @@ def test_chat_commands_rate_the_last_reply_and_report_the_update(openclaw, tmp_p
             assert _rows(store, "SELECT close_reason FROM turns WHERE id = ?", latest[0]) == [("withdrawn",)]
 
 
-def test_the_plugins_own_tests_pass(openclaw):
+def test_the_plugins_own_tests_pass(openclaw):  # noqa: F811
     """``feedback.test.mjs`` (Node's test runner): config resolution, the requests sent, the refusals."""
     _, node_dir = openclaw
     done = subprocess.run(

@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from openclaw_trl.serving.errors import ApiError
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from openclaw_trl.serving.errors import ApiError, format_validation_error
 from openclaw_trl.serving.settings import ServerSettings
 
 SESSION_FIELDS = ("session_id", "user", "session_done", "turn_type", "session_private")
@@ -53,6 +55,24 @@ class TurnRequest:
 def session_fields(body: Mapping) -> dict[str, Any]:
     """The ``SESSION_FIELDS`` a body sets (not None)."""
     return {name: body[name] for name in SESSION_FIELDS if body.get(name) is not None}
+
+
+class _SessionFieldTypes(BaseModel):
+    """The types a body's session fields must have (as on a chat-completions body)."""
+
+    model_config = ConfigDict(extra="allow")
+    session_id: str | None = None
+    user: str | None = None
+    session_done: bool | str | int | None = None
+    turn_type: str | None = None
+
+
+def check_session_types(session: Mapping) -> None:
+    """A 400 naming the field when one of ``session``'s fields (``session_fields``) has the wrong type."""
+    try:
+        _SessionFieldTypes.model_validate(dict(session))
+    except ValidationError as exc:
+        raise format_validation_error(exc) from None
 
 
 def served_model(settings: ServerSettings, asked: str | None) -> str:

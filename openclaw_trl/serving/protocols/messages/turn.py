@@ -7,23 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
-from openclaw_trl.serving.errors import format_validation_error
-from openclaw_trl.serving.pipeline.turn import TurnRequest, served_model, session_fields
+from openclaw_trl.serving.pipeline.turn import TurnRequest, check_session_types, served_model, session_fields
 from openclaw_trl.serving.protocols.messages.convert import ChatConversation, to_chat
 from openclaw_trl.serving.protocols.messages.schema import SESSION_FIELDS, MessagesRequest
 from openclaw_trl.serving.settings import ServerSettings
-
-
-class _SessionFields(BaseModel):
-    """The types of the session fields a Messages body may carry (as on a chat-completions body)."""
-
-    model_config = ConfigDict(extra="allow")
-    session_id: str | None = None
-    user: str | None = None
-    session_done: bool | str | int | None = None
-    turn_type: str | None = None
 
 
 def conversation(settings: ServerSettings, request: MessagesRequest) -> ChatConversation:
@@ -46,10 +33,7 @@ def turn_request(
     session = session_fields(
         {"user": request.user_id, **{name: payload.get(name) for name in SESSION_FIELDS}}
     )
-    try:
-        _SessionFields.model_validate(session)
-    except ValidationError as exc:
-        raise format_validation_error(exc) from None
+    check_session_types(session)
     from openclaw_trl.sessions import request_session_key
 
     settings.limits.check_session_id(request_session_key(headers, session))

@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
-from openclaw_trl.serving.errors import ApiError, format_validation_error
-from openclaw_trl.serving.pipeline.turn import TurnRequest, served_model, session_fields
+from openclaw_trl.serving.errors import ApiError
+from openclaw_trl.serving.pipeline.turn import TurnRequest, check_session_types, served_model, session_fields
 from openclaw_trl.serving.protocols.responses.schema import (
     SESSION_FIELDS,
     ResponsesRequest,
@@ -21,16 +19,6 @@ from openclaw_trl.serving.settings import ServerSettings
 
 MAX_TOOL_NAME_CHARS = 128
 """A function tool's name, as on a chat-completions request."""
-
-
-class _SessionFields(BaseModel):
-    """The types of the session fields a Responses body may carry (as on a chat-completions body)."""
-
-    model_config = ConfigDict(extra="allow")
-    session_id: str | None = None
-    user: str | None = None
-    session_done: bool | str | int | None = None
-    turn_type: str | None = None
 
 
 def turn_request(
@@ -60,10 +48,7 @@ def turn_request(
                 "invalid_value",
                 param,
             )
-    try:
-        _SessionFields.model_validate(session)
-    except ValidationError as exc:
-        raise format_validation_error(exc) from None
+    check_session_types(session)
     limits = settings.limits
     limits.check_chat({"messages": messages, "tools": tools})
     from openclaw_trl.sessions import request_session_key
