@@ -428,7 +428,11 @@ def compare(new: list[dict], old: list[dict]) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="wire_replay.json", help="where to write this recording (JSON)")
+    parser.add_argument(
+        "--out",
+        default=str(ROOT / "benchmarks" / "results" / "wire_replay.json"),
+        help="where to write this recording (JSON; default: benchmarks/results/wire_replay.json)",
+    )
     parser.add_argument("--compare", metavar="FILE", help="a saved recording: exit 1 on any difference")
     args = parser.parse_args(argv)
     recording = run_server_and_record()
