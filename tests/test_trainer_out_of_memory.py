@@ -30,13 +30,16 @@ class StateAtSteps(TrainerCallback):
         self.moments.append(copy.deepcopy(self.trainer.optimizer.state_dict()["state"]))
 
 
-def _fail_forwards(trainer, during_update: int, times: int, error=torch.OutOfMemoryError):
-    """Make the next ``times`` forwards of update ``during_update`` (1-based) raise ``error``: those that
-    build its batch and its loss forwards (not the version guard's checks after the step)."""
-    left, inside = {"n": times}, {"n": 0}
+def _fail_forwards(trainer, during_update: int, times: int, error=torch.OutOfMemoryError, after: int = 0):
+    """Make ``times`` forwards of update ``during_update`` (1-based), after its first ``after``, raise
+    ``error``: those that build its batch and its loss forwards (not the version guard's checks)."""
+    left, inside, passed = {"n": times}, {"n": 0}, {"n": 0}
 
     def hook(module, args, output):
         if inside["n"] and trainer.state.global_step == during_update - 1 and left["n"] > 0:
+            passed["n"] += 1
+            if passed["n"] <= after:
+                return
             left["n"] -= 1
             raise error("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
 
@@ -131,11 +134,14 @@ def test_an_update_out_of_memory_once_is_retried_and_trains(tiny_model_dir, tmp_
     store.close()
 
 
-def test_a_retried_update_trains_as_one_that_never_failed(tiny_model_dir, tmp_path):
-    """The retry reuses the batch built for the failed try (no sample is taken twice) and its gradients
-    are those of a clean run: the weights after the retried update equal an unfailed run's."""
+@pytest.mark.parametrize("micro_batch", [1, 2])
+def test_a_retried_update_trains_as_one_that_never_failed(tiny_model_dir, tmp_path, micro_batch):
+    """The retry reuses the batch built for the failed try (no sample is taken twice) and keeps the
+    gradients of the update's earlier micro-batches: the weights after the retried update (its first or
+    second micro-batch failed once) equal an unfailed run's."""
     store, trainer, watch = _trainer(tiny_model_dir, tmp_path / "a", max_steps=2)
-    _fail_forwards(trainer, during_update=2, times=1)
+    assert trainer.args.gradient_accumulation_steps == 2
+    _fail_forwards(trainer, during_update=2, times=1, after=micro_batch - 1)
     trainer.train()
     clean_store, clean, clean_watch = _trainer(tiny_model_dir, tmp_path / "b", max_steps=2)
     clean.train()
@@ -168,4 +174,18 @@ def test_other_errors_are_not_retried(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match="injected"):
         trainer.train()
     assert trainer.updates_skipped == 0
+    store.close()
+
+
+def test_a_skipped_update_is_checkpointed_as_the_previous_weights(tiny_model_dir, tmp_path):
+    store, trainer, watch = _trainer(
+        tiny_model_dir, tmp_path, max_steps=2, save_strategy="steps", save_steps=1, adapter_history=3
+    )
+    _fail_forwards(trainer, during_update=2, times=2)
+    trainer.train()
+    rows = {v.version: v for v in store.versions.adapter_versions()}
+    assert sorted(rows) == [0, 1, 2]
+    assert rows[2].restored_from == 1 and rows[2].samples == 0
+    assert rows[1].restored_from is None and rows[1].samples == 4
+    assert not list((tmp_path / "run").glob(".checkpoint-*"))
     store.close()

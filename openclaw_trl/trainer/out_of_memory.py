@@ -3,8 +3,10 @@
 When a micro-batch of an update raises the device's out-of-memory error (``torch.OutOfMemoryError``, or a
 ``RuntimeError`` saying "out of memory") while its batch is built or in its loss forward or backward:
 
-1. its gradients are dropped and the allocator's cached memory is given back, and the micro-batch is run
-   again on the same inputs (a batch already built is reused, not taken again from the store);
+1. what the failed try added to the gradients is dropped (those of the update's earlier micro-batches are
+   kept: they are copied before each micro-batch after the first, a copy the size of the trainable weights),
+   the allocator's cached memory is given back, and the micro-batch is run again on the same inputs (a batch
+   already built is reused, not taken again from the store);
 2. if it fails a second time, the whole update is skipped: the gradients of its earlier micro-batches are
    dropped, its later micro-batches run no forward, and the optimizer step finds no gradient, so the adapter
    weights and the optimizer's moments and step counts stay as they were. One log line says so, with the
@@ -37,6 +39,11 @@ SKIPPED_NOTE = "skipped:"
 """How the lineage note of a version whose update was skipped begins."""
 
 
+def _gradients(model) -> dict:
+    """A copy of the gradients accumulated so far, by parameter (empty before an update's first backward)."""
+    return {p: p.grad.detach().clone() for p in model.parameters() if p.grad is not None}
+
+
 def _first_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[0] if text else ''}".strip().rstrip(":")
@@ -58,12 +65,13 @@ class OutOfMemorySteps:
     def training_step(self, model, inputs, num_items_in_batch):
         if self.skipped_update is not None:  # an earlier micro-batch of this update ran out of memory
             return self._pass_micro_step()
+        before = _gradients(model)  # the earlier micro-batches' (none for an update's first)
         outcome = self._attempt(model, inputs, num_items_in_batch, retry=False)
         if isinstance(outcome, str):
-            self._free(model)
+            self._free(model, before)
             outcome = self._attempt(model, inputs, num_items_in_batch, retry=True)
             if isinstance(outcome, str):
-                self._free(model)
+                self._free(model, None)
                 self._skip(outcome)
                 return self._pass_micro_step()
             self.log_metric("memory/steps_retried", 1)
@@ -88,9 +96,12 @@ class OutOfMemorySteps:
         self._prepared_step = self._step
         return inputs
 
-    def _free(self, model) -> None:
-        """Drop the gradients (none of a failed try may reach the optimizer) and the cached memory."""
-        model.zero_grad(set_to_none=True)
+    def _free(self, model, gradients: dict | None) -> None:
+        """Put the gradients back to ``gradients`` (those from before the failed try: nothing of it may reach
+        the optimizer; None: no gradient at all) and give the cached memory back."""
+        gradients = gradients or {}
+        for param in model.parameters():
+            param.grad = gradients.get(param)
         free_cached_memory(self.accelerator.device)
 
     def _pass_micro_step(self) -> torch.Tensor:
