@@ -31,7 +31,7 @@ import logging
 
 import torch
 
-from openclaw_trl.engines.out_of_memory import free_cached_memory, is_out_of_memory
+from openclaw_trl.engines.out_of_memory import is_out_of_memory
 
 logger = logging.getLogger(__name__)
 
@@ -99,10 +99,12 @@ class OutOfMemorySteps:
     def _free(self, model, gradients: dict | None) -> None:
         """Put the gradients back to ``gradients`` (those from before the failed try: nothing of it may reach
         the optimizer; None: no gradient at all) and give the cached memory back."""
+        from accelerate.utils.memory import clear_device_cache
+
         gradients = gradients or {}
         for param in model.parameters():
             param.grad = gradients.get(param)
-        free_cached_memory(self.accelerator.device)
+        clear_device_cache(garbage_collection=True)  # rare: worth a collection (tensors held in cycles)
 
     def _pass_micro_step(self) -> torch.Tensor:
         """A micro-step of a skipped update: no forward, no gradient; TRL's micro-step count moves on."""
