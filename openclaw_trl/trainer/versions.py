@@ -373,5 +373,7 @@ class TrainerVersions:
         output_dir = Path(output_dir or self.args.output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
         path = output_dir / RUN_INFO_FILE
-        path.write_text(json.dumps(run_info(self), indent=2, default=str))
+        partial = path.with_name(f".{path.name}.partial")
+        partial.write_text(json.dumps(run_info(self), indent=2, default=str))
+        partial.replace(path)  # whole or the previous one, never a part
         return path
