@@ -30,3 +30,19 @@ def staged_directory(out: Path, purpose: str) -> Iterator[Path]:
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def move_into_place(staged: Path, out: Path) -> None:
+    """Make the whole directory ``staged`` (written beside ``out``, on the same filesystem) become ``out``.
+
+    A rename: readers, and a process killed at any moment, see the old ``out`` or the new one, never a part of
+    either. An older ``out`` is first renamed aside and then removed; a kill in between leaves no ``out`` at
+    all (only the hidden ``.<name>.replaced`` folder), never a mix.
+    """
+    aside = out.with_name(f".{out.name}.replaced")
+    if aside.exists():
+        shutil.rmtree(aside)
+    if out.exists():
+        out.rename(aside)
+    staged.rename(out)
+    shutil.rmtree(aside, ignore_errors=True)

@@ -11,6 +11,9 @@
 * Checkpoints after the start step (incomplete ones, or a later branch when an older checkpoint is named)
   would be mixed up with the new ones of the same numbers: they are moved into
   ``<output_dir>/previous-<UTC time>/``.
+* A checkpoint is written into a hidden staging folder (``staging_dir``) and renamed into place once whole, so
+  a process killed while writing leaves no ``checkpoint-<step>`` folder at all, only the staging folder,
+  which the next checkpoint write removes (``clear_staging``).
 * ``fresh_start`` moves the whole old run there (every entry of ``output_dir`` and the store files) and
   starts at step 0. Nothing is deleted.
 """
@@ -74,6 +77,23 @@ def checkpoints(output_dir: str | Path) -> list[tuple[int, Path]]:
         return []
     found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name))]
     return sorted(found)
+
+
+def staging_dir(output_dir: str | Path, step: int) -> Path:
+    """The hidden folder ``checkpoint-<step>`` is written in before it is renamed into ``output_dir``."""
+    return Path(output_dir) / f".checkpoint-{int(step)}.partial"
+
+
+def clear_staging(output_dir: str | Path) -> int:
+    """Remove what checkpoint writes a kill interrupted left in ``output_dir`` (staging folders, and an older
+    checkpoint renamed aside to be replaced); returns how many folders were removed."""
+    root = Path(output_dir)
+    if not root.is_dir():
+        return 0
+    left = [*root.glob(".checkpoint-*.partial"), *root.glob(".checkpoint-*.replaced")]
+    for path in left:
+        shutil.rmtree(path, ignore_errors=True)
+    return len(left)
 
 
 def is_complete(checkpoint: str | Path) -> bool:

@@ -1,8 +1,9 @@
-"""SIGTERM while a checkpoint is being written (the folder exists, its last file ``trainer_state.json`` not yet):
+"""SIGTERM while a checkpoint is being written (its hidden staging folder exists, or a checkpoint folder without
+its last file ``trainer_state.json``):
 the run still ends with a whole checkpoint of its last update, and the restart serves that version.
 
 The real ``app.py`` on ``recipes/tiny_simulated.yaml`` in a subprocess, every update checkpointed and published;
-the test watches the run folder and sends SIGTERM the moment it sees a checkpoint without its last file (or, if
+the test watches the run folder and sends SIGTERM the moment it sees a checkpoint being written (or, if
 the writes are too quick to catch, at the next update: then it tests an ordinary stop).
 """
 
@@ -18,7 +19,8 @@ from tests.test_resume import _app, _query, _wait_for
 
 
 def _being_written(run) -> bool:
-    return any(p.is_dir() and not (p / "trainer_state.json").exists() for p in run.glob("checkpoint-*"))
+    partial = any(p.is_dir() and not (p / "trainer_state.json").exists() for p in run.glob("checkpoint-*"))
+    return partial or any(run.glob(".checkpoint-*.partial"))
 
 
 @pytest.mark.slow

@@ -52,6 +52,14 @@ MEMBERS = (
     Member("_load_optimizer_and_scheduler", ("self", "checkpoint"), "a rollback restores the optimizer"),
     Member("_load_rng_state", ("self", "checkpoint"), "a rollback restores the RNG (one load at a time)"),
     Member("_save_checkpoint", ("self", "model", "trial"), "every update is checkpointed as its version"),
+    Member(
+        "_prepare_inputs",
+        ("self", "generation_batch"),
+        "overridden: a micro-step retried after running out of memory reuses the batch TRL holds",
+    ),
+    Member(
+        "_get_output_dir", ("self", "trial"), "a checkpoint is written into a staging folder, then renamed"
+    ),
     Member("_buffered_inputs", None, "whether TRL holds a generation batch between two steps"),
     Member("_step", None, "the micro-step count that decides when a new batch is taken"),
     Member("_metrics", None, "openclaw-trl's metrics are averaged and logged with TRL's"),

@@ -16,6 +16,8 @@ Queue rules:
   (non-zero even where teacher and student agree); a run at that temperature can still train on it;
 * a waiting sample whose turn's correction window is open (:mod:`~openclaw_trl.store.holds`: a bare 👎 waiting
   for its correction) is not handed out before the window closes;
+* the samples of a batch that no update could train on because the device ran out of memory are marked with
+  the reason (:meth:`SampleQueue.skip`), kept and never handed out again;
 * a waiting sample is also dropped when explicit feedback on its turn supersedes it (``superseded``: the
   turn is judged again) or the user withdraws its turn (``withdrawn``); a leased sample is never dropped
   (it is in the batch being trained: it is still trained on, and counted consumed).
@@ -63,6 +65,10 @@ logger = logging.getLogger(__name__)
 
 TEMPERATURE_REASON = "temperature:"
 """How the ``dropped_reason`` of a sample sampled at another temperature than the trainer's begins."""
+
+
+OUT_OF_MEMORY_REASON = "out of memory:"
+"""How the ``dropped_reason`` of a sample whose batch no update could train on (out of memory) begins."""
 
 
 class SampleSourceError(RuntimeError):
@@ -314,6 +320,28 @@ class SampleQueue:
                 f"UPDATE samples SET consumed_step = ?, consumed_at = ?, lease = NULL WHERE id IN ({marks})",
                 [int(step), time.time(), *ids],
             )
+
+    def skip(self, sample_ids: Sequence[int], reason: str) -> int:
+        """Keep the samples of a batch no update could train on (it ran out of memory) out of training:
+        ``dropped_reason`` is ``"out of memory: " + reason``, their lease ends, they stay in the store (a batch
+        too large for the device is not handed out again and again). Consumed samples are left alone;
+        returns how many were marked."""
+        ids = [int(i) for i in sample_ids]
+        if not ids:
+            return 0
+        with self._db.tx() as tx:
+            sql = (
+                f"UPDATE samples SET dropped_reason = ?, lease = NULL WHERE id IN ({_marks(ids)})"
+                " AND consumed_step IS NULL AND dropped_reason IS NULL"
+            )
+            marked = tx.execute(sql, [f"{OUT_OF_MEMORY_REASON} {reason}", *ids]).rowcount
+        self._db.wakeup.notify()
+        return marked
+
+    def count_skipped_out_of_memory(self) -> int:
+        """Samples kept out of training because their batch ran out of memory (over every run on this store)."""
+        sql = "SELECT COUNT(*) FROM samples WHERE dropped_reason LIKE ?"
+        return self._db.conn().execute(sql, (OUT_OF_MEMORY_REASON + "%",)).fetchone()[0]
 
     def release(self, sample_ids: Sequence[int]) -> None:
         """Put samples this queue leased and that were not consumed back at the head of the queue (e.g. after

@@ -10,6 +10,7 @@
 * ``distill``: the top-K distillation term (teacher or student support, chunked LM head);
 * ``versions``: publish, checkpoints, rollback and resume (the trainer's ``TrainerVersions`` methods);
 * ``control``: pause and rollback requests from the server threads (``LearningControl``);
+* ``out_of_memory``: an update that runs out of device memory is retried once, then skipped with its reason;
 * ``callbacks``: adapter publishing, sample consumption and the run info written next to the adapter;
 * ``metrics`` / ``reporting``: the numbers logged per batch; one console line per update, every logged
   metrics dict in ``<output_dir>/metrics.jsonl``;

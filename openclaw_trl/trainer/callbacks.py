@@ -4,7 +4,9 @@
   (policy version = global step; a held-back version's step publishes the last good weights instead,
   ``trainer.safety``) and, once the last step of a batch is done, the batch's samples are marked consumed with
   that step, so a restart neither trains on them again nor loses them (a checkpoint older than the step
-  requeues them); those of a held-back step are kept out of training with the reason.
+  requeues them); those of a held-back step are kept out of training with the reason, and so are those of a
+  batch whose updates were all skipped for want of memory (``trainer.out_of_memory``), which publish the
+  unchanged weights.
 * ``AdapterSnapshot``: the copy of the adapter tensors that is published.
 * ``run_info``: ``openclaw_run.json``, what ``openclaw-trl push`` writes into the model card.
 """
@@ -60,21 +62,30 @@ class PublishAndConsume(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         trainer = self.trainer
-        verdict = trainer.check_candidate()
-        if verdict.passed:
-            trainer.publish()
-            trainer.remember_good()
+        if trainer.skipped_update is not None:  # out of memory: the weights did not change
+            trainer.publish_skipped()
+            verdict = None
         else:
-            kept = trainer.hold_back(verdict)
-        if trainer.guard is not None:
+            verdict = trainer.check_candidate()
+            if verdict.passed:
+                trainer.publish()
+                trainer.remember_good()
+            else:
+                kept = trainer.hold_back(verdict)
+        if trainer.guard is not None and verdict is not None:
             for name, value in verdict.metrics().items():
                 trainer.log_metric(name, value)
         trainer.log_metric("policy_version", state.global_step)  # the version now served
-        seconds, consumed = self.ledger.step_done()
+        seconds, closed = self.ledger.step_done()
         trainer.log_metric("time/update_s", seconds)
-        if consumed and trainer.accelerator.is_main_process:
-            trainer.store.queue.mark_consumed(consumed, state.global_step)
-        if not verdict.passed and trainer.accelerator.is_main_process and trainer.store is not None:
+        if closed and trainer.accelerator.is_main_process:
+            if self.ledger.closed_untrained is not None:  # no update of the batch trained on it
+                trainer.store.queue.skip(closed, self.ledger.closed_untrained)
+            else:
+                trainer.store.queue.mark_consumed(closed, state.global_step)
+        if verdict is None or verdict.passed:
+            return
+        if trainer.accelerator.is_main_process and trainer.store is not None:
             reason = f"update {state.global_step} held back by the guard ({verdict.reason}); v{kept} kept"
             trainer.store.versions.mark_rolled_back([state.global_step], reason)
 

@@ -24,6 +24,8 @@ What it overrides, and nothing else:
 * what happens between updates (``learning``, a ``trainer.control.LearningControl``): while learning is
   paused no batch is taken; a rollback request is carried out by ``rollback_to`` (``trainer.versions``);
   each checkpoint is recorded as an adapter version;
+* what an update that runs out of memory does (``trainer.out_of_memory``): retried once, then skipped
+  (no optimizer step, the weights unchanged) with its reason; training goes on with the next batch;
 * what is served: with ``guard`` on, each new version is checked before it is published (``trainer.guard``,
   ``trainer.safety``); one that fails is held back and the trainer rewinds to the last one that passed.
 
@@ -77,6 +79,7 @@ from openclaw_trl.trainer.ledger import BatchLedger
 from openclaw_trl.trainer.logps import completion_logps, transformer_body
 from openclaw_trl.trainer.loss import LossForward, forward_arguments, kd_share, kl_old
 from openclaw_trl.trainer.metrics import batch_metrics
+from openclaw_trl.trainer.out_of_memory import OutOfMemorySteps
 from openclaw_trl.trainer.reporting import MetricsFile, UpdateLines, remove_console_callbacks, summarize_batch
 from openclaw_trl.trainer.safety import TrainerSafety, make_guard
 from openclaw_trl.trainer.versions import InitialCheckpoint, TrainerVersions
@@ -84,7 +87,7 @@ from openclaw_trl.trainer.versions import InitialCheckpoint, TrainerVersions
 logger = logging.getLogger(__name__)
 
 
-class OpenClawTrainer(TrainerSafety, TrainerVersions, GRPOTrainer):
+class OpenClawTrainer(OutOfMemorySteps, TrainerSafety, TrainerVersions, GRPOTrainer):
     _tag_names = ["trl", "openclaw-trl", "online-rl", "on-policy-distillation"]
     _name = "OpenClaw"
 
@@ -164,6 +167,7 @@ class OpenClawTrainer(TrainerSafety, TrainerVersions, GRPOTrainer):
         micro-steps), then, with several users, wait for this user's turn (``sharing.UpdateTurns``). The wait
         for samples thus happens between steps, never while holding the turn."""
         self.end_turn()  # the previous update's step, log and checkpoint are done
+        self.start_update()
         if self.stop_requested:
             raise StopTraining(f"training of {self.user_name or 'the adapter'} stopped")
         generate_every = self.args.steps_per_generation * self.num_iterations
@@ -244,9 +248,9 @@ class OpenClawTrainer(TrainerSafety, TrainerVersions, GRPOTrainer):
             self.learning.finish(result=result)
 
     def _generate_and_score_completions(self, inputs):
-        samples, self._next_batch = self._next_batch, None
-        if samples is None:
-            samples = self._take_batch()
+        if self._next_batch is None:
+            self._next_batch = self._take_batch()
+        samples = self._next_batch  # kept until the batch is built: a retry (out of memory) builds it again
         batch = collate_samples(samples, self.processing_class.pad_token_id, device=self.accelerator.device)
         mask = batch["completion_mask"]
         if self.mask_truncated_completions:  # as TRL: out of the attention and the loss
@@ -282,6 +286,7 @@ class OpenClawTrainer(TrainerSafety, TrainerVersions, GRPOTrainer):
             self.log_metric(
                 "opd/teacher_failed", self.store.judging.count_teacher_failed()
             )  # turns without teacher
+        self._next_batch = None
         return out
 
     def _scheduled_weights(self) -> tuple[float, float]:

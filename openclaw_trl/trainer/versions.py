@@ -27,6 +27,9 @@ With several processes the rollback is all or nothing: every process restores ``
 process restores ``s`` again and the request fails with the error. A resumed run whose checkpoint is older
 than the last version published does the same as a rollback to that checkpoint (``publish_start``).
 
+A checkpoint is whole or absent: the Trainer writes it into a hidden staging folder, which is renamed to
+``checkpoint-<step>`` once every file is in it, so a process killed (or a machine stopped) in the middle of the
+write leaves the previous checkpoints as they were, and the restart resumes the last whole version.
 A checkpoint or version record that meets a full disk is tried again until there is space
 (:mod:`openclaw_trl.trainer.disk_full`): learning pauses meanwhile, serving goes on, and a checkpoint folder is
 whole or absent.
@@ -41,14 +44,15 @@ from __future__ import annotations
 import json
 import logging
 import math
+import shutil
 import threading
 import time
 from pathlib import Path
 
 from transformers import TrainerCallback
 
-from openclaw_trl.fsutil import RUN_INFO_FILE
-from openclaw_trl.resume import checkpoint_step, is_complete, latest_checkpoint
+from openclaw_trl.fsutil import RUN_INFO_FILE, move_into_place
+from openclaw_trl.resume import checkpoint_step, clear_staging, is_complete, latest_checkpoint, staging_dir
 from openclaw_trl.store import AdapterVersion
 from openclaw_trl.trainer.callbacks import AdapterSnapshot, run_info
 from openclaw_trl.trainer.control import RollbackResult
@@ -268,14 +272,51 @@ class TrainerVersions:
         self._checkpoint_written(self.take_held_from())  # a held-back step holds the version kept
 
     def _write_checkpoint(self, model, trial) -> None:
-        """The Trainer's save of ``checkpoint-<global step>``; on a full disk it waits for space (``disk_full``)."""
+        """The Trainer's save of ``checkpoint-<global step>``, whole or not at all (``_staged_save``); on a full
+        disk it waits for space (``disk_full``)."""
         step = self.state.global_step
         write_when_space(
-            lambda: super(TrainerVersions, self)._save_checkpoint(model, trial),
+            lambda: self._staged_save(model, trial),
             f"checkpoint of update {step}",
-            checkpoint_dir(self.args.output_dir, step),
+            staging_dir(self.args.output_dir, step),
             on_wait=self._waiting_for_space,
         )
+
+    _staging: Path | None = None  # while a checkpoint is written: the folder the Trainer writes it in
+
+    def _get_output_dir(self, trial) -> str:
+        """The Trainer's run folder, or, while a checkpoint is written, the staging folder it goes into."""
+        if self._staging is not None:
+            return str(self._staging)
+        return super()._get_output_dir(trial)
+
+    def _staged_save(self, model, trial) -> None:
+        """The Trainer's save into ``staging_dir``, renamed to ``checkpoint-<step>`` once whole; then the
+        Trainer's pruning of old checkpoints (``save_total_limit``) in the run folder. Every process."""
+        from transformers.trainer_utils import rotate_checkpoints
+
+        output_dir, step = self.args.output_dir, self.state.global_step
+        staging = staging_dir(output_dir, step)
+        if self.args.should_save:
+            clear_staging(output_dir)  # what an interrupted write left
+        self.accelerator.wait_for_everyone()
+        self._staging = staging
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging = None
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            final = checkpoint_dir(output_dir, step)
+            move_into_place(staging / final.name, final)
+            shutil.rmtree(staging, ignore_errors=True)
+            rotate_checkpoints(
+                output_dir=output_dir,
+                save_total_limit=self.args.save_total_limit,
+                best_model_checkpoint=self.state.best_model_checkpoint,
+                use_mtime=True,
+            )
+        self.accelerator.wait_for_everyone()
 
     def _waiting_for_space(self, waiting: bool) -> None:
         """``trainer_state`` while a write waits for disk space (main process, with a ``LearningControl``)."""
@@ -332,5 +373,7 @@ class TrainerVersions:
         output_dir = Path(output_dir or self.args.output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
         path = output_dir / RUN_INFO_FILE
-        path.write_text(json.dumps(run_info(self), indent=2, default=str))
+        partial = path.with_name(f".{path.name}.partial")
+        partial.write_text(json.dumps(run_info(self), indent=2, default=str))
+        partial.replace(path)  # whole or the previous one, never a part
         return path
