@@ -80,7 +80,7 @@ def train_user(user: UserRuntime) -> dict:
     (``request_stop``); then, whatever ended it, save a checkpoint of their last update, their adapter and
     their run information. Returns their last metrics; an error that was not a stop is raised (after saving)."""
     from openclaw_trl.store.queue import SampleSourceError
-    from openclaw_trl.trainer.trainer import StopTraining
+    from openclaw_trl.trainer.intake import StopTraining
 
     trainer = user.trainer
     try:

@@ -1,4 +1,4 @@
-"""Between two updates, on the main process: wait for the next batch of judged samples, or a rollback request.
+"""Between two updates, on the main process: wait for the next batch of judged samples, a rollback request or a stop.
 
 ``next_event`` returns a batch once ``wanted`` samples wait in the store and learning is not paused, or the
 version of a rollback request as soon as one arrives (``LearningControl``). While it waits it tells the
@@ -77,3 +77,16 @@ def next_event(
         if learning is not None:
             learning.note_state("updating")
         return NextEvent(samples=samples, dropped_stale=dropped, dropped_temperature=other_temperature)
+
+
+class StopTraining(Exception):
+    """Raised between two updates of a trainer asked to stop (``request_stop``) from another thread."""
+
+
+def judged_reward(prompts=None, completions=None, **kwargs):
+    """Rewards come from the judges through the store, not from reward functions.
+
+    ``GRPOTrainer`` requires a reward source at construction; this one is never called because
+    ``OpenClawTrainer`` builds its batches (and advantages) itself.
+    """
+    raise RuntimeError("OpenClawTrainer reads judged rewards from the store; judged_reward is never called")

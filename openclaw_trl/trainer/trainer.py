@@ -74,7 +74,7 @@ from openclaw_trl.trainer.distill import (
     teacher_weights,
     topk_distillation,
 )
-from openclaw_trl.trainer.intake import next_event
+from openclaw_trl.trainer.intake import StopTraining, judged_reward, next_event  # noqa: F401 - StopTraining also read from here
 from openclaw_trl.trainer.ledger import BatchLedger
 from openclaw_trl.trainer.logps import completion_logps, transformer_body
 from openclaw_trl.trainer.loss import LossForward, forward_arguments, kd_share, kl_old
@@ -439,16 +439,3 @@ class OpenClawTrainer(OutOfMemorySteps, TrainerSafety, TrainerVersions, GRPOTrai
             self.log_metric("kd/loss_share", kd_share(kd_term.detach(), loss.detach()))
             loss = loss + kd_term
         return loss
-
-
-class StopTraining(Exception):
-    """Raised between two updates of a trainer asked to stop (``request_stop``) from another thread."""
-
-
-def judged_reward(prompts=None, completions=None, **kwargs):
-    """Rewards come from the judges through the store, not from reward functions.
-
-    ``GRPOTrainer`` requires a reward source at construction; this one is never called because
-    ``OpenClawTrainer`` builds its batches (and advantages) itself.
-    """
-    raise RuntimeError("OpenClawTrainer reads judged rewards from the store; judged_reward is never called")
