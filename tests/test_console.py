@@ -92,6 +92,24 @@ def console():
     hf_root.propagate = saved[3]
 
 
+def test_library_deprecation_notices_are_hidden_only_at_the_passive_level(console, monkeypatch):
+    from openclaw_trl.console import configure_console
+
+    monkeypatch.setattr(sys, "warnoptions", [])
+    library_file = "/venv/lib/python3.11/site-packages/somelib/module.py"
+    configure_console("passive", stream=console)
+    warnings.showwarning("old argument", FutureWarning, library_file, 10)
+    warnings.showwarning("a library's own problem", UserWarning, library_file, 11)
+    warnings.showwarning("our own notice", FutureWarning, "/work/openclaw_trl/x.py", 12)
+    shown = console.getvalue()
+    assert "old argument" not in shown
+    assert "WARNING somelib: UserWarning: a library's own problem (module.py:11)" in shown
+    assert "FutureWarning: our own notice" in shown
+    configure_console("info", stream=console)
+    warnings.showwarning("old argument", FutureWarning, library_file, 10)
+    assert "WARNING somelib: FutureWarning: old argument (module.py:10)" in console.getvalue()
+
+
 def test_the_console_shows_each_warning_once_and_keeps_errors(console, monkeypatch):
     from openclaw_trl.console import configure_console
 

@@ -110,8 +110,5 @@ def test_a_normal_start_and_stop_shows_no_library_warning(tmp_path):
     assert "Warning" not in err + out, err
     assert out == ""  # the JSON summary only with --json-summary
     assert err.rstrip().splitlines()[-1].endswith("stopped before the first update: nothing to save"), err
-    # another log level shows the libraries' notices
-    start = Start(tmp_path / "run", "--log_level", "info")
-    start.wait_for("openclaw-trl: serving")
-    start.stop(signal.SIGTERM)
-    assert "FutureWarning" in "".join(start.err), "".join(start.err)
+    # that another log level shows the libraries' notices: tests/test_console.py (which notices a start
+    # raises depends on the installed library versions)

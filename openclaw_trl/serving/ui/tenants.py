@@ -84,6 +84,6 @@ class TenantLookup:
         return views
 
 
-def signed_in_line(request) -> str:
+def signed_in_line(request: gr.Request) -> str:
     """The line that names the logged-in user (a server with several users; ``request``: Gradio's)."""
     return f"Signed in as **{request.username}**: what you teach here shapes your own adapter only."
