@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from openclaw_trl.compare import distinct_prompt_turns, prompt_text, replay
 from openclaw_trl.engines.base import SamplingParams
 from openclaw_trl.serving.ui.guide import STYLE_WORDS
+from openclaw_trl.serving.ui.quality import HeldVersion, last_clean_version, quality_markdown
 from openclaw_trl.toy import world
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,8 @@ CHANGE_SAMPLES = 10
 """Answers sampled per prompt by "What changed" (per version, in the background)."""
 CHANGE_PROMPTS = 2
 """Recent distinct prompts "What changed" samples."""
+HINTS_SHOWN = 5
+"""Distinct hints the panel lists."""
 CHANGE_MAX_TOKENS = 64
 """Tokens per sampled answer (the toy's answers are two short lines)."""
 
@@ -84,10 +87,18 @@ def undone_steps(store, serving: int, steps: list[int]) -> set[int]:
 
 
 def summary_markdown(
-    status: dict, feedback: FeedbackCounts, trained: int, undone: int, rollback: tuple[int, int] | None = None
+    status: dict,
+    feedback: FeedbackCounts,
+    trained: int,
+    undone: int,
+    rollback: tuple[int, int] | None = None,
+    held: list[HeldVersion] | None = None,
+    clean: int | None = None,
 ) -> str:
     """The panel's summary in words: ``status`` (``LearningStatus``), the person's ``feedback``, the
-    answers ``trained`` on, the updates a rollback ``undone`` and the last ``rollback`` (version, restored)."""
+    answers ``trained`` on, the updates a rollback ``undone``, the last ``rollback`` (version, restored),
+    the versions the guard ``held`` back (oldest first; None: as the status names them) and the last
+    ``clean`` version (``quality.last_clean_version``), with the answers' quality in plain words."""
     version = status.get("policy_version", 0)
     history = status.get("history") or []
     updates = len(history)
@@ -116,17 +127,11 @@ def summary_markdown(
         lines.append(
             f"**Last update:** average reward {reward:+.2f} (+1: every answer liked, −1: every answer disliked)."
         )
-    guard = status.get("guard") or {}
-    if guard.get("last"):
-        held = guard.get("held_back") or []
-        lines.append(
-            f"**Quality check:** {guard['last']} ({_plural(len(held), 'version')} held back so far.)"
-        )
-    elif guard.get("enabled"):
-        lines.append(
-            "**Quality check:** every new version is compared with the starting model before it is served; "
-            "none has been held back."
-        )
+    quality = quality_markdown(
+        status.get("guard") or {}, status.get("last_metrics"), _held(status, held), clean
+    )
+    if quality:
+        lines.append(quality)
     failed, teacherless = status.get("turns_failed"), status.get("teacher_failed")
     if failed or teacherless:
         lines.append(
@@ -134,6 +139,15 @@ def summary_markdown(
             f"{teacherless or 0} without a teacher."
         )
     return "  \n".join(lines)
+
+
+def _held(status: dict, held: list[HeldVersion] | None) -> list[HeldVersion]:
+    """``held``, else the versions the status's ``guard`` names (the last one with its reason)."""
+    if held is not None:
+        return held
+    guard = status.get("guard") or {}
+    versions = list(guard.get("held_back") or [])
+    return [HeldVersion(v, None, guard.get("last") or "" if v == versions[-1] else "") for v in versions]
 
 
 def _next_update(status: dict) -> str:
@@ -146,9 +160,12 @@ def _next_update(status: dict) -> str:
 
 
 def hints_markdown(hints: list) -> str:
+    """The hints learned, each once with how often it came (newest first): "Use a bulleted list. ×5"."""
     if not hints:
         return "_No hints learned yet: a correction, or a reply that says what was wrong, gives one._"
-    return "\n".join(f"- {html.escape(str(h))[:300]}" for h in hints[-5:])
+    counts = Counter(html.escape(str(h).strip())[:300] for h in hints)
+    newest_first = list(dict.fromkeys(html.escape(str(h).strip())[:300] for h in reversed(hints)))
+    return "\n".join(f"- {h} ×{counts[h]}" if counts[h] > 1 else f"- {h}" for h in newest_first[:HINTS_SHOWN])
 
 
 def reward_frame(history: list[dict], undone: set[int], rollbacks: list[tuple[int, int]]):
@@ -213,14 +230,20 @@ class PanelViews:
         serving = int(status.get("policy_version") or 0)
         undone = undone_steps(self.store, serving, [h["step"] for h in history if h.get("step") is not None])
         held = set((status.get("guard") or {}).get("held_back") or [])  # the guard's, not the person's
+        versions = self.learning.versions() if self.learning is not None else []
         rollbacks = [
             (v.version, v.restored_from)
-            for v in (self.learning.versions() if self.learning is not None else [])
+            for v in versions
             if v.restored_from is not None and v.version not in held
         ]
         trained = self.store.queue.training_totals()["turns"]
         last = max(rollbacks, default=None)
-        summary = summary_markdown(status, self.feedback_counts(), trained, len(undone), last)
+        held_back = [HeldVersion.of(v) for v in self.store.lineage.held_back()]
+        limits = (status.get("guard") or {}).get("limits")
+        clean = last_clean_version(versions, held | {h.version for h in held_back}, limits)
+        summary = summary_markdown(
+            status, self.feedback_counts(), trained, len(undone), last, held_back, clean
+        )
         return (
             summary,
             hints_markdown(status.get("last_hints") or []),
@@ -243,6 +266,21 @@ class StyleCounts:
     prompt: str
     counts: Counter
     samples: int
+    well_formed: int | None = None  # answers that are one of the toy world's own (None: no topic to check)
+
+
+def topic_of(prompt: str) -> str | None:
+    """The toy topic a prompt asks about ("Tell me about apples." -> "apples"), else None."""
+    return next((t for t in world.TOPICS if prompt.strip() == world.opening(t)), None)
+
+
+def well_formed_count(prompt: str, answers: list[str]) -> int | None:
+    """How many ``answers`` to ``prompt`` state the topic's facts word for word in one of the toy's styles
+    (None when the prompt asks about no toy topic)."""
+    topic = topic_of(prompt)
+    if topic is None:
+        return None
+    return sum(world.answer_fidelity(topic, a) for a in answers)
 
 
 def style_of(answer: str) -> str:
@@ -279,6 +317,18 @@ def _changed_style(now: StyleCounts, base: StyleCounts | None, taught: str | Non
     return max(common, key=lambda style: (now.counts[style] - base.counts[style], now.counts[style]))
 
 
+def _quality_words(now: StyleCounts) -> str:
+    """Beside the style: how many sampled answers are well-formed (the toy's own sentences, no repeats)."""
+    if now.well_formed is None:
+        return ""
+    if now.well_formed == now.samples:
+        return " ✅ All well-formed."
+    return (
+        f" ⚠️ Only {now.well_formed} of {now.samples} well-formed: the others repeat or garble their facts"
+        " (roll back to the last clean version if this grows)."
+    )
+
+
 class WhatChanged:
     """The toy model's "What changed": styles of sampled answers per version (module docstring)."""
 
@@ -310,6 +360,11 @@ class WhatChanged:
         return "  \n".join(self._line(r, before, version, previous) for r in result)
 
     def _line(self, now: StyleCounts, before: list[StyleCounts], version: int, previous: int | None) -> str:
+        return self._style_line(now, before, version, previous) + _quality_words(now)
+
+    def _style_line(
+        self, now: StyleCounts, before: list[StyleCounts], version: int, previous: int | None
+    ) -> str:
         base = self._base.get(now.prompt)
         style = _changed_style(now, base, self._taught)
         count, words = now.counts[style], STYLE_WORDS.get(style, (style, ""))[0]
@@ -361,4 +416,6 @@ class WhatChanged:
         ]
 
     def _counts(self, turn, answers: list[str]) -> StyleCounts:
-        return StyleCounts(prompt_text(turn), Counter(style_of(a) for a in answers), len(answers))
+        prompt = prompt_text(turn)
+        counts = Counter(style_of(a) for a in answers)
+        return StyleCounts(prompt, counts, len(answers), well_formed_count(prompt, answers))
