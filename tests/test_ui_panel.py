@@ -199,7 +199,8 @@ def _version(version, restored_from=None, metrics=None, restorable=True, serving
 
 
 def test_the_versions_say_what_they_are_and_the_last_clean_one_is_offered_first(tmp_path):
-    """v1-v3 trained (v3's check drifting), v4 held back (v3's weights), v5 trained, a rollback to v0 as v6."""
+    """v1-v3 trained, v4 held back (v3's weights), v5 trained and serving (its check drifting); v2's
+    checkpoint is gone."""
     ok = {"reward": 0.5, "guard/held": 0.0, "guard/kl": 0.1, "guard/implausible": 0.001}
     with Store(tmp_path / "s.db") as store:
         store.lineage.record_published(0, None, 0, "initial")
@@ -208,10 +209,8 @@ def test_the_versions_say_what_they_are_and_the_last_clean_one_is_offered_first(
         store.lineage.record_published(3, 2, 1, "update")
         store.lineage.record_published(4, 3, 0, "held: its answers became repetitive (entropy -1.3)")
         store.lineage.record_published(5, 4, 1, "update")
-        store.lineage.record_published(6, 0, 0, "rollback")
         versions = [
-            _version(6, restored_from=0, serving=True),
-            _version(5, metrics={**ok, "guard/implausible": 0.0095}),  # served, but drifting
+            _version(5, metrics={**ok, "guard/implausible": 0.0095}, serving=True),  # drifting
             _version(4, restored_from=3),
             _version(3, metrics=ok),
             _version(2, metrics=ok, restorable=False),
@@ -221,7 +220,6 @@ def test_the_versions_say_what_they_are_and_the_last_clean_one_is_offered_first(
         notes = lineage_notes(store, versions)
         labels = [version_label(v, notes) for v in versions]
         assert labels == [
-            "v6: rollback to v0",
             "v5: update 5",
             "v4: held back (v3's weights)",
             "v3: update 3",
@@ -230,21 +228,26 @@ def test_the_versions_say_what_they_are_and_the_last_clean_one_is_offered_first(
             "v0: initial",
         ]
         assert last_clean_version(versions, {4}) == 3
+        assert (
+            last_clean_version(versions, {4}, path={5, 4, 1, 0}) == 1
+        )  # v3 undone by a rollback: not offered
+        assert version_label(_version(6, restored_from=0), {6: "rollback"}) == "v6: rollback to v0"
+        assert version_label(_version(6, restored_from=5), {6: "resume"}) == "v6: resumed from v5"
         table = versions_markdown(versions, False, None, 0, notes, clean=3)
         assert (
             "| v3: update 3 |" in table
             and "✅ **last clean**" in table.split("v3: update 3")[1].split("\n")[0]
         )
-        assert "⚠️ its answers repeated themselves" in table and "v6 (update 6)" not in table
+        assert "⚠️ its answers repeated themselves" in table and "(update " not in table
         learning = SimpleNamespace(
-            versions=lambda: versions, paused=False, trainer_state="waiting for samples", serving_version=6
+            versions=lambda: versions, paused=False, trainer_state="waiting for samples", serving_version=5
         )
         service = SimpleNamespace(store=store, status=lambda: _status(None))
         on = SimpleNamespace(learning=learning, service=service)
         _, choices, _ = VersionControls(lambda request: on)._listing(on)
         assert choices["choices"][0] == ("v3: update 3 · last clean", 3)  # offered first, and chosen
         assert choices["value"] == 3
-        assert ("v6: rollback to v0", 6) not in choices["choices"]  # the serving one is no choice
+        assert ("v5: update 5", 5) not in choices["choices"]  # the serving one is no choice
 
 
 def test_the_charts_draw_lines_with_a_legend_whole_ticks_and_one_colour_per_meaning():
@@ -382,3 +385,29 @@ def test_the_taught_style_comes_from_ratings_and_corrections(tmp_path):
         store.conversations.add_feedback(answered("numbered"), -1, "- Apples grow on trees.", True, "edit")
         store.conversations.add_feedback(answered("numbered"), -1, None, True, "reject")
         assert taught_style(store) == "bullets"  # bullets 4 (a request, an edit), casual 1
+
+
+def test_the_status_names_the_bounds_the_guard_holds_versions_to(tmp_path):
+    from openclaw_trl.config import OpenClawConfig
+    from openclaw_trl.status import guard_status
+
+    config = SimpleNamespace(
+        guard=True,
+        guard_max_kl=0.4,
+        guard_max_implausible=0.02,
+        guard_max_entropy_drop=1.5,
+        guard_max_entropy_rise=2.0,
+    )
+    with Store(tmp_path / "s.db") as store:
+        store.lineage.record_published(3, 2, 0, "held: its answers became repetitive (entropy -1.3)")
+        guard = guard_status(config, store)
+        assert guard["limits"] == {"kl": 0.4, "implausible": 0.02, "entropy_drop": 1.5, "entropy_rise": 2.0}
+        assert guard["held_back"] == [3]
+        held = [HeldVersion.of(v) for v in store.lineage.held_back()]
+        assert held == [HeldVersion(3, 2, "its answers became repetitive (entropy -1.3)")]
+    assert {
+        "guard_max_kl",
+        "guard_max_implausible",
+        "guard_max_entropy_drop",
+        "guard_max_entropy_rise",
+    } <= set(OpenClawConfig.__dataclass_fields__)

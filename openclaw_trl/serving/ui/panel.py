@@ -240,7 +240,8 @@ class PanelViews:
         last = max(rollbacks, default=None)
         held_back = [HeldVersion.of(v) for v in self.store.lineage.held_back()]
         limits = (status.get("guard") or {}).get("limits")
-        clean = last_clean_version(versions, held | {h.version for h in held_back}, limits)
+        path = self.store.lineage.lineage().path(serving)
+        clean = last_clean_version(versions, held | {h.version for h in held_back}, limits, path)
         summary = summary_markdown(
             status, self.feedback_counts(), trained, len(undone), last, held_back, clean
         )

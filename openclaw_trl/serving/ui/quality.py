@@ -19,7 +19,7 @@ No Gradio here.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 
 WARN_SHARE = 0.8
@@ -153,14 +153,19 @@ def quality_markdown(
     return "  \n".join(lines)
 
 
-def last_clean_version(versions: Iterable, held: Iterable[int], limits: dict | None = None) -> int | None:
+def last_clean_version(
+    versions: Iterable, held: Iterable[int], limits: dict | None = None, path: Container[int] | None = None
+) -> int | None:
     """The newest of ``versions`` (``VersionInfo``-like: version, restored_from, restorable, metrics; any
-    order) that was not ``held`` back, is not a rollback's copy, can be restored, and whose logged check
-    passed with every signal under ``WARN_SHARE`` of its limit (one without a check counts, as the initial
-    adapter does); None when there is none."""
+    order) that was not ``held`` back, is not a rollback's copy, can be restored, is on ``path`` (the serving
+    version's lineage: an update a rollback undid is left out; None: any) and whose logged check passed with
+    every signal under ``WARN_SHARE`` of its limit (one without a check counts, as the initial adapter does);
+    None when there is none."""
     held = set(held)
     for v in sorted(versions, key=lambda v: v.version, reverse=True):
         if v.version in held or v.restored_from is not None or not v.restorable:
+            continue
+        if path is not None and v.version not in path:
             continue
         signals = Signals.of(v.metrics)
         if signals is None or signals.clean(limits or {}):

@@ -175,7 +175,8 @@ class VersionControls:
         store = on.service.store
         notes = lineage_notes(store, versions)
         held = {v for v, note in notes.items() if note.startswith("held")}
-        clean = last_clean_version(versions, held, guard_limits(on))
+        path = store.lineage.lineage().path(learning.serving_version)
+        clean = last_clean_version(versions, held, guard_limits(on), path)
         offered = [v for v in versions if v.restorable and not v.serving]
         offered.sort(key=lambda v: v.version != clean)  # the last clean version first, then newest first
         choices = [
@@ -187,8 +188,10 @@ class VersionControls:
         values = [value for _, value in choices]
         if chosen in values:
             value = chosen
-        else:  # the last clean version when the serving one is not it, else one update back
-            value = clean if clean in values else self._one_update_back(on, values)
+        elif clean in values and path.get(clean, 0) >= 1:  # the serving weights are not the last clean ones
+            value = clean
+        else:
+            value = self._one_update_back(on, values)
         return table, gr.update(choices=choices, value=value), gr.update(value=paused)
 
     @staticmethod
