@@ -13,6 +13,13 @@ from types import SimpleNamespace
 from openclaw_trl.compare import distinct_prompt_turns
 from openclaw_trl.records import Feedback
 from openclaw_trl.serving.ui.blocks import UiHandlers, correction_window_s
+from openclaw_trl.serving.ui.changed import (
+    StyleCounts,
+    WhatChanged,
+    style_of,
+    taught_style,
+    well_formed_count,
+)
 from openclaw_trl.serving.ui.charts import COLOURS, hint_chart, reward_chart
 from openclaw_trl.serving.ui.chat import new_conversation, previous_exchange
 from openclaw_trl.serving.ui.guide import correction_prompt, guide_for
@@ -22,17 +29,12 @@ from openclaw_trl.serving.ui.panel import (
     UNDONE,
     FeedbackCounts,
     PanelViews,
-    StyleCounts,
-    WhatChanged,
     has_points,
     hint_frame,
     hints_markdown,
     reward_frame,
-    style_of,
     summary_markdown,
-    taught_style,
     undone_steps,
-    well_formed_count,
 )
 from openclaw_trl.serving.ui.quality import HeldVersion, last_clean_version, plain_reason, quality_markdown
 from openclaw_trl.serving.ui.versions import VersionControls, lineage_notes, version_label, versions_markdown
