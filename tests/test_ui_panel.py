@@ -286,12 +286,13 @@ def test_what_changed_says_how_many_sampled_answers_are_well_formed():
     assert well_formed_count(prompt, [good, broken, good]) == 2
     assert well_formed_count("Hi!", [good]) is None  # no toy topic: not checked
     changed = WhatChanged(service=None)
+    changed._base[prompt] = StyleCounts(prompt, Counter(bullets=3, casual=7), 10, well_formed=9)
     changed._by_version = {8: [StyleCounts(prompt, Counter(bullets=10), 10, well_formed=3)]}
     line = changed.markdown(8)
     assert "bulleted in 10 of 10 samples" in line
-    assert "⚠️ Only 3 of 10 well-formed: the others repeat or garble their facts" in line
-    changed._by_version[8] = [StyleCounts(prompt, Counter(bullets=10), 10, well_formed=10)]
-    assert changed.markdown(8).endswith("✅ All well-formed.")
+    assert "⚠️ Only 3 of 10 well-formed (before learning: 9): the others repeat or garble their facts" in line
+    changed._by_version[8] = [StyleCounts(prompt, Counter(bullets=10), 10, well_formed=9)]
+    assert changed.markdown(8).endswith("✅ 9 of 10 well-formed (before learning: 9).")
 
 
 def test_the_last_answer_stays_in_sight_after_a_new_conversation(tmp_path):
@@ -319,7 +320,7 @@ def test_the_learning_panel_is_no_taller_than_the_chat_column():
         c = layout(guide_for(TOY_MODEL_ID))
     ids = {block.elem_id for block in demo.blocks.values()}
     assert {"chat-column", "learning-panel", "previous-conversation", "curves", "hints-box"} <= ids
-    assert f"#learning-panel {{ max-height: {PANEL_MAX_HEIGHT}px; overflow-y: auto; }}" in PAGE_CSS
+    assert f"#learning-panel {{ max-height: {PANEL_MAX_HEIGHT}px; overflow-y: auto;" in PAGE_CSS
     assert c.chatbot.height >= 520 and PANEL_MAX_HEIGHT <= c.chatbot.height + 400
     assert all(isinstance(view, gr.HTML) for view in c.panel[2:4])  # the charts: inline SVG
 

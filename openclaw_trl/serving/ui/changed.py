@@ -27,6 +27,8 @@ CHANGE_SAMPLES = 10
 """Answers sampled per prompt by "What changed" (per version, in the background)."""
 CHANGE_PROMPTS = 2
 """Recent distinct prompts "What changed" samples."""
+WELL_FORMED_SHARE = 0.8
+"""Below this share of well-formed sampled answers (and fewer than before learning), "What changed" warns."""
 CHANGE_MAX_TOKENS = 64
 """Tokens per sampled answer (the toy's answers are two short lines)."""
 
@@ -89,15 +91,22 @@ def _changed_style(now: StyleCounts, base: StyleCounts | None, taught: str | Non
     return max(common, key=lambda style: (now.counts[style] - base.counts[style], now.counts[style]))
 
 
-def _quality_words(now: StyleCounts) -> str:
-    """Beside the style: how many sampled answers are well-formed (the toy's own sentences, no repeats)."""
+def _quality_words(now: StyleCounts, base: StyleCounts | None) -> str:
+    """Beside the style: how many sampled answers are well-formed (the toy's own sentences, no repeats), with
+    the base model's count; a warning when under ``WELL_FORMED_SHARE`` of them are and fewer than before
+    learning."""
     if now.well_formed is None:
         return ""
-    if now.well_formed == now.samples:
-        return " ✅ All well-formed."
+    before = base.well_formed if base is not None else None
+    was = f" (before learning: {before})" if before is not None else ""
+    counted = f"{now.well_formed} of {now.samples} well-formed{was}"
+    if now.well_formed >= WELL_FORMED_SHARE * now.samples or (
+        before is not None and now.well_formed >= before
+    ):
+        return f" ✅ {counted[0].upper()}{counted[1:]}."
     return (
-        f" ⚠️ Only {now.well_formed} of {now.samples} well-formed: the others repeat or garble their facts"
-        " (roll back to the last clean version if this grows)."
+        f" ⚠️ Only {counted}: the others repeat or garble their facts (roll back to the last clean version if "
+        "this grows)."
     )
 
 
@@ -132,7 +141,9 @@ class WhatChanged:
         return "  \n".join(self._line(r, before, version, previous) for r in result)
 
     def _line(self, now: StyleCounts, before: list[StyleCounts], version: int, previous: int | None) -> str:
-        return self._style_line(now, before, version, previous) + _quality_words(now)
+        return self._style_line(now, before, version, previous) + _quality_words(
+            now, self._base.get(now.prompt)
+        )
 
     def _style_line(
         self, now: StyleCounts, before: list[StyleCounts], version: int, previous: int | None

@@ -22,7 +22,9 @@ PAGE_CSS = (
     UI_CSS
     + f"""
 #page-row {{ align-items: flex-start; }}
-#learning-panel {{ max-height: {PANEL_MAX_HEIGHT}px; overflow-y: auto; }}
+#learning-panel {{ max-height: {PANEL_MAX_HEIGHT}px; overflow-y: auto; overflow-x: hidden; flex-wrap: nowrap; }}
+#learning-panel > * {{ flex-shrink: 0; }}
+#previous-conversation {{ max-height: 220px; overflow-y: auto; font-size: 0.9em; opacity: 0.85; }}
 #reward-chart svg, #hint-chart svg {{ display: block; margin: 0 auto; }}
 """
 )
@@ -75,7 +77,6 @@ def _chat_column(guide: Guide) -> dict:
     with gr.Row():
         c["new"] = gr.Button("New conversation", elem_id="new-conversation")
         c["private"] = gr.Checkbox(label="Don't learn from this conversation", value=False, elem_id="private")
-    c["previous"] = gr.Markdown("", elem_id="previous-conversation")
     c["correction_prompt"] = gr.Markdown("", elem_id="correction-prompt")
     with gr.Row():
         c["correction"] = gr.Textbox(
@@ -86,6 +87,7 @@ def _chat_column(guide: Guide) -> dict:
         )
         c["correct"] = gr.Button("Send correction", scale=1, elem_id="send-correction")
     c["notice"] = gr.Markdown("", elem_id="notice")
+    c["previous"] = gr.Markdown("", elem_id="previous-conversation")
     with gr.Accordion("What each control teaches", open=False, elem_id="controls-help"):
         gr.Markdown(controls_markdown())
     return c
