@@ -186,6 +186,8 @@ def test_the_summary_says_whether_the_answers_are_still_sound():
     assert "**Held back before:** v4 (its answers fell apart into random words)." in text
     assert "**Last clean version:** v6" in text
     assert quality_markdown({"enabled": False}, {}, []) is None  # no guard, nothing to say
+    unnamed = quality_markdown({"enabled": True}, {"guard/held": 1.0}, [])  # held, its row not read yet
+    assert "⚠️ the last update was held back" in unnamed
 
 
 def _version(version, restored_from=None, metrics=None, restorable=True, serving=False):

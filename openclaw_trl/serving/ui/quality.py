@@ -132,6 +132,8 @@ def quality_markdown(
         h = held[-1]
         kept = f" v{h.kept}'s weights serve in its place." if h.kept is not None else ""
         words = f"⚠️ v{h.version} was held back: {plain_reason(h.why)}.{kept}"
+    elif latest is not None and latest.held:
+        words = "⚠️ the last update was held back: the version before it keeps serving."
     elif latest is not None and latest.drifting(limits):
         words = "⚠️ answers are starting to drift: " + "; ".join(latest.drifting(limits)) + "."
     elif latest is not None:
