@@ -10,6 +10,10 @@ if TYPE_CHECKING:
     from openclaw_trl.trainer.progress import TrainingProgress
 
 
+LAST_HINTS = 20
+"""How many of the most recent hints ``last_hints`` lists (oldest first; the same hint may come again)."""
+
+
 @dataclass(frozen=True)
 class LearningStatus:
     """Policy version, queue, failures and the per-update history of a run, read from any thread.
@@ -42,7 +46,7 @@ class LearningStatus:
             "method": config.method,
             "last_metrics": updates[-1] if updates else {},
             "history": [_history_entry(entry) for entry in updates],
-            "last_hints": store.queries.recent_hints(5),
+            "last_hints": store.queries.recent_hints(LAST_HINTS),
             "turns_failed": store.queries.counts()["turns_failed"],
             "teacher_failed": store.judging.count_teacher_failed(),
             "samples_dropped_stale": store.queue.count_dropped_stale(),
@@ -69,15 +73,24 @@ def _history_entry(entry: dict) -> dict:
 
 def guard_status(config, store) -> dict:
     """What the version guard did, in plain words: whether it is on, the versions it held back and the last
-    one's reason (``last``: None when it never held one back)."""
+    one's reason (``last``: None when it never held one back), and the bounds its signals are held to
+    (``limits``: ``kl``, ``implausible``, ``entropy_drop``, ``entropy_rise``)."""
     held = store.lineage.held_back()
     last = None
     if held:
         v = held[-1]
         why = v.note.partition(":")[2].strip() or "it failed the guard's check"
         last = f"v{v.version} was held back: {why}. The weights of v{v.parent} served in its place."
-    return {
+    out = {
         "enabled": bool(getattr(config, "guard", False)),
         "held_back": [v.version for v in held],
         "last": last,
     }
+    if hasattr(config, "guard_max_kl"):  # the bounds the logged ``guard/...`` signals are held against
+        out["limits"] = {
+            "kl": config.guard_max_kl,
+            "implausible": config.guard_max_implausible,
+            "entropy_drop": config.guard_max_entropy_drop,
+            "entropy_rise": config.guard_max_entropy_rise,
+        }
+    return out

@@ -143,7 +143,7 @@ def test_demo_explains_itself_and_learns_the_correction_after_a_dislike(demo_cac
         assert "before learning" in changed
         # the rollback control offers the version before (one update back), pre-filled
         choice = driver.find_element(By.CSS_SELECTOR, "#rollback-version input")
-        wait.until(lambda d: choice.get_attribute("value") == "v0 (initial)")
+        wait.until(lambda d: choice.get_attribute("value") == "v0: initial")
         assert "| state" in driver.execute_script("return document.getElementById('versions').innerText") or (
             "state" in text("versions")
         )

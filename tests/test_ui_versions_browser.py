@@ -35,7 +35,7 @@ def test_rollback_and_pause_from_the_panel(tmp_path, driver):  # noqa: F811
     driver.get(run.url + "/")
 
     wait.until(lambda d: "v2" in text("versions") and "serving" in text("versions"))
-    assert "v0 (initial)" in text("versions") and "v1" in text("versions")
+    assert "v0: initial" in text("versions") and "v1" in text("versions")
     # A prompt of this conversation, then "Did it learn for me?" replays it through base and adapter.
     wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#msg textarea")).send_keys("tell me about tea")
     driver.find_element(By.ID, "send").click()
@@ -47,20 +47,20 @@ def test_rollback_and_pause_from_the_panel(tmp_path, driver):  # noqa: F811
     ARTIFACTS.mkdir(exist_ok=True)
     driver.save_screenshot(str(ARTIFACTS / "ui_versions_compare.png"))
 
-    # Roll back to v1 from the dropdown: served as v3, listed as v3 = v1.
+    # Roll back to v1 from the dropdown: served as v3, listed as v3: rollback to v1.
     choice = driver.find_element(By.CSS_SELECTOR, "#rollback-version input")
     choice.click()
-    choice.send_keys("v1 (")
+    choice.send_keys("v1:")
     choice.send_keys(Keys.ENTER)
     driver.find_element(By.ID, "rollback").click()
     wait.until(lambda d: "Rolled back to v1" in text("versions-notice"))
     assert run.version == 3 and "serve as v3" in text("versions-notice")
-    wait.until(lambda d: "v3 = v1" in text("versions"))
+    wait.until(lambda d: "v3: rollback to v1" in text("versions"))
     # the panel marks the undone update, and the next rollback is offered one update back (v0, not the undone v2)
     wait.until(lambda d: "v3 serves v1's weights again" in text("learning-status"))
     assert "1 of them undone by a rollback" in text("learning-status")
     choice = driver.find_element(By.CSS_SELECTOR, "#rollback-version input")
-    wait.until(lambda d: choice.get_attribute("value") == "v0 (initial)")
+    wait.until(lambda d: choice.get_attribute("value") == "v0: initial")
     driver.execute_script("document.getElementById('reward-chart').scrollIntoView({block: 'start'})")
     driver.save_screenshot(str(ARTIFACTS / "ui_versions_rollback.png"))
 

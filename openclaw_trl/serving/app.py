@@ -193,7 +193,7 @@ def _mount_blocks(app, tenants: dict, settings: ServerSettings, auth, auth_messa
     import gradio as gr
 
     from openclaw_trl.serving.ui.blocks import build_ui
-    from openclaw_trl.serving.ui.chat import UI_CSS
+    from openclaw_trl.serving.ui.layout import PAGE_CSS
 
     blocks = build_ui(tenants)
     app = gr.mount_gradio_app(
@@ -204,7 +204,7 @@ def _mount_blocks(app, tenants: dict, settings: ServerSettings, auth, auth_messa
         server_port=settings.port,
         auth=auth,
         auth_message=auth_message,
-        css=UI_CSS,
+        css=PAGE_CSS,
     )
     app.state.blocks = blocks
     return app

@@ -42,6 +42,7 @@ from openclaw_trl.serving.http.auth import Tenant
 from openclaw_trl.serving.pipeline.chat_service import ChatService
 from openclaw_trl.serving.protocols.chat_completions.convert import turn_request
 from openclaw_trl.serving.protocols.feedback.schema import check_feedback_text, signal_errors
+from openclaw_trl.serving.ui.charts import hint_chart, reward_chart
 from openclaw_trl.serving.ui.chat import (
     FOCUS_CORRECTION_JS,
     display_assistant,
@@ -51,6 +52,7 @@ from openclaw_trl.serving.ui.chat import (
     message_text,
     new_conversation,
     part_index,
+    previous_exchange,
     shown,
     version_line,
     with_content,
@@ -305,7 +307,10 @@ class UiHandlers:
         return message_text(data.value), _chat(history[:user_index], conv), conv, note
 
     def on_new(self, conv: dict, request: gr.Request = None):
-        """End the session (its last answer keeps only explicit feedback) and start a fresh one.
+        """End the session (its last answer keeps only explicit feedback) and start a fresh one; its last
+        exchange stays in sight under the chat (``chat.previous_exchange``; an empty conversation leaves the
+        one shown before). Returns (chat, conversation, "don't learn" switch, notice, correction prompt,
+        previous exchange).
 
         The "don't learn" switch is per conversation, so it resets too.
         """
@@ -314,7 +319,8 @@ class UiHandlers:
             on.sessions.end_session(conv["session_id"])
         except Exception as exc:  # ending is bookkeeping; a new conversation must still start
             gr.Warning(f"could not close the previous session: {exc}")
-        return [], new_conversation(), False, "New conversation.", ""
+        previous = previous_exchange(conv["messages"]) or gr.skip()
+        return [], new_conversation(), False, "New conversation.", "", previous
 
     def on_private(self, private: bool, conv: dict, request: gr.Request = None):
         self.lookup(request).sessions.set_private(conv["session_id"], bool(private))
@@ -338,10 +344,8 @@ class UiHandlers:
         views = [
             summary,
             hints,
-            # the value and visibility only: an update of any other property of a plot makes Gradio draw only its
-            # last point
-            gr.update(value=rewards, visible=has_points(rewards)),
-            gr.update(value=hint_rates, visible=not hint_rates.empty),
+            gr.update(value=reward_chart(rewards), visible=has_points(rewards)),
+            gr.update(value=hint_chart(hint_rates), visible=not hint_rates.empty),
         ]
         if on.changed is not None:
             views.append(on.changed.markdown(int(status.get("policy_version") or 0)))
@@ -365,7 +369,9 @@ def _wire(demo, c: Components, on: UiHandlers) -> None:
     )
     c.correct.click(on.on_correct, **correct_io)
     c.correction.submit(on.on_correct, **correct_io)
-    new_io = dict(inputs=[c.conv], outputs=[c.chatbot, c.conv, c.private, c.notice, c.correction_prompt])
+    new_io = dict(
+        inputs=[c.conv], outputs=[c.chatbot, c.conv, c.private, c.notice, c.correction_prompt, c.previous]
+    )
     c.new.click(on.on_new, **new_io)
     c.chatbot.clear(on.on_new, **new_io)  # the chat's 🗑: a new conversation, as the button
     c.private.input(on.on_private, inputs=[c.private, c.conv], outputs=[c.notice])

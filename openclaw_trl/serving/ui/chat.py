@@ -6,6 +6,7 @@ edit / retry / undo on that state. The version line is display only: the convers
 
 from __future__ import annotations
 
+import html
 import uuid
 
 from openclaw_trl.chat import flatten_content
@@ -34,6 +35,30 @@ def new_conversation() -> dict:
         "last_turn": None,
         "started": False,
     }
+
+
+PREVIOUS_CHARS = 400
+"""The most characters of each message the previous-conversation line quotes."""
+
+
+def previous_exchange(messages: list[dict]) -> str:
+    """The last exchange of a conversation that just ended (``conv["messages"]``), as a Markdown block shown
+    under the chat: the last message you sent and the answer to it ("" when there is none)."""
+    user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
+    if user is None:
+        return ""
+    after = messages[messages.index(user) + 1 :]
+    answer = next((m for m in after if m.get("role") == "assistant"), None)
+
+    def quote(message) -> str:
+        text = html.escape(flatten_content(message.get("content")) or "").strip()
+        text = text if len(text) <= PREVIOUS_CHARS else text[:PREVIOUS_CHARS] + "…"
+        return "  \n".join("> " + line for line in (text or "…").splitlines())
+
+    lines = ["**Previous conversation, last exchange**", "", "**You:**", quote(user)]
+    if answer is not None:
+        lines += ["", "**Model:**", quote(answer)]
+    return "\n".join(lines)
 
 
 def version_line(version, edited: bool = False) -> str:

@@ -1,6 +1,7 @@
 """The page's layout: the guide's header, the chat column (chat with its example prompts, message box,
-conversation controls, the correction box and its prompt line, what each control teaches) and the learning
-panel (summary, what changed, hints, charts hidden until they have data, then the version controls).
+conversation controls, the previous conversation's last exchange, the correction box and its prompt line, what
+each control teaches) and the learning panel (summary, what changed, charts hidden until they have data, hints,
+then the version controls), at most as tall as the chat column (``PAGE_CSS``: it scrolls past that).
 ``layout`` returns the components the events of ``openclaw_trl.serving.ui.blocks`` read and write.
 """
 
@@ -9,9 +10,26 @@ from typing import Any
 
 import gradio as gr
 
-from openclaw_trl.serving.ui.chat import new_conversation
+from openclaw_trl.serving.ui.chat import UI_CSS, new_conversation
 from openclaw_trl.serving.ui.guide import Guide, controls_markdown
 from openclaw_trl.serving.ui.versions import VersionControls
+
+CHAT_HEIGHT = 560
+"""The chat's height (px)."""
+PANEL_MAX_HEIGHT = 900
+"""The learning panel column's height at most (px; about the chat column's): longer, it scrolls."""
+PAGE_CSS = (
+    UI_CSS
+    + f"""
+#page-row {{ align-items: flex-start; }}
+#learning-panel {{ max-height: {PANEL_MAX_HEIGHT}px; overflow-y: auto; overflow-x: hidden; flex-wrap: nowrap; }}
+#learning-panel > * {{ flex-shrink: 0; }}
+#previous-conversation {{ max-height: 220px; overflow-y: auto; font-size: 0.9em; opacity: 0.85; }}
+#reward-chart svg, #hint-chart svg {{ display: block; margin: 0 auto; }}
+"""
+)
+"""The page's style: the chat's (``chat.UI_CSS``), and a learning panel as tall as the chat column at most
+(it scrolls past that, its parts collapse)."""
 
 
 @dataclass
@@ -24,6 +42,7 @@ class Components:
     send: Any
     new: Any
     private: Any
+    previous: Any  # the previous conversation's last exchange
     correction_prompt: Any
     correction: Any
     correct: Any
@@ -40,7 +59,7 @@ def _chat_column(guide: Guide) -> dict:
         "chatbot": gr.Chatbot(
             label="Chat",
             show_label=False,
-            height=460,
+            height=CHAT_HEIGHT,
             elem_id="chat",
             feedback_options=("Like", "Dislike"),
             editable="all",  # Gradio has no "assistant only": edits of your own messages are put back
@@ -68,49 +87,26 @@ def _chat_column(guide: Guide) -> dict:
         )
         c["correct"] = gr.Button("Send correction", scale=1, elem_id="send-correction")
     c["notice"] = gr.Markdown("", elem_id="notice")
+    c["previous"] = gr.Markdown("", elem_id="previous-conversation")
     with gr.Accordion("What each control teaches", open=False, elem_id="controls-help"):
         gr.Markdown(controls_markdown())
     return c
 
 
 def _learning_panel(guide: Guide) -> list:
-    """The status panel: the summary in words, the hints learned, the curves (hidden until they have data)
-    and, for the toy model, what changed in its answers."""
+    """The status panel: the summary in words (quality included), what changed in the toy model's answers,
+    the curves (hidden until they have data) and the hints learned, each part in an accordion."""
     gr.Markdown("### Learning")
     summary = gr.Markdown("", elem_id="learning-status")
     changed = None
     if guide.toy:
-        gr.Markdown("**What changed**")
-        changed = gr.Markdown("", elem_id="what-changed")
-    gr.Markdown("**Hints learned**")
-    hints = gr.Markdown("", elem_id="hints")
-    # points, not lines: a line needs two updates to show, and an undone update is a point of its own colour;
-    # "~g": updates read 1, 2, 3 (not 1.000000)
-    reward_plot = gr.ScatterPlot(
-        x="step",
-        y="reward",
-        color="series",
-        title="Average reward per update",
-        x_title="update",
-        y_title="average reward",
-        x_axis_format="~g",
-        height=220,
-        y_lim=[-1, 1],
-        visible=False,
-        elem_id="reward-chart",
-    )
-    hint_plot = gr.ScatterPlot(
-        x="step",
-        y="hint_accept_rate",
-        title="Share of hints the teacher accepted, per update",
-        x_title="update",
-        y_title="accepted",
-        x_axis_format="~g",
-        height=200,
-        y_lim=[0, 1],
-        visible=False,
-        elem_id="hint-chart",
-    )
+        with gr.Accordion("What changed", open=True, elem_id="what-changed-box"):
+            changed = gr.Markdown("", elem_id="what-changed")
+    with gr.Accordion("Curves", open=True, elem_id="curves"):
+        reward_plot = gr.HTML("", visible=False, elem_id="reward-chart")
+        hint_plot = gr.HTML("", visible=False, elem_id="hint-chart")
+    with gr.Accordion("Hints learned", open=True, elem_id="hints-box"):
+        hints = gr.Markdown("", elem_id="hints")
     return [summary, hints, reward_plot, hint_plot] + ([changed] if changed is not None else [])
 
 
@@ -119,10 +115,10 @@ def layout(guide: Guide, versions: VersionControls | None = None) -> Components:
     the right."""
     conv = gr.State(new_conversation())
     gr.Markdown(guide.header, elem_id="header")
-    with gr.Row():
-        with gr.Column(scale=3):
+    with gr.Row(elem_id="page-row"):
+        with gr.Column(scale=3, elem_id="chat-column"):
             chat = _chat_column(guide)
-        with gr.Column(scale=2):
+        with gr.Column(scale=2, elem_id="learning-panel"):
             panel = _learning_panel(guide)
             if versions is not None:
                 versions.build()

@@ -6,11 +6,8 @@
 * :func:`reward_frame` / :func:`hint_frame`: the per-update curves; an update a rollback undid is its own
   series ("undone by a rollback") and each rollback is a point of its own, at the reward of the update it
   went back to;
-* :class:`WhatChanged` (the offline toy model): after each update, a few answers of the serving version to
-  the person's recent prompts are sampled in the background (``learn`` priority: chat turns go first) and
-  classified by the toy world's style patterns, once per version: "answers to *Tell me about apples.* are
-  now bulleted in 8 of 10 samples (before learning: 3 of 10)", for the style the person's 👍/👎 and
-  corrections teach (``taught_style``).
+* the answers' quality beside it (``ui.quality``); "What changed" in the toy model's answers is
+  ``ui.changed``.
 
 No Gradio here: ``openclaw_trl.serving.ui.blocks`` lays these out.
 """
@@ -18,27 +15,16 @@ No Gradio here: ``openclaw_trl.serving.ui.blocks`` lays these out.
 from __future__ import annotations
 
 import html
-import logging
-import threading
 from collections import Counter
 from dataclasses import dataclass
 
-from openclaw_trl.compare import distinct_prompt_turns, prompt_text, replay
-from openclaw_trl.engines.base import SamplingParams
-from openclaw_trl.serving.ui.guide import STYLE_WORDS
-from openclaw_trl.toy import world
-
-logger = logging.getLogger(__name__)
+from openclaw_trl.serving.ui.quality import HeldVersion, last_clean_version, quality_markdown
 
 KEPT, UNDONE, ROLLBACK = "update", "undone by a rollback", "rollback (to an earlier version)"
 SERIES = (KEPT, UNDONE, ROLLBACK)
 """The series of the reward chart, in the order of their colours."""
-CHANGE_SAMPLES = 10
-"""Answers sampled per prompt by "What changed" (per version, in the background)."""
-CHANGE_PROMPTS = 2
-"""Recent distinct prompts "What changed" samples."""
-CHANGE_MAX_TOKENS = 64
-"""Tokens per sampled answer (the toy's answers are two short lines)."""
+HINTS_SHOWN = 5
+"""Distinct hints the panel lists."""
 
 
 @dataclass
@@ -84,10 +70,18 @@ def undone_steps(store, serving: int, steps: list[int]) -> set[int]:
 
 
 def summary_markdown(
-    status: dict, feedback: FeedbackCounts, trained: int, undone: int, rollback: tuple[int, int] | None = None
+    status: dict,
+    feedback: FeedbackCounts,
+    trained: int,
+    undone: int,
+    rollback: tuple[int, int] | None = None,
+    held: list[HeldVersion] | None = None,
+    clean: int | None = None,
 ) -> str:
     """The panel's summary in words: ``status`` (``LearningStatus``), the person's ``feedback``, the
-    answers ``trained`` on, the updates a rollback ``undone`` and the last ``rollback`` (version, restored)."""
+    answers ``trained`` on, the updates a rollback ``undone``, the last ``rollback`` (version, restored),
+    the versions the guard ``held`` back (oldest first; None: as the status names them) and the last
+    ``clean`` version (``quality.last_clean_version``), with the answers' quality in plain words."""
     version = status.get("policy_version", 0)
     history = status.get("history") or []
     updates = len(history)
@@ -116,17 +110,11 @@ def summary_markdown(
         lines.append(
             f"**Last update:** average reward {reward:+.2f} (+1: every answer liked, −1: every answer disliked)."
         )
-    guard = status.get("guard") or {}
-    if guard.get("last"):
-        held = guard.get("held_back") or []
-        lines.append(
-            f"**Quality check:** {guard['last']} ({_plural(len(held), 'version')} held back so far.)"
-        )
-    elif guard.get("enabled"):
-        lines.append(
-            "**Quality check:** every new version is compared with the starting model before it is served; "
-            "none has been held back."
-        )
+    quality = quality_markdown(
+        status.get("guard") or {}, status.get("last_metrics"), _held(status, held), clean
+    )
+    if quality:
+        lines.append(quality)
     failed, teacherless = status.get("turns_failed"), status.get("teacher_failed")
     if failed or teacherless:
         lines.append(
@@ -134,6 +122,15 @@ def summary_markdown(
             f"{teacherless or 0} without a teacher."
         )
     return "  \n".join(lines)
+
+
+def _held(status: dict, held: list[HeldVersion] | None) -> list[HeldVersion]:
+    """``held``, else the versions the status's ``guard`` names (the last one with its reason)."""
+    if held is not None:
+        return held
+    guard = status.get("guard") or {}
+    versions = list(guard.get("held_back") or [])
+    return [HeldVersion(v, None, guard.get("last") or "" if v == versions[-1] else "") for v in versions]
 
 
 def _next_update(status: dict) -> str:
@@ -146,9 +143,12 @@ def _next_update(status: dict) -> str:
 
 
 def hints_markdown(hints: list) -> str:
+    """The hints learned, each once with how often it came (newest first): "Use a bulleted list. ×5"."""
     if not hints:
         return "_No hints learned yet: a correction, or a reply that says what was wrong, gives one._"
-    return "\n".join(f"- {html.escape(str(h))[:300]}" for h in hints[-5:])
+    counts = Counter(html.escape(str(h).strip())[:300] for h in hints)
+    newest_first = list(dict.fromkeys(html.escape(str(h).strip())[:300] for h in reversed(hints)))
+    return "\n".join(f"- {h} ×{counts[h]}" if counts[h] > 1 else f"- {h}" for h in newest_first[:HINTS_SHOWN])
 
 
 def reward_frame(history: list[dict], undone: set[int], rollbacks: list[tuple[int, int]]):
@@ -213,14 +213,21 @@ class PanelViews:
         serving = int(status.get("policy_version") or 0)
         undone = undone_steps(self.store, serving, [h["step"] for h in history if h.get("step") is not None])
         held = set((status.get("guard") or {}).get("held_back") or [])  # the guard's, not the person's
+        versions = self.learning.versions() if self.learning is not None else []
         rollbacks = [
             (v.version, v.restored_from)
-            for v in (self.learning.versions() if self.learning is not None else [])
+            for v in versions
             if v.restored_from is not None and v.version not in held
         ]
         trained = self.store.queue.training_totals()["turns"]
         last = max(rollbacks, default=None)
-        summary = summary_markdown(status, self.feedback_counts(), trained, len(undone), last)
+        held_back = [HeldVersion.of(v) for v in self.store.lineage.held_back()]
+        limits = (status.get("guard") or {}).get("limits")
+        path = self.store.lineage.lineage().path(serving)
+        clean = last_clean_version(versions, held | {h.version for h in held_back}, limits, path)
+        summary = summary_markdown(
+            status, self.feedback_counts(), trained, len(undone), last, held_back, clean
+        )
         return (
             summary,
             hints_markdown(status.get("last_hints") or []),
@@ -234,131 +241,3 @@ class PanelViews:
         if rows != self._feedback[0]:
             self._feedback = (rows, FeedbackCounts.of(self.store.queries.iter_feedback()))
         return self._feedback[1]
-
-
-@dataclass
-class StyleCounts:
-    """Sampled answers to one prompt, counted per toy style (``other``: none of them)."""
-
-    prompt: str
-    counts: Counter
-    samples: int
-
-
-def style_of(answer: str) -> str:
-    return next((s.name for s in world.STYLES if s.matches(answer)), "other")
-
-
-def taught_style(store) -> str | None:
-    """The style the person teaches, from their feedback: +1 for the style of an answer they 👍, -1 for one
-    they 👎, +2 for the style a correction is written in or asks for (the toy world's request sentences: a
-    correction says what is wanted, a 👍 only that one answer was good enough); the best-scoring style when
-    its score is positive, else None."""
-    score: Counter = Counter()
-    for f in store.queries.iter_feedback():
-        if f.kind in ("correction", "edit") and f.text:
-            asked = [s.name for s in world.STYLES if s.request in f.text or s.matches(f.text)]
-            score.update({name: 2 for name in asked[:1]})
-        elif f.rating is not None and f.kind in (None, "rating", "reject"):
-            turn = store.conversations.get_turn(f.turn_id)
-            answer = (turn.response_message or {}).get("content") if turn is not None else None
-            score[style_of(answer or "")] += 1 if f.rating > 0 else -1
-    score.pop("other", None)
-    best = score.most_common(1)
-    return best[0][0] if best and best[0][1] > 0 else None
-
-
-def _changed_style(now: StyleCounts, base: StyleCounts | None, taught: str | None = None) -> str:
-    """The style to report: the one the person teaches (``taught``), else the one whose share grew most
-    since before learning (``base``), else the most common now."""
-    if taught is not None:
-        return taught
-    common = [style for style, _ in now.counts.most_common()]
-    if base is None:
-        return common[0]
-    return max(common, key=lambda style: (now.counts[style] - base.counts[style], now.counts[style]))
-
-
-class WhatChanged:
-    """The toy model's "What changed": styles of sampled answers per version (module docstring)."""
-
-    def __init__(self, service, samples: int = CHANGE_SAMPLES, prompts: int = CHANGE_PROMPTS):
-        self.service, self.samples, self.prompts = service, samples, prompts
-        self._lock = threading.Lock()
-        self._by_version: dict[int, list[StyleCounts]] = {}
-        self._base: dict[str, StyleCounts] = {}  # prompt text -> the base model's styles (sampled once)
-        self._running: int | None = None
-        self._taught: str | None = None  # the style the person's feedback teaches (``taught_style``)
-
-    def markdown(self, version: int) -> str:
-        """The view for the serving ``version``; starts the background check when it has none yet."""
-        if version <= 0:
-            return "_After the first update, this says how the answers to your recent prompts changed._"
-        with self._lock:
-            result = self._by_version.get(version)
-            if result is None and self._running is None:
-                self._running = version
-                threading.Thread(
-                    target=self._check, args=(version,), daemon=True, name="what-changed"
-                ).start()
-            previous = max((v for v in self._by_version if v < version), default=None)
-        if result is None:
-            return f"_Sampling {self.samples} answers of v{version} to your recent prompts…_"
-        if not result:
-            return "_No prompts to check yet (private conversations are left out)._"
-        before = self._by_version.get(previous, []) if previous is not None else []
-        return "  \n".join(self._line(r, before, version, previous) for r in result)
-
-    def _line(self, now: StyleCounts, before: list[StyleCounts], version: int, previous: int | None) -> str:
-        base = self._base.get(now.prompt)
-        style = _changed_style(now, base, self._taught)
-        count, words = now.counts[style], STYLE_WORDS.get(style, (style, ""))[0]
-        prompt = f"answers to *{html.escape(now.prompt)}*"
-        if base is not None and base.counts[style] == count:
-            return (
-                f"v{version}: {prompt} are {words} in {count} of {now.samples} samples, as before learning."
-            )
-        earlier = [f"v{previous}: {c.counts[style]}" for c in before if c.prompt == now.prompt]
-        if base is not None:
-            earlier.append(f"before learning: {base.counts[style]}")
-        tail = f" ({', '.join(earlier)} of {now.samples})" if earlier else ""
-        return f"v{version}: {prompt} are now {words} in {count} of {now.samples} samples{tail}."
-
-    def _check(self, version: int) -> None:
-        try:
-            result = self._sample(version)
-        except Exception:  # a background check must never disturb serving; the next update tries again
-            logger.warning("what-changed check of v%d failed", version, exc_info=True)
-            result = None
-        with self._lock:
-            self._running = None
-            if result is not None:
-                self._by_version[version] = result
-                for old in sorted(self._by_version)[:-4]:  # the last few versions are enough
-                    del self._by_version[old]
-
-    def _sample(self, version: int) -> list[StyleCounts] | None:
-        service = self.service
-        turns = distinct_prompt_turns(service.store, self.prompts)
-        self._taught = taught_style(service.store)
-        sampling = SamplingParams(
-            temperature=service.settings.train_temperature,
-            max_new_tokens=min(service.settings.default_max_tokens, CHANGE_MAX_TOKENS),
-            seed=0,  # the same dice for every version and the base model: differences come from the weights
-        )
-        batch = [t for t in turns for _ in range(self.samples)]
-        answers = replay(service.engine, batch, "policy", sampling, priority="learn")
-        if getattr(service.engine, "policy_version", version) != version:
-            return None  # another update was published meanwhile: its own check follows
-        missing = [t for t in turns if prompt_text(t) not in self._base]
-        if missing:
-            base_batch = [t for t in missing for _ in range(self.samples)]
-            base = replay(service.engine, base_batch, "base", sampling, priority="learn")
-            for i, t in enumerate(missing):
-                self._base[prompt_text(t)] = self._counts(t, base[i * self.samples : (i + 1) * self.samples])
-        return [
-            self._counts(t, answers[i * self.samples : (i + 1) * self.samples]) for i, t in enumerate(turns)
-        ]
-
-    def _counts(self, turn, answers: list[str]) -> StyleCounts:
-        return StyleCounts(prompt_text(turn), Counter(style_of(a) for a in answers), len(answers))

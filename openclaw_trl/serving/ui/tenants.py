@@ -16,7 +16,8 @@ from collections.abc import Mapping
 import gradio as gr
 
 from openclaw_trl.serving.http.auth import Tenant
-from openclaw_trl.serving.ui.panel import PanelViews, WhatChanged
+from openclaw_trl.serving.ui.changed import WhatChanged
+from openclaw_trl.serving.ui.panel import PanelViews
 
 NOT_LOGGED_IN = (
     "Log in as one of this server's users first (your user name, and your API key as the password)."

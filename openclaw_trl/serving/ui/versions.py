@@ -16,6 +16,7 @@ import gradio as gr
 
 from openclaw_trl.compare import compare_base_and_policy, distinct_prompt_turns, markdown_table
 from openclaw_trl.engines.base import SamplingParams
+from openclaw_trl.serving.ui.quality import last_clean_version, plain_reason
 from openclaw_trl.serving.ui.tenants import TenantViews
 from openclaw_trl.trainer.control import (
     LearningUnavailable,
@@ -31,8 +32,42 @@ COMPARE_MAX_TOKENS = 96
 REFRESH_S = 2.0
 
 
-def versions_markdown(versions: list, paused: bool, trainer_state: str | None, waiting: int) -> str:
-    """The version list as a Markdown table, newest first, with the learning state above it."""
+def version_label(v, notes: dict[int, str]) -> str:
+    """What a version is, in words: "v0: initial", "v3: update 3", "v10: rollback to v0", "v7: held back
+    (v6's weights)", "v5: resumed from v4". ``v``: a ``VersionInfo``; ``notes``: the lineage's note per
+    version (``initial`` / ``update`` / ``rollback`` / ``resume`` / ``held: <why>``)."""
+    note = notes.get(v.version, "")
+    if v.version == 0:
+        return "v0: initial"
+    if note.startswith("held"):
+        kept = f" (v{v.restored_from}'s weights)" if v.restored_from is not None else ""
+        return f"v{v.version}: held back{kept}"
+    if v.restored_from is not None:
+        verb = "resumed from" if note == "resume" else "rollback to"
+        return f"v{v.version}: {verb} v{v.restored_from}"
+    return f"v{v.version}: update {v.version}"
+
+
+def lineage_notes(store, versions: list) -> dict[int, str]:
+    """The lineage's note of each of ``versions`` (empty for one it did not record)."""
+    out = {}
+    for v in versions:
+        published = store.lineage.published_version(v.version)
+        out[v.version] = published.note if published is not None else ""
+    return out
+
+
+def versions_markdown(
+    versions: list,
+    paused: bool,
+    trainer_state: str | None,
+    waiting: int,
+    notes: dict[int, str] | None = None,
+    clean: int | None = None,
+) -> str:
+    """The version list as a Markdown table, newest first, with the learning state above it: each version
+    says what it is (``version_label``), the ``clean`` one (``quality.last_clean_version``) is marked."""
+    notes = notes or {}
     state = "paused: no updates until you resume" if paused else (trainer_state or "learning")
     lines = [f"**Learning:** {html.escape(state)} ({waiting} judged samples queued)"]
     if not versions:
@@ -40,25 +75,32 @@ def versions_markdown(versions: list, paused: bool, trainer_state: str | None, w
         return "  \n".join(lines)
     lines += ["", "| version | saved | samples | reward | state |", "|---|---|---|---|---|"]
     for v in versions:
-        name = f"v{v.version}" + (f" = v{v.restored_from}" if v.restored_from is not None else "")
-        if v.version == 0:
-            name += " (initial)"
+        name = version_label(v, notes)
         samples = v.samples if v.version > 0 and v.restored_from is None else "–"
         reward = v.metrics.get("reward")
         reward = f"{reward:+.2f}" if isinstance(reward, int | float) else "–"
-        mark = "**serving**" if v.serving else ("" if v.restorable else "checkpoint gone")
+        marks = ["**serving**"] if v.serving else []
+        if v.version == clean:
+            marks.append("✅ **last clean**")
+        if notes.get(v.version, "").startswith("held"):
+            marks.append("⚠️ " + html.escape(plain_reason(notes[v.version].partition(":")[2])))
+        if not v.restorable and not v.serving:
+            marks.append("checkpoint gone")
         saved = time.strftime("%H:%M:%S", time.localtime(v.created))
         lines.append(
-            f"| {'**' + name + '**' if v.serving else name} | {saved} | {samples} | {reward} | {mark} |"
+            f"| {'**' + name + '**' if v.serving else name} | {saved} | {samples} | {reward} | {', '.join(marks)} |"
         )
-    restored = [v for v in versions if v.restored_from is not None]
-    if restored:
-        v = restored[0]
-        lines += [
-            "",
-            f"_v{v.version} = v{v.restored_from}: a rollback served v{v.restored_from}'s weights again as v{v.version}._",
-        ]
+    if clean is not None:
+        lines += ["", f"_v{clean} is the last clean version: its answers passed the quality check._"]
     return "\n".join(lines)
+
+
+def guard_limits(on: TenantViews) -> dict | None:
+    """The bounds of the user's version guard (as ``/v1/status`` names them), None when unknown."""
+    try:
+        return (on.service.status().get("guard") or {}).get("limits")
+    except Exception:  # the defaults then apply
+        return None
 
 
 class VersionControls:
@@ -72,35 +114,35 @@ class VersionControls:
     # -- layout ------------------------------------------------------------------------------------
 
     def build(self) -> None:
-        gr.Markdown("### Adapter versions")
         if self.initial is not None:
             table, choices, _ = self._listing(self.initial)
         else:
             table, choices = "_Loading your versions…_", {}
-        self.table = gr.Markdown(table, elem_id="versions")
-        with gr.Row(equal_height=True):
-            self.choice = gr.Dropdown(
-                label="Roll back to",
-                choices=choices.get("choices", []),
-                value=choices.get("value"),
-                scale=3,
-                elem_id="rollback-version",
-                interactive=True,
+        with gr.Accordion("Adapter versions", open=True, elem_id="versions-box"):
+            self.table = gr.Markdown(table, elem_id="versions")
+            with gr.Row(equal_height=True):
+                self.choice = gr.Dropdown(
+                    label="Roll back to",
+                    choices=choices.get("choices", []),
+                    value=choices.get("value"),
+                    scale=3,
+                    elem_id="rollback-version",
+                    interactive=True,
+                )
+                self.rollback = gr.Button("Roll back", scale=1, elem_id="rollback")
+            self.pause = gr.Checkbox(
+                label="Pause learning (chatting and feedback go on; no updates)",
+                value=False,
+                elem_id="pause-learning",
             )
-            self.rollback = gr.Button("Roll back", scale=1, elem_id="rollback")
-        self.pause = gr.Checkbox(
-            label="Pause learning (chatting and feedback go on; no updates)",
-            value=False,
-            elem_id="pause-learning",
-        )
-        self.note = gr.Markdown("", elem_id="versions-notice")
-        gr.Markdown("### Did it learn for me?")
-        gr.Markdown(
-            f"Your last {COMPARE_PROMPTS} different prompts (not the private ones) answered by the base model and by the "
-            "current adapter, with the same seed."
-        )
-        self.compare = gr.Button("Did it learn for me?", elem_id="did-it-learn")
-        self.comparison = gr.Markdown("", elem_id="comparison")
+            self.note = gr.Markdown("", elem_id="versions-notice")
+        with gr.Accordion("Did it learn for me?", open=True, elem_id="did-it-learn-box"):
+            gr.Markdown(
+                f"Your last {COMPARE_PROMPTS} different prompts (not the private ones) answered by the base model "
+                "and by the current adapter, with the same seed."
+            )
+            self.compare = gr.Button("Did it learn for me?", elem_id="did-it-learn")
+            self.comparison = gr.Markdown("", elem_id="comparison")
 
     def wire(self, demo) -> None:
         listing = [self.table, self.choice, self.pause]
@@ -116,8 +158,9 @@ class VersionControls:
     # -- events ------------------------------------------------------------------------------------
 
     def refresh(self, chosen=None, request: gr.Request = None):
-        """The user's version list, the rollback choices (restorable versions but the serving one, newest
-        first) with ``chosen`` kept while it is one of them, else the newest (one update back), and the switch."""
+        """The user's version list, the rollback choices (restorable versions but the serving one: the last
+        clean version first, then newest first) with ``chosen`` kept while it is one of them, else the last
+        clean version (when another one serves), else the newest one update back, and the switch."""
         return self._listing(self.lookup(request), chosen)
 
     def _listing(self, on: TenantViews, chosen=None):
@@ -129,15 +172,26 @@ class VersionControls:
             versions, paused = learning.versions(), learning.paused
         except Exception as exc:  # a hiccup must not spam error toasts every tick
             return f"_Versions unavailable: {html.escape(str(exc))}_", gr.skip(), gr.skip()
+        store = on.service.store
+        notes = lineage_notes(store, versions)
+        held = {v for v, note in notes.items() if note.startswith("held")}
+        path = store.lineage.lineage().path(learning.serving_version)
+        clean = last_clean_version(versions, held, guard_limits(on), path)
+        offered = [v for v in versions if v.restorable and not v.serving]
+        offered.sort(key=lambda v: v.version != clean)  # the last clean version first, then newest first
         choices = [
-            (f"v{v.version}" + (" (initial)" if v.version == 0 else f" (update {v.version})"), v.version)
-            for v in versions
-            if v.restorable and not v.serving
+            (version_label(v, notes) + (" · last clean" if v.version == clean else ""), v.version)
+            for v in offered
         ]
-        waiting = on.service.store.queue.count_waiting()
-        table = versions_markdown(versions, paused, learning.trainer_state, waiting)
+        waiting = store.queue.count_waiting()
+        table = versions_markdown(versions, paused, learning.trainer_state, waiting, notes, clean)
         values = [value for _, value in choices]
-        value = chosen if chosen in values else self._one_update_back(on, values)
+        if chosen in values:
+            value = chosen
+        elif clean in values and path.get(clean, 0) >= 1:  # the serving weights are not the last clean ones
+            value = clean
+        else:
+            value = self._one_update_back(on, values)
         return table, gr.update(choices=choices, value=value), gr.update(value=paused)
 
     @staticmethod
