@@ -101,9 +101,10 @@ def app_server(run: Path, *extra: str, extra_env: dict | None = None):
         log.close()
 
 
-def _home(tmp_path: Path, url: str, api: str, api_key: str = "sk-local") -> Path:
+def _home(tmp_path: Path, url: str, api: str, api_key: str = "sk-local", compat: dict | None = None) -> Path:
     """A throwaway HOME whose OpenClaw config is the default agent plus one provider entry (``api``, with
-    ``api_key`` as the provider's key; the Anthropic client adds ``/v1/messages`` to the server's root itself)."""
+    ``api_key`` as the provider's key; the Anthropic client adds ``/v1/messages`` to the server's root itself;
+    ``compat``: the model entry's compat flags, e.g. ``sendSessionAffinityHeaders``)."""
     home, workspace = tmp_path / "home", tmp_path / "workspace"
     (home / ".openclaw").mkdir(parents=True)
     workspace.mkdir()
@@ -116,6 +117,7 @@ def _home(tmp_path: Path, url: str, api: str, api_key: str = "sk-local") -> Path
         "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
         "contextWindow": 65536,
         "maxTokens": 32,
+        **({"compat": compat} if compat else {}),
     }
     config = {
         "agents": {"defaults": {"model": {"primary": "trl/openclaw"}, "workspace": str(workspace)}},

@@ -28,6 +28,7 @@ import pytest
 
 from tests.test_openclaw_agent import (  # noqa: F401 - openclaw is a fixture
     _free_port,
+    _home,
     _main_turns,
     _rows,
     _wait_for_version,
@@ -46,30 +47,6 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 def _env(home: Path, node_dir: str) -> dict:
     return {**os.environ, "HOME": str(home), "PATH": f"{node_dir}:{os.environ.get('PATH', '')}"}
-
-
-def _home(tmp_path: Path, url: str) -> Path:
-    """A throwaway HOME: the default agent, one provider entry that sends OpenClaw's session id, the plugin."""
-    home, workspace = tmp_path / "home", tmp_path / "workspace"
-    (home / ".openclaw").mkdir(parents=True)
-    workspace.mkdir()
-    model = {
-        "id": "openclaw",
-        "name": "openclaw-trl",
-        "reasoning": False,
-        "input": ["text"],
-        "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
-        "contextWindow": 65536,
-        "maxTokens": 32,
-        "compat": {"sendSessionAffinityHeaders": True},
-    }
-    provider = {"baseUrl": f"{url}/v1", "apiKey": "sk-local", "api": "openai-completions", "models": [model]}
-    config = {
-        "agents": {"defaults": {"model": {"primary": "trl/openclaw"}, "workspace": str(workspace)}},
-        "models": {"mode": "merge", "providers": {"trl": provider}},
-    }
-    (home / ".openclaw" / "openclaw.json").write_text(json.dumps(config))
-    return home
 
 
 def _openclaw(openclaw, home: Path, *args: str, timeout: float = 300) -> str:  # noqa: F811
@@ -173,7 +150,7 @@ def test_chat_commands_rate_the_last_reply_and_report_the_update(openclaw, tmp_p
     run.mkdir()
     with app_server(run) as url:
         store = run / "openclaw.sqlite"
-        home = _home(tmp_path, url)
+        home = _home(tmp_path, url, "openai-completions", compat={"sendSessionAffinityHeaders": True})
         out = _openclaw(openclaw, home, "plugins", "install", "--force", "--accept-capabilities", str(PLUGIN))
         assert "Installed plugin: openclaw-trl" in out, out
         with _gateway(openclaw, home) as port:
