@@ -7,7 +7,9 @@ answered; each OpenClaw session is one trainable conversation; ratings through `
 samples and an update; the next turn is served by the new adapter; the same through the Responses API and the
 Anthropic Messages API (``api: "anthropic-messages"``: OpenClaw sends ``x-api-key``, ``anthropic-version:
 2023-06-01``, ``stream: true``, its system prompt as two text blocks and its tools with ``cache_control``, and each
-user message as text blocks, its per-turn internal context a user message of its own).
+user message as text blocks, its per-turn internal context a user message of its own); and a session over the
+Anthropic Messages API that OpenClaw compacts (its memory flush and summary requests stored as side turns, the
+turns before and after the compaction one trainable conversation that learns from ratings).
 """
 
 from __future__ import annotations
@@ -101,10 +103,18 @@ def app_server(run: Path, *extra: str, extra_env: dict | None = None):
         log.close()
 
 
-def _home(tmp_path: Path, url: str, api: str, api_key: str = "sk-local", compat: dict | None = None) -> Path:
+def _home(
+    tmp_path: Path,
+    url: str,
+    api: str,
+    api_key: str = "sk-local",
+    compat: dict | None = None,
+    compaction: dict | None = None,
+) -> Path:
     """A throwaway HOME whose OpenClaw config is the default agent plus one provider entry (``api``, with
     ``api_key`` as the provider's key; the Anthropic client adds ``/v1/messages`` to the server's root itself;
-    ``compat``: the model entry's compat flags, e.g. ``sendSessionAffinityHeaders``)."""
+    ``compat``: the model entry's compat flags, e.g. ``sendSessionAffinityHeaders``; ``compaction``: the agent's
+    ``agents.defaults.compaction`` settings)."""
     home, workspace = tmp_path / "home", tmp_path / "workspace"
     (home / ".openclaw").mkdir(parents=True)
     workspace.mkdir()
@@ -120,7 +130,13 @@ def _home(tmp_path: Path, url: str, api: str, api_key: str = "sk-local", compat:
         **({"compat": compat} if compat else {}),
     }
     config = {
-        "agents": {"defaults": {"model": {"primary": "trl/openclaw"}, "workspace": str(workspace)}},
+        "agents": {
+            "defaults": {
+                "model": {"primary": "trl/openclaw"},
+                "workspace": str(workspace),
+                **({"compaction": compaction} if compaction else {}),
+            }
+        },
         "models": {
             "mode": "merge",
             "providers": {"trl": {"baseUrl": base_url, "apiKey": api_key, "api": api, "models": [model]}},
@@ -260,5 +276,58 @@ def test_openclaw_anthropic_messages_sessions_learn(openclaw, server, tmp_path):
     _rate(url, turns[1][0], key, -1)
     _wait_for_version(url, version + 1)
     _agent_turn(openclaw, home, "delta", "Thanks!")
+    latest = _main_turns(store, start)[-1]
+    assert latest[1] == session_id and latest[5] >= version + 1, latest
+
+
+COMPACT_EARLY = {
+    "maxActiveTranscriptBytes": 2000,  # compact before a turn once the transcript reaches 2,000 bytes
+    "keepRecentTokens": 200,  # keep only a short tail verbatim, so that there is something to summarise
+    "memoryFlush": {
+        "forceFlushTranscriptBytes": 2000
+    },  # and flush memories first, as before a real compaction
+    "qualityGuard": {"enabled": False},  # the tiny model's summaries lack the required headings
+}
+NOTES = "Please remember these notes. " + " ".join(
+    f"Note {i}: the quick brown fox jumps over the lazy dog near project Falcon." for i in range(30)
+)
+
+
+def _side_turns(store: Path, since_turn: int) -> list[tuple[str | None, int, str]]:
+    """``(side call kind, trainable, status)`` of the side turns after a turn id."""
+    from openclaw_trl.sessions.side_calls import side_call_kind
+
+    rows = _rows(
+        store,
+        "SELECT prompt_messages, tools, trainable, status FROM turns WHERE turn_type = 'side' AND id > ?",
+        since_turn,
+    )
+    return [(side_call_kind(json.loads(p), json.loads(t) if t else None), tr, st) for p, t, tr, st in rows]
+
+
+def test_openclaw_anthropic_messages_session_compacts_and_learns(openclaw, server, tmp_path):
+    """A session over ``anthropic-messages`` that OpenClaw compacts (a memory flush, then a summary of the
+    history, before its second turn) stays one trainable conversation and learns from ratings."""
+    url, store = server
+    home = _home(tmp_path, url, "anthropic-messages", compaction=COMPACT_EARLY)
+    start = _last_turn(store)
+    version = httpx.get(f"{url}/v1/status", timeout=30).json().get("policy_version", 0)
+    _agent_turn(openclaw, home, "epsilon", NOTES)
+    _agent_turn(openclaw, home, "epsilon", "Thanks. What is an apple?")
+    turns = _main_turns(store, start)
+    session_id, key = _session_turns_are_one_conversation(turns, 2)
+    after = json.loads(_rows(store, "SELECT prompt_messages FROM turns WHERE id = ?", turns[1][0])[0][0])
+    assert "compacted into the following summary" in json.dumps(after), "OpenClaw did not compact"
+    side = _side_turns(store, start)
+    kinds = [kind for kind, _, _ in side]
+    assert "memory_flush" in kinds and "compaction" in kinds, side
+    assert all(trainable == 0 and status == "closed" for _, trainable, status in side), side
+    state = _rows(store, "SELECT next_state_source, next_state FROM turns WHERE id = ?", turns[0][0])[0]
+    assert state[0] == "request" and "What is an apple?" in state[1], state
+
+    _rate(url, turns[0][0], key, 1)
+    _rate(url, turns[1][0], key, -1)
+    _wait_for_version(url, version + 1)
+    _agent_turn(openclaw, home, "epsilon", "And a pear?")
     latest = _main_turns(store, start)[-1]
     assert latest[1] == session_id and latest[5] >= version + 1, latest
