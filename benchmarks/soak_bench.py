@@ -12,7 +12,8 @@ prompts, and RSS with it: a small budget lets the first window reach that platea
 (``--sessions``) talk to it without pause, and one agent replays recorded OpenClaw traffic (heartbeats, main
 turns, a compaction: ``_soak_traffic.py``).
 
-Every window (``--window-s``) records the server process's resident memory (RSS), its open files
+Every window (``--window-s``) records the server process's resident memory (RSS: the median of readings every
+``--rss-every-s``, and the largest), its open files
 (``/proc/<pid>/fd``) and threads, the prompt KV cache's bytes (``/v1/status``), the store file and its
 write-ahead log (WAL), the latency p50/p95 of the requests that ended in the window, the updates done (policy
 version) and the errors (any answer but 200, or none). At the end: the disk used per stored turn (the store)
@@ -126,8 +127,12 @@ def _percentile(values: list[float], q: float) -> float | None:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
-def sample(pid: int, url: str, run_dir: Path, log: RequestLog, start: float, end: float, t0: float) -> dict:
-    """One window's figures (the process, the store, the requests that ended in [start, end))."""
+def sample(
+    pid: int, url: str, run_dir: Path, log: RequestLog, start: float, end: float, t0: float, rss: list[float]
+) -> dict:
+    """One window's figures (the process, the store, the requests that ended in [start, end)); ``rss``: the
+    resident memory read every few seconds through the window (MB), whose median stands for the window (one
+    reading swings by tens of MB with the update or batch in flight at that instant)."""
     requests = log.between(start, end)
     latencies = [r.latency_s for r in requests if r.status == 200]
     errors = [r for r in requests if r.status != 200]
@@ -139,6 +144,9 @@ def sample(pid: int, url: str, run_dir: Path, log: RequestLog, start: float, end
     return {
         "t_s": round(end - t0, 1),
         **_proc_status(pid),
+        "rss_mb": statistics.median(rss) if rss else _proc_status(pid)["rss_mb"],
+        "rss_max_mb": max(rss, default=None),
+        "rss_readings": len(rss),
         "open_files": len(os.listdir(f"/proc/{pid}/fd")),
         "store_bytes": _size(store),
         "wal_bytes": _size(store.with_name(store.name + "-wal")),
@@ -246,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
         help="the prompt KV cache's budget: it fills up to it with the agent's prompts (RSS grows until then)",
     )
     parser.add_argument(
+        "--rss-every-s", type=float, default=5.0, help="seconds between RSS readings (a window: their median)"
+    )
+    parser.add_argument(
         "--out", default=None, help="JSON report path (default: benchmarks/results/soak_<time>.json)"
     )
     args = parse_args(parser, argv, {"minutes": 2.5, "window_s": 30.0, "prefix_cache_mb": 32})
@@ -269,22 +280,27 @@ def main(argv: list[str] | None = None) -> int:
         for t in threads:
             t.start()
         windows, n_windows = [], max(2, round(args.minutes * 60 / args.window_s))
-        header = f"{'t_s':>6} {'rss_mb':>7} {'fds':>4} {'thr':>4} {'store_kb':>8} {'wal_kb':>7} "
+        header = (
+            f"{'t_s':>6} {'rss_mb':>7} {'max_mb':>7} {'fds':>4} {'thr':>4} {'store_kb':>8} {'wal_kb':>7} "
+        )
         print(
             header + f"{'kv_mb':>6} {'reqs':>5} {'p50_s':>6} {'p95_s':>6} {'upd':>4} {'err':>4}", flush=True
         )
         for i in range(n_windows):
             start = t0 + i * args.window_s
-            time.sleep(max(0.0, start + args.window_s - time.monotonic()))
-            if proc.poll() is not None:
-                raise SystemExit(f"the server ended with exit code {proc.returncode} during the soak")
-            w = sample(proc.pid, url, run_dir, log, start, start + args.window_s, t0)
+            rss = []
+            while (left := start + args.window_s - time.monotonic()) > 0:
+                time.sleep(min(args.rss_every_s, left))
+                if proc.poll() is not None:
+                    raise SystemExit(f"the server ended with exit code {proc.returncode} during the soak")
+                rss.append(_proc_status(proc.pid)["rss_mb"])
+            w = sample(proc.pid, url, run_dir, log, start, start + args.window_s, t0, rss)
             windows.append(w)
             p50 = f"{w['p50_s']:.2f}" if w["p50_s"] is not None else "-"
             p95 = f"{w['p95_s']:.2f}" if w["p95_s"] is not None else "-"
             kv = f"{w['prefix_cache_bytes'] / 2**20:.0f}" if w["prefix_cache_bytes"] is not None else "-"
             print(
-                f"{w['t_s']:>6.0f} {w['rss_mb']:>7.1f} {w['open_files']:>4} {w['threads']:>4} "
+                f"{w['t_s']:>6.0f} {w['rss_mb']:>7.1f} {w['rss_max_mb'] or w['rss_mb']:>7.1f} {w['open_files']:>4} {w['threads']:>4} "
                 f"{w['store_bytes'] // 1024:>8} {w['wal_bytes'] // 1024:>7} {kv:>6} {w['requests']:>5} {p50:>6} {p95:>6} "
                 f"{w['updates']!s:>4} {w['errors']:>4}",
                 flush=True,

@@ -22,7 +22,7 @@ class LearningStatus:
     trainer itself), the ``store``'s counts, the ``engine``'s policy version and the ``learning`` control's
     state, each safe to read while an update runs.
 
-    ``history`` has one entry per logged update (its step, mean reward, hint accept rate, mean OPD
+    ``history`` has one entry per logged update, the last 1000 (its step, mean reward, hint accept rate, mean OPD
     advantage and loss); ``last_metrics`` is the whole log entry of the last update. Without a trainer
     (``progress`` None: serving only) both are empty. ``best_of_n_groups`` counts the Best-of-N groups
     stored. ``learning_paused`` is the persisted pause (``POST /v1/learning``), ``samples_rolled_back``

@@ -336,3 +336,22 @@ def test_records_are_built_from_any_mapping_row():
     )
     assert (sample.sample_id, sample.has_hint, sample.consumed_step) == (9, True, 4)
     assert (sample.topk_ids, sample.topk_logprobs) == ([[5, 6]], [[-0.25, -1.5]])
+
+
+def test_every_threads_connection_has_a_bounded_page_cache(tmp_path):
+    from openclaw_trl.store import Store
+    from openclaw_trl.store.db import PAGE_CACHE_KIB
+
+    store = Store(tmp_path / "store.sqlite")
+    seen = []
+
+    def read():
+        seen.append(store.db.conn().execute("PRAGMA cache_size").fetchone()[0])
+
+    threads = [threading.Thread(target=read) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    read()
+    assert seen == [-PAGE_CACHE_KIB] * 4  # KiB (a negative cache_size), on every thread's own connection

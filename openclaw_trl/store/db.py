@@ -7,7 +7,8 @@ threads, the scorer and the trainer share one store); writers take ``BEGIN IMMED
 writers queue on SQLite's lock instead of failing on a read-to-write upgrade.
 
 The schema carries ``SCHEMA_VERSION`` in ``PRAGMA user_version``; a file written by a newer version is
-refused. The write-ahead log is bounded (``WAL_LIMIT_BYTES``). Columns added after a store file may have been created (``_ADDED_COLUMNS``) are nullable or
+refused. The write-ahead log is bounded (``WAL_LIMIT_BYTES``), and so is each connection's page cache
+(``PAGE_CACHE_KIB``). Columns added after a store file may have been created (``_ADDED_COLUMNS``) are nullable or
 defaulted, so an existing store gains them in place when it is opened; so do tables added later
 (``candidate_groups``, ``policy_lineage``), created when missing. Version 2 added ``samples.lease`` (the
 batch lease): a version-1 file gains it (NULL: nothing leased) when it is opened and keeps every row.
@@ -27,6 +28,12 @@ WAL_LIMIT_BYTES = 16 * 1024 * 1024
 """The write-ahead log's size bound (``journal_size_limit``): SQLite checkpoints the log into the store file
 every 1000 pages (about 4 MB) and truncates it back to at most this size, so a server that writes for weeks
 keeps a bounded ``-wal`` file beside its store."""
+
+PAGE_CACHE_KIB = 512
+"""Each connection's page cache (``cache_size``), in KiB. A server's threads have a connection each, and each
+cache fills up to its size as the store grows (SQLite's default, 2000 KiB, makes a few dozen threads hold tens
+of MB more after hours than after minutes); a page that is not cached is read again from the file, which the
+system's own file cache usually holds."""
 
 SCHEMA_VERSION = 2
 """1: the first schema; 2: ``samples.lease`` (the batch lease, :mod:`~openclaw_trl.store.queue`)."""
@@ -272,6 +279,7 @@ class Database:
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
+            conn.execute(f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")
             self._local.conn = conn
             with self._conns_lock:
                 self._conns.append(conn)

@@ -44,7 +44,8 @@ def _gradients(model) -> dict:
     return {p: p.grad.detach().clone() for p in model.parameters() if p.grad is not None}
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
+    """``Type: first line of the message`` of an error, for a log line or a reason."""
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[0] if text else ''}".strip().rstrip(":")
 
@@ -85,7 +86,7 @@ class OutOfMemorySteps:
         except Exception as err:
             if not is_out_of_memory(err) or self.accelerator.num_processes > 1:
                 raise
-            return _first_line(err)
+            return first_line(err)
         finally:
             self._reuse_inputs = False
 

@@ -6,17 +6,22 @@ They never read the trainer's ``state``: the trainer pushes each logged metrics 
 under its lock.
 
 An *update entry* is a logged dict with a ``reward`` key (the per-update metrics, as opposed to the
-Trainer's end-of-run summary); the progress keeps those, each with the ``step`` it was logged at, exactly
-as the Trainer appends them to ``state.log_history``. A resumed run starts from the entries of the
-checkpoint it continues from.
+Trainer's end-of-run summary); the progress keeps the last ``KEPT_UPDATES`` of those (a server runs for weeks:
+``metrics.jsonl`` in the output folder has them all), each with the ``step`` it was logged at, exactly as the
+Trainer appends them to ``state.log_history``. A resumed run starts from the entries of the checkpoint it
+continues from.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Iterable
 
 from transformers import TrainerCallback
+
+KEPT_UPDATES = 1000
+"""The newest update entries kept (the status route's ``history`` and the learning panel's curves)."""
 
 
 def is_update_entry(entry: dict) -> bool:
@@ -25,16 +30,17 @@ def is_update_entry(entry: dict) -> bool:
 
 
 class TrainingProgress:
-    """The update entries logged so far (thread-safe: one writer, the trainer; any number of readers)."""
+    """The last ``KEPT_UPDATES`` update entries logged (thread-safe: one writer, the trainer; any number of
+    readers)."""
 
     def __init__(self, entries: Iterable[dict] = ()):
         self._lock = threading.Lock()
-        self._updates: list[dict] = []
+        self._updates: deque[dict] = deque(maxlen=KEPT_UPDATES)
         self.restart(entries)
 
     def restart(self, entries: Iterable[dict]) -> None:
         """Start over from ``entries`` (a resumed run's log history); entries that are not updates are skipped."""
-        updates = [dict(entry) for entry in entries if is_update_entry(entry)]
+        updates = deque((dict(entry) for entry in entries if is_update_entry(entry)), maxlen=KEPT_UPDATES)
         with self._lock:
             self._updates = updates
 

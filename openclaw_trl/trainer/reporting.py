@@ -8,7 +8,9 @@
 * ``MetricsFile``: every metrics dict the Trainer logs (the same dict the ``report_to`` trackers get), as one
   JSON object per line appended to ``<output_dir>/metrics.jsonl``, with the ``step`` it was logged at and
   the Unix ``time``. Appending means a restarted run continues the same file; non-finite numbers are
-  written as ``null`` (strict JSON).
+  written as ``null`` (strict JSON). The file is the whole record: the Trainer's own log history (in memory,
+  and in every checkpoint's ``trainer_state.json``) keeps only the last ``LOG_HISTORY_KEPT`` entries, so that
+  neither grows with every update of a server that runs for weeks.
 
 Both act on the main process only.
 """
@@ -30,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
 """The file, in ``output_dir``, that every logged metrics dict is appended to."""
+LOG_HISTORY_KEPT = 1000
+"""The newest logged metrics dicts the Trainer's log history keeps (``metrics.jsonl`` has them all)."""
 
 
 @dataclass(frozen=True)
@@ -130,12 +134,15 @@ class UpdateLines(TrainerCallback):
 
 
 class MetricsFile(TrainerCallback):
-    """Appends every logged metrics dict to ``<output_dir>/metrics.jsonl`` (main process)."""
+    """Appends every logged metrics dict to ``<output_dir>/metrics.jsonl`` (main process), and cuts the
+    Trainer's log history to its last ``LOG_HISTORY_KEPT`` entries (every process)."""
 
     def __init__(self, output_dir: str | Path):
         self.path = Path(output_dir) / METRICS_FILE
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        if len(state.log_history) > LOG_HISTORY_KEPT:
+            del state.log_history[:-LOG_HISTORY_KEPT]
         if not state.is_world_process_zero or not logs:
             return
         entry = {"step": state.global_step, "time": time.time(), **{k: _finite(v) for k, v in logs.items()}}

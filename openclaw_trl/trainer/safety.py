@@ -16,6 +16,10 @@ After every optimizer step, before the new adapter is published (``callbacks.Pub
    were served). The samples the held-back update consumed are kept out of training (``rolled_back``, with the
    reason), as after a rollback: training on them again would likely redo the same step.
 
+A check that runs out of device memory is run once more after the allocator's cache is given back; if it runs
+out again, the version is held back (step 3) with the reason ``out of memory during the check``: it is not
+served unchecked, and training goes on.
+
 The checks run in evaluation mode (no dropout) with no gradient, on the model the trainer trains, so they work
 with every serving engine; their cost is logged as ``guard/seconds`` beside ``time/update_s``.
 """
@@ -139,8 +143,30 @@ class TrainerSafety:
         return main_value(self.accelerator, lambda: self._run_check(finite))
 
     def _run_check(self, finite: bool) -> GuardVerdict:
-        with torch.no_grad(), _inference(self.accelerator.unwrap_model(self.model)):
-            return self.guard.check(self.guard.rows(self._generate_base), self._compare, finite)
+        """The check, run again once if the device runs out of memory in it (after giving the allocator's
+        cached memory back); a second time, the version is held back with that reason: a version nobody could
+        check is not served, and training goes on."""
+        from accelerate.utils.memory import clear_device_cache
+
+        from openclaw_trl.engines.out_of_memory import is_out_of_memory
+        from openclaw_trl.trainer.out_of_memory import first_line
+
+        for attempt in (1, 2):
+            try:
+                with torch.no_grad(), _inference(self.accelerator.unwrap_model(self.model)):
+                    return self.guard.check(self.guard.rows(self._generate_base), self._compare, finite)
+            except Exception as err:
+                if not is_out_of_memory(err):
+                    raise
+                error = first_line(err)
+                clear_device_cache(garbage_collection=True)
+                logger.warning(
+                    "the version guard ran out of memory checking update %d (try %d of 2): %s",
+                    self.state.global_step,
+                    attempt,
+                    error,
+                )
+        return GuardVerdict(False, reason=f"out of memory during the check ({error})")
 
     def _compare(self, rows: list[ProbeRow]) -> Comparison:
         """The largest per-row mean KL(candidate || reference), the largest mass moved onto implausible tokens
