@@ -203,6 +203,15 @@ class OpenClawConfig(GRPOConfig):
         already in the person's style) still gets advantages of about +-1 from whatever small differences the
         quick judge sees between them, and the policy narrows onto the few replies it happens to score highest;
         with a floor such groups move the policy little. `0` is TRL's rule. Only for `best_of_n > 1`.
+    group_entropy_coef (`float`, defaults to `0.0`):
+        Entropy regularisation of the Best-of-N group rewards: each candidate's reward is its quick-judge
+        score minus `group_entropy_coef` times its log-probability under the policy that sampled it (the sum
+        of its tokens' sampling log-probs), `r_i = score_i - lambda * log pi(y_i | x)`. The groups then
+        maximise the expected score plus `lambda` times the policy's entropy, whose optimum is `pi(y) ~
+        exp(score(y) / lambda)`: replies the quick judge scores alike keep alike probabilities instead of the
+        policy narrowing onto the few it happens to score highest. In the quick judge's unit per nat (the
+        `memory` judge's scores are nats, so `1.0` weighs one nat of score like one nat of log-probability).
+        `0` trains on the scores as they are. Only for `best_of_n > 1`.
 
     > Parameters that control the judges
 
@@ -572,6 +581,10 @@ class OpenClawConfig(GRPOConfig):
             "help": "Best-of-N: smallest std a group's scores are divided by (scale_rewards group/batch)."
         },
     )
+    group_entropy_coef: float = field(
+        default=0.0,
+        metadata={"help": "Best-of-N: group reward = score - coef * log pi(candidate) (0: the score)."},
+    )
     # Judges
     judge_backend: str = field(
         default=JudgeConfig.backend, metadata={"help": "engine, openai, callable or feedback."}
@@ -821,6 +834,7 @@ class OpenClawConfig(GRPOConfig):
             explore=self.best_of_n_explore,
             hints=self.quick_judge_hints,
             teacher=self.teacher,
+            entropy_coef=self.group_entropy_coef,
         )
 
     def guard_config(self) -> GuardConfig:

@@ -154,12 +154,19 @@ def check_best_of_n(config) -> None:
         raise ValueError(
             f"group_std_floor must be a finite number >= 0 (the quick judge's unit), got {floor!r}"
         )
+    coef = config.group_entropy_coef
+    if isinstance(coef, bool) or not isinstance(coef, (int, float)) or not 0 <= coef < float("inf"):
+        raise ValueError(
+            f"group_entropy_coef must be a finite number >= 0 (quick-judge units per nat of log-probability; "
+            f"0 turns it off), got {coef!r}"
+        )
     if n == 1:
         unused = [
             name
             for name, value, default in [
                 ("scale_rewards", config.scale_rewards, "group"),
                 ("group_std_floor", config.group_std_floor, 0.0),
+                ("group_entropy_coef", config.group_entropy_coef, 0.0),
                 ("quick_judge_backend", config.quick_judge_backend, QuickJudgeConfig.backend),
                 ("quick_judge_callable", config.quick_judge_callable, None),
                 ("best_of_n_explore", config.best_of_n_explore, QuickJudgeConfig.explore),

@@ -65,4 +65,10 @@ def make_best_of_n(n: int, quick_judge_config, engine, tokenizer, store):
     if n <= 1:
         return None
     quick_judge = make_quick_judge(quick_judge_config, engine=engine, tokenizer=tokenizer, store=store)
-    return BestOfN(n, quick_judge, store, explore=quick_judge_config.explore)
+    return BestOfN(
+        n,
+        quick_judge,
+        store,
+        explore=quick_judge_config.explore,
+        entropy_coef=quick_judge_config.entropy_coef,
+    )

@@ -59,6 +59,12 @@ def parse_args(argv: list[str] | None, description: str) -> argparse.Namespace:
         default=None,
         help="Best-of-N rows: the smallest group std divided by",
     )
+    parser.add_argument(
+        "--group-entropy-coef",
+        type=float,
+        default=None,
+        help="Best-of-N rows: group reward = score - coef * log pi(candidate)",
+    )
     parser.add_argument("--max-conversations", type=int, default=None, help="per run (budget)")
     parser.add_argument("--teacher", choices=("base", "policy"), default=None, help="OPD teacher weights")
     parser.add_argument("--w-rl", type=float, default=None, help="Combine's reward weight (ablations)")
@@ -107,6 +113,7 @@ def bench_settings(args: argparse.Namespace) -> BenchSettings:
         "loss_type",
         "guard",
         "group_std_floor",
+        "group_entropy_coef",
     )
     for name in tunable:
         if getattr(args, name) is not None:

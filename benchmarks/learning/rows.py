@@ -158,6 +158,7 @@ class BenchSettings:
     max_conversations: int = 480  # per run: OPD learns from failures only, so it needs ever more talk
     sample_timeout_s: float = 600.0
     group_std_floor: float = 0.0  # Best-of-N rows: the floor of the group std (nats of the memory judge)
+    group_entropy_coef: float = 0.0  # Best-of-N rows: reward = score - coef * log pi(candidate)
     schedule: str = (
         "lockstep"  # lockstep: a run is a function of its seed; live: batches follow thread timing
     )
@@ -198,7 +199,7 @@ def row_settings(spec: Row, settings: BenchSettings) -> BenchSettings:
     )
 
 
-KEY_DEFAULTS = {"loss_type": "grpo", "group_std_floor": 0.0}
+KEY_DEFAULTS = {"loss_type": "grpo", "group_std_floor": 0.0, "group_entropy_coef": 0.0}
 """Settings left out of a run's cache key at these values (what runs cached before the setting existed used)."""
 
 

@@ -163,6 +163,7 @@ def build_config(row: Row, seed: int, settings: BenchSettings, out_dir: Path, mo
     )
     if dict(row.fields).get("best_of_n", 1) > 1:
         fields["group_std_floor"] = settings.group_std_floor
+        fields["group_entropy_coef"] = settings.group_entropy_coef
     config = OpenClawConfig(**(fields | dict(row.fields)))  # a row's own fields win (combine+baseline)
     model_args = ModelConfig(
         model_name_or_path=str(model_dir),

@@ -15,6 +15,18 @@ For a trainable turn the server samples ``N`` candidates for the prompt, and :cl
    ``scale_rewards`` says (``losses.group_relative_advantages``). A group where no candidate has a score
    is stored without samples: there is nothing to learn from it.
 
+With an entropy coefficient ``lambda > 0`` (``group_entropy_coef``) a candidate's reward is its score minus
+``lambda`` times its log-probability under the policy that sampled it (:func:`group_rewards`)::
+
+    r_i = score_i - lambda * log pi(y_i | x)
+
+the sum of the candidate's per-token sampling log-probs. The expected reward is then ``E_pi[score] +
+lambda * H(pi)``, maximised by ``pi(y) ~ exp(score(y) / lambda)``: replies the quick judge scores the same
+keep the same probability, and a reply the policy already favours earns less for being sampled again, so
+the groups stop concentrating the policy on the few replies that happen to score highest among equally
+good ones. ``lambda = 0`` is the plain score. The group's own record keeps the quick judge's scores; only
+the samples' rewards, baseline and std are the regularised ones.
+
 The served candidate is also the turn itself, so it goes on through the next-state pipeline, but its
 verdict is not a policy sample: the served reply was drawn from the selection, not from the policy. Its
 sample is weighted by the importance weight of the pick (:func:`verdict_weight`)::
@@ -103,6 +115,19 @@ def verdict_weight(n: int, served_prob: float | None) -> float | None:
     return 1.0 if abs(weight - 1.0) < 1e-9 else weight
 
 
+def group_rewards(
+    scores: list[float | None], completions: list[Completion], entropy_coef: float = 0.0
+) -> list[float | None]:
+    """Each candidate's reward ``score_i - entropy_coef * sum(sampling log-probs of y_i)`` (module
+    docstring); None stays None (no score, no reward). ``entropy_coef = 0`` returns the scores as they are."""
+    if not entropy_coef:
+        return list(scores)
+    return [
+        None if score is None else float(score) - entropy_coef * float(sum(c.logprobs))
+        for score, c in zip(scores, completions, strict=True)
+    ]
+
+
 def group_samples(
     turn_id: int,
     prompt_ids: list[int],
@@ -110,9 +135,13 @@ def group_samples(
     completions: list[Completion],
     scores: list[float | None],
     served: int,
+    entropy_coef: float = 0.0,
 ) -> list[TrainingSample]:
-    """One GRPO sample per non-empty candidate (module docstring); none when no candidate has a score."""
-    mean, std = group_statistics(scores)
+    """One GRPO sample per non-empty candidate (module docstring); none when no candidate has a score.
+    Each sample's reward, baseline and ``group_std`` are of :func:`group_rewards`; its ``meta`` keeps the
+    quick judge's own score."""
+    rewards = group_rewards(scores, completions, entropy_coef)
+    mean, std = group_statistics(rewards)
     if mean is None:
         return []
     return [
@@ -123,13 +152,13 @@ def group_samples(
             sampling_logprobs=list(c.logprobs),
             temperature=temperature,
             policy_version=c.policy_version,
-            reward=mean if score is None else float(score),
+            reward=mean if reward is None else float(reward),
             baseline=mean,
             group_std=std,
             finish_reason=c.finish_reason,
             meta={"best_of_n": {"index": i, "served": i == served, "score": score}},
         )
-        for i, (c, score) in enumerate(zip(completions, scores, strict=True))
+        for i, (c, score, reward) in enumerate(zip(completions, scores, rewards, strict=True))
         if c.token_ids
     ]
 
@@ -139,7 +168,8 @@ class BestOfN:
 
     ``n``: candidates per trainable turn; ``quick_judge``: a :class:`~openclaw_trl.judging.quick.QuickJudge`;
     ``store``: the :class:`~openclaw_trl.store.Store` the groups go to; ``explore``: the chance of serving
-    a uniformly random candidate instead of the best; ``seed``: of that choice (None: from the OS).
+    a uniformly random candidate instead of the best; ``seed``: of that choice (None: from the OS);
+    ``entropy_coef``: the ``lambda >= 0`` of the groups' entropy-regularised rewards (:func:`group_rewards`).
     """
 
     def __init__(
@@ -149,10 +179,14 @@ class BestOfN:
         store,
         explore: float = QuickJudgeConfig.explore,
         seed: int | None = None,
+        entropy_coef: float = QuickJudgeConfig.entropy_coef,
     ):
         if not 0.0 <= explore <= 1.0:
             raise ValueError(f"explore must be a probability in [0, 1], got {explore!r}")
+        if not 0.0 <= entropy_coef < float("inf"):
+            raise ValueError(f"entropy_coef must be a finite number >= 0, got {entropy_coef!r}")
         self.n, self.quick_judge, self.store, self.explore = n, quick_judge, store, explore
+        self.entropy_coef = float(entropy_coef)
         self._rng = random.Random(seed)
         self._rng_lock = threading.Lock()
 
@@ -213,7 +247,13 @@ class BestOfN:
             turn_id, self.quick_judge.backend, choice.served_index, candidates, mean, std, choice.served_prob
         )
         samples = group_samples(
-            turn_id, prompt_ids, temperature, completions, choice.scores, choice.served_index
+            turn_id,
+            prompt_ids,
+            temperature,
+            completions,
+            choice.scores,
+            choice.served_index,
+            self.entropy_coef,
         )
         return self.store.groups.add_group(group, samples)
 

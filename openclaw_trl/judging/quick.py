@@ -86,6 +86,8 @@ class QuickJudgeConfig:
         (:mod:`~openclaw_trl.judging.best_of_n`): what makes the served reply's next-state verdict an
         unbiased training signal (its sample is weighted by ``(1/N) / P(served)``); 0 serves the best
         always, and the verdict is then not trained on.
+    entropy_coef: ``lambda >= 0`` of the Best-of-N groups' entropy-regularised rewards, ``score - lambda *
+        log pi(candidate)`` (:func:`~openclaw_trl.judging.best_of_n.group_rewards`); 0 trains on the scores.
     """
 
     backend: str = "engine"
@@ -100,6 +102,7 @@ class QuickJudgeConfig:
     explore: float = 0.25
     hints: int = 4
     teacher: str = "base"
+    entropy_coef: float = 0.0
 
     def __post_init__(self):
         checks = [
@@ -127,6 +130,12 @@ class QuickJudgeConfig:
                 f"quick_judge_hints must be an integer from 1 to {MAX_HINTS}, got {self.hints!r}",
             ),
             (self.teacher in ("base", "policy"), f"teacher must be 'base' or 'policy', got {self.teacher!r}"),
+            (
+                isinstance(self.entropy_coef, int | float)
+                and not isinstance(self.entropy_coef, bool)
+                and 0.0 <= self.entropy_coef < float("inf"),
+                f"group_entropy_coef must be a finite number >= 0, got {self.entropy_coef!r}",
+            ),
             (self.max_concurrency >= 1, "quick judge max_concurrency must be >= 1"),
             (
                 self.max_tokens >= 1 and self.max_prompt_tokens >= 1,
