@@ -24,48 +24,15 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
-from openclaw_trl.records import TrainingSample
-from openclaw_trl.trainer.guard import IMPLAUSIBLE_LOGP, Comparison, GuardVerdict, ProbeRow, VersionGuard
+from openclaw_trl.trainer.guard import Comparison, GuardVerdict, ProbeRow, VersionGuard
+from openclaw_trl.trainer.guard_reference import ReferenceCache, comparison, row_signals
 
 logger = logging.getLogger(__name__)
-
-
-def _mixture(plain: torch.Tensor, hinted: torch.Tensor) -> torch.Tensor:
-    """Log-probs of the even mixture of the base on the plain prompt and on the hinted one: a continuation is
-    plausible when either finds it so (the model as it was, or the model told what the person asked for)."""
-    return torch.logsumexp(torch.stack([plain, hinted]), dim=0) - math.log(2.0)
-
-
-def _row_kl(
-    probs: torch.Tensor, candidate: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor
-) -> torch.Tensor:
-    """``[rows]``: the mean over each row's reply positions of KL(candidate || reference), exact (``probs`` is
-    ``candidate.exp()``, computed once by the caller)."""
-    kl = (probs * (candidate - reference)).sum(-1)
-    return (kl * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-
-
-def _row_implausible(probs: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``[rows]``: the largest, over each row's reply positions, probability mass the candidate (``probs``) moved
-    onto tokens the reference finds implausible, ``sum_v (p_cand(v) - p_ref(v)) * 1[log p_ref(v) <
-    IMPLAUSIBLE_LOGP]``."""
-    tail = reference < IMPLAUSIBLE_LOGP
-    moved = ((probs - reference.exp()) * tail).sum(-1)
-    return (moved * mask).amax(-1)
-
-
-def _widen(logps: torch.Tensor, width: int) -> torch.Tensor:
-    """``[rows, C, V]`` log-probs padded with zeros to ``C = width`` (positions past a reply are masked)."""
-    if logps.size(1) >= width:
-        return logps[:, :width]
-    pad = logps.new_zeros(logps.size(0), width - logps.size(1), logps.size(2))
-    return torch.cat([logps, pad], dim=1)
 
 
 @contextmanager
@@ -126,7 +93,7 @@ class TrainerSafety:
     guard: VersionGuard | None = None
     _good: GoodState | None = None
     _held_from: int | None = None  # the version whose weights the step's checkpoint holds (a held-back step)
-    _neutral_reference: tuple[list, torch.Tensor] | None = None  # the base's side of the neutral rows
+    _references: ReferenceCache | None = None  # the base's side of the rows checked
 
     # ------------------------------------------------------------------ checking
     def check_candidate(self) -> GuardVerdict:
@@ -145,98 +112,79 @@ class TrainerSafety:
     def _compare(self, rows: list[ProbeRow]) -> Comparison:
         """The largest per-row mean KL(candidate || reference), the largest mass moved onto implausible tokens
         and both entropies over every reply position of ``rows`` (module docstring of ``trainer.guard``), from
-        the full next-token distributions at the trainer's temperature. One forward runs every row with the
-        adapter on and the recent rows with it off (PEFT's per-row adapter names); the base's side of the
-        neutral rows never changes, so it is computed once. The base told the hints is only run for rows the
-        plain base does not explain (a signal past its bound); a row's signals are then the smaller of the two
-        references'."""
+        the full next-token distributions at the trainer's temperature. The candidate runs once over every
+        row; the base's side of a row comes from ``ReferenceCache`` (computed the first time the row is
+        checked). The base told the hints is only asked for on rows the plain base does not explain (a signal
+        past its bound); a row's distances are then the smaller of the two references'."""
         model = self.accelerator.unwrap_model(self.model)
-        recent = [r for r in rows if r.kind != "neutral"]
-        neutral = [r for r in rows if r.kind == "neutral"]
-        if neutral and (self._neutral_reference is None or self._neutral_reference[0] != neutral):
-            plain_neutral = self._reply_distributions(model, neutral, ["__base__"] * len(neutral))[0]
-            self._neutral_reference = (neutral, plain_neutral)
-        n, k = len(rows), len(recent)
-        found, mask = self._reply_distributions(
-            model, rows + recent, [model.active_adapter] * n + ["__base__"] * k
-        )
-        candidate, mask = found[:n], mask[:n]
-        parts = [found[n:]] + ([_widen(self._neutral_reference[1], found.size(1))] if neutral else [])
-        plain = torch.cat(parts)  # rows are recent first, then neutral (VersionGuard.rows)
+        if self._references is None:
+            self._references = ReferenceCache()
+
+        def base(prompts, replies):
+            with model.disable_adapter():
+                return self._row_logps(model, prompts, replies)
+
+        plain = self._references.plain(rows, self.temperature, base)
+        candidate = self._row_logps(model, [r.prompt_ids for r in rows], [r.reply_ids for r in rows])
+        signals = [row_signals(c, ref) for c, ref in zip(candidate, plain)]
         bounds = self.guard.config
-        probs = candidate.exp()
-        per_row = _row_kl(probs, candidate, plain, mask)
-        implausible = _row_implausible(probs, plain, mask)
-        hinted_rows = [
+        told = [
             i
-            for i, r in enumerate(rows)
+            for i, (r, s) in enumerate(zip(rows, signals))
             if r.reference_ids != r.prompt_ids
-            and (per_row[i] > bounds.max_kl or implausible[i] > bounds.max_implausible)
+            and (s.kl > bounds.max_kl or s.implausible > bounds.max_implausible)
         ]
-        if hinted_rows:
-            told = [rows[i] for i in hinted_rows]
-            hinted = self._reply_distributions(model, told, ["__base__"] * len(told), reference_from=0)[0]
-            mixed = _mixture(plain[hinted_rows], _widen(hinted, plain.size(1)))
-            told_probs, told_mask = probs[hinted_rows], mask[hinted_rows]
-            per_row[hinted_rows] = torch.minimum(
-                per_row[hinted_rows], _row_kl(told_probs, candidate[hinted_rows], mixed, told_mask)
-            )
-            implausible[hinted_rows] = torch.minimum(
-                implausible[hinted_rows], _row_implausible(told_probs, mixed, told_mask)
-            )
-        entropy_candidate = -(probs * candidate).sum(-1)
-        entropy_reference = -(plain.exp() * plain).sum(-1)
-        count = mask.sum().clamp(min=1)
+        if told:
+            mixed = self._references.mixed([rows[i] for i in told], self.temperature, base)
+            for i, reference in zip(told, mixed):
+                signals[i] = signals[i].closer(row_signals(candidate[i], reference, plain[i]))
+        return comparison(signals)
 
-        def mean(values: torch.Tensor) -> float:
-            return float((values * mask).sum() / count)
-
-        return Comparison(
-            float(per_row.max()),
-            mean(entropy_candidate),
-            mean(entropy_reference),
-            int(mask.sum()),
-            float(implausible.max()),
-        )
+    def _row_logps(self, model, prompts: list, replies: list) -> list[torch.Tensor]:
+        """Per row, ``log_softmax(logits / T)`` at the positions that predict its reply ``[reply tokens,
+        vocabulary]``, float32. Rows of similar length share a forward (the padding of a batch is computed
+        too: a short row is not padded to a long one's length)."""
+        order = sorted(range(len(prompts)), key=lambda i: -(len(prompts[i]) + len(replies[i])))
+        out: list[torch.Tensor | None] = [None] * len(prompts)
+        start = 0
+        while start < len(order):
+            longest = len(prompts[order[start]]) + len(replies[order[start]])
+            end = start + 1
+            while (
+                end < len(order) and 4 * (len(prompts[order[end]]) + len(replies[order[end]])) >= 3 * longest
+            ):
+                end += 1
+            group = order[start:end]
+            logps, _ = self._reply_distributions(
+                model, [ProbeRow(tuple(prompts[i]), (), tuple(replies[i]), "") for i in group]
+            )
+            for row, i in enumerate(group):
+                out[i] = logps[row, : len(replies[i])]
+            start = end
+        return out
 
     def _reply_distributions(
-        self,
-        model,
-        rows: list[ProbeRow],
-        adapter_names: list[str] | None = None,
-        reference_from: int | None = None,
+        self, model, rows: list[ProbeRow], reference_from: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(log_softmax(logits / T) [rows, C, vocab], mask [rows, C])`` at the positions that predict each
-        row's reply tokens (prompts left-padded, replies right-padded, as TRL lays a batch out). Rows from
-        ``reference_from`` on are given their ``reference_ids`` as prompt, the others their ``prompt_ids``;
-        ``adapter_names``: per row, PEFT's adapter name or ``"__base__"`` (the adapter off)."""
-        from openclaw_trl.trainer.batches import collate_samples, prompt_and_completion
-
+        row's reply tokens, from one forward (prompts left-padded, replies right-padded, as TRL lays a batch
+        out). Rows from ``reference_from`` on are given their ``reference_ids`` as prompt, the others their
+        ``prompt_ids``."""
         first = len(rows) if reference_from is None else reference_from
-        samples = [
-            TrainingSample(
-                turn_id=0,
-                prompt_ids=list(r.reference_ids if i >= first else r.prompt_ids),
-                completion_ids=list(r.reply_ids),
-                sampling_logprobs=[0.0] * len(r.reply_ids),
-                temperature=self.temperature,
-                policy_version=0,
-                reward=0.0,
-            )
-            for i, r in enumerate(rows)
-        ]
-        batch = collate_samples(samples, self.processing_class.pad_token_id, device=self.accelerator.device)
-        mask = batch["completion_mask"]
-        input_ids, attention = prompt_and_completion(
-            batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"], mask
-        )
-        width = batch["completion_ids"].size(1)
-        extra = {"adapter_names": adapter_names} if adapter_names is not None else {}
+        prompts = [r.reference_ids if i >= first else r.prompt_ids for i, r in enumerate(rows)]
+        pad, device = self.processing_class.pad_token_id, self.accelerator.device
+        left, width = max(len(p) for p in prompts), max(len(r.reply_ids) for r in rows)
+        ids, attention = [], []
+        for prompt, row in zip(prompts, rows):
+            before, after = left - len(prompt), width - len(row.reply_ids)
+            ids.append([pad] * before + list(prompt) + list(row.reply_ids) + [pad] * after)
+            attention.append([0] * before + [1] * (len(prompt) + len(row.reply_ids)) + [0] * after)
+        attention = torch.tensor(attention, device=device)
         logits = model(
-            input_ids=input_ids, attention_mask=attention, logits_to_keep=width + 1, **extra
+            input_ids=torch.tensor(ids, device=device), attention_mask=attention, logits_to_keep=width + 1
         ).logits
         logits = logits[:, :-1].float() / self.temperature
-        return torch.log_softmax(logits, dim=-1), mask.to(logits.dtype)
+        return torch.log_softmax(logits, dim=-1), attention[:, left:].to(logits.dtype)
 
     def _generate_base(self, prompts, max_new_tokens: int, seed: int) -> list[list[int]]:
         """One reply per prompt sampled from the base (adapter off) at the trainer's temperature, seeded."""
