@@ -5,7 +5,9 @@ After every optimizer step, before the new adapter is published (``callbacks.Pub
 
 1. ``check_candidate`` compares the trained weights' next-token distributions with the reference's (the base,
    adapter switched off; for a row it does not explain, also the base told the person's hints) on the guard's
-   rows (and, once per run, samples the neutral rows' replies from the base); the main process decides, every
+   rows (and, once per run, samples the neutral rows' replies from the base). The reference's side of a row is
+   computed the first time the row is checked and kept while it stays one of the rows
+   (``trainer.guard_reference``), so a check mostly runs the candidate alone; the main process decides, every
    process gets the same verdict;
 2. a version that passes is published as usual and becomes the *last good* state (``GoodState``: the adapter's
    tensors, the optimizer and scheduler states, kept in memory);
@@ -38,9 +40,9 @@ logger = logging.getLogger(__name__)
 @contextmanager
 def _inference(model):
     """The PEFT model in inference mode for the block, cheaply: dropout off (the checks compare distributions,
-    not noisy samples of them) and the PEFT wrappers' own ``training`` flag off (PEFT takes per-row
-    ``adapter_names`` only then), instead of ``model.eval()`` / ``train()``, which walk every module of the
-    model twice per check. The layers compute the same either way."""
+    not noisy samples of them) and the PEFT wrappers' own ``training`` flag off, instead of ``model.eval()`` /
+    ``train()``, which walk every module of the model twice per check. The layers compute the same either
+    way."""
     flagged = [m for m in (model, getattr(model, "base_model", None)) if m is not None and m.training]
     dropouts = [m for m in model.modules() if isinstance(m, torch.nn.Dropout) and m.p > 0 and m.training]
     for m in flagged:
@@ -54,6 +56,19 @@ def _inference(model):
             m.training = True
         for m in dropouts:
             m.train(True)
+
+
+def _snapshot(state):
+    """A copy of an optimizer's or scheduler's state dict that shares nothing with it: tensors cloned, dicts,
+    lists and tuples rebuilt, anything else deep-copied (``copy.deepcopy`` of the whole, without its per-object
+    bookkeeping over every tensor)."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().clone()
+    if isinstance(state, dict):
+        return {key: _snapshot(value) for key, value in state.items()}
+    if type(state) in (list, tuple):
+        return type(state)(_snapshot(value) for value in state)
+    return copy.deepcopy(state)
 
 
 @dataclass
@@ -223,8 +238,8 @@ class TrainerSafety:
         self._good = GoodState(
             self.state.global_step,
             {name: p.detach().clone() for name, p in self._trainable_params().items()},
-            copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None,
-            copy.deepcopy(scheduler.state_dict()) if scheduler is not None else None,
+            _snapshot(optimizer.state_dict()) if optimizer is not None else None,
+            _snapshot(scheduler.state_dict()) if scheduler is not None else None,
         )
 
     def hold_back(self, verdict: GuardVerdict) -> int:
@@ -237,9 +252,9 @@ class TrainerSafety:
             for name, param in self._trainable_params().items():
                 param.copy_(good.params[name])
         if good.optimizer is not None:
-            self.optimizer.load_state_dict(copy.deepcopy(good.optimizer))
+            self.optimizer.load_state_dict(_snapshot(good.optimizer))
         if good.scheduler is not None and getattr(self, "lr_scheduler", None) is not None:
-            self.lr_scheduler.load_state_dict(copy.deepcopy(good.scheduler))
+            self.lr_scheduler.load_state_dict(_snapshot(good.scheduler))
             follow_global_step(self.lr_scheduler, step)
         self._held_from = good.version
         self.publish(parent=good.version, updates=0, note=f"held: {verdict.reason}")
