@@ -37,14 +37,26 @@ from openclaw_trl.trainer.guard_reference import ReferenceCache, comparison, row
 logger = logging.getLogger(__name__)
 
 
+PADDING_BUDGET = 1e9
+"""Padded tokens times model parameters that cost about as much as one more forward's fixed cost on a CPU
+(a 1M-parameter model: 1,000 tokens; a 0.6B one: 2)."""
+
+
+def _dropouts(model) -> list[torch.nn.Module]:
+    """The model's dropout layers that drop anything."""
+    return [m for m in model.modules() if isinstance(m, torch.nn.Dropout) and m.p > 0]
+
+
 @contextmanager
-def _inference(model):
+def _inference(model, dropouts: list | None = None):
     """The PEFT model in inference mode for the block, cheaply: dropout off (the checks compare distributions,
     not noisy samples of them) and the PEFT wrappers' own ``training`` flag off, instead of ``model.eval()`` /
     ``train()``, which walk every module of the model twice per check. The layers compute the same either
     way."""
     flagged = [m for m in (model, getattr(model, "base_model", None)) if m is not None and m.training]
-    dropouts = [m for m in model.modules() if isinstance(m, torch.nn.Dropout) and m.p > 0 and m.training]
+    if dropouts is None:
+        dropouts = _dropouts(model)
+    dropouts = [m for m in dropouts if m.training]
     for m in flagged:
         m.training = False
     for m in dropouts:
@@ -109,6 +121,9 @@ class TrainerSafety:
     _good: GoodState | None = None
     _held_from: int | None = None  # the version whose weights the step's checkpoint holds (a held-back step)
     _references: ReferenceCache | None = None  # the base's side of the rows checked
+    _parts: tuple | None = (
+        None  # (model, trainable parameters, dropout layers, parameter count): _model_parts
+    )
 
     # ------------------------------------------------------------------ checking
     def check_candidate(self) -> GuardVerdict:
@@ -117,12 +132,23 @@ class TrainerSafety:
 
         if self.guard is None:
             return GuardVerdict(True)
-        finite = all(bool(torch.isfinite(p).all()) for p in self._trainable_params().values())
+        params = list(self._trainable_params().values())
+        finite = bool(torch.stack([torch.isfinite(p).all() for p in params]).all()) if params else True
         return main_value(self.accelerator, lambda: self._run_check(finite))
 
     def _run_check(self, finite: bool) -> GuardVerdict:
-        with torch.no_grad(), _inference(self.accelerator.unwrap_model(self.model)):
+        model = self.accelerator.unwrap_model(self.model)
+        with torch.no_grad(), _inference(model, self._model_parts(model)[1]):
             return self.guard.check(self.guard.rows(self._generate_base), self._compare, finite)
+
+    def _model_parts(self, model) -> tuple[dict[str, torch.nn.Parameter], list[torch.nn.Module], int]:
+        """The model's trainable parameters, dropout layers and parameter count, found once per model (a walk
+        over every module costs more than a toy model's check)."""
+        if self._parts is None or self._parts[0] is not model:
+            trainable = {name: p for name, p in model.named_parameters() if p.requires_grad}
+            size = sum(p.numel() for p in model.parameters())
+            self._parts = (model, trainable, _dropouts(model), size)
+        return self._parts[1:]
 
     def _compare(self, rows: list[ProbeRow]) -> Comparison:
         """The largest per-row mean KL(candidate || reference), the largest mass moved onto implausible tokens
@@ -157,25 +183,27 @@ class TrainerSafety:
 
     def _row_logps(self, model, prompts: list, replies: list) -> list[torch.Tensor]:
         """Per row, ``log_softmax(logits / T)`` at the positions that predict its reply ``[reply tokens,
-        vocabulary]``, float32. Rows of similar length share a forward (the padding of a batch is computed
-        too: a short row is not padded to a long one's length)."""
-        order = sorted(range(len(prompts)), key=lambda i: -(len(prompts[i]) + len(replies[i])))
+        vocabulary]``, float32. One forward for all rows; on a CPU, where a padded token costs as much as a real
+        one, a row whose padding to the longest one's length would cost more than a forward's fixed cost
+        (``PADDING_BUDGET``) starts a forward of its own, with the rows shorter still."""
+        lengths = [len(p) + len(r) for p, r in zip(prompts, replies)]
+        order = sorted(range(len(prompts)), key=lambda i: -lengths[i])
+        budget = (
+            PADDING_BUDGET / self._model_parts(model)[2] if self.accelerator.device.type == "cpu" else None
+        )
+        groups = [[order[0]]] if order else []
+        for i in order[1:]:
+            if budget is not None and lengths[groups[-1][0]] - lengths[i] > budget:
+                groups.append([i])
+            else:
+                groups[-1].append(i)
         out: list[torch.Tensor | None] = [None] * len(prompts)
-        start = 0
-        while start < len(order):
-            longest = len(prompts[order[start]]) + len(replies[order[start]])
-            end = start + 1
-            while (
-                end < len(order) and 4 * (len(prompts[order[end]]) + len(replies[order[end]])) >= 3 * longest
-            ):
-                end += 1
-            group = order[start:end]
+        for group in groups:
             logps, _ = self._reply_distributions(
                 model, [ProbeRow(tuple(prompts[i]), (), tuple(replies[i]), "") for i in group]
             )
             for row, i in enumerate(group):
                 out[i] = logps[row, : len(replies[i])]
-            start = end
         return out
 
     def _reply_distributions(
@@ -226,8 +254,7 @@ class TrainerSafety:
 
     # ------------------------------------------------------------------ the last good state
     def _trainable_params(self) -> dict[str, torch.nn.Parameter]:
-        model = self.accelerator.unwrap_model(self.model)
-        return {name: p for name, p in model.named_parameters() if p.requires_grad}
+        return self._model_parts(self.accelerator.unwrap_model(self.model))[0]
 
     def remember_good(self) -> None:
         """The current weights, optimizer and scheduler become the last good state (every process)."""
