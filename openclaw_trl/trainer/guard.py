@@ -50,7 +50,7 @@ computed the first time the row is checked and kept while the row, the hints and
 (``trainer.guard_reference``): a new turn or a new hint costs one more base forward over its row. A prompt is cut
 to its last ``max_prompt_tokens`` tokens for the check, so an agent's 20k-token prompt costs no more than a chat
 message's. Measured with ``benchmarks/guard_bench.py --quick`` (CPU, guard on / off, paired steps, the rows
-unchanged between updates), the check costs 4-16% of a toy update and 50-60% of a 0.6B-shaped update of 4
+unchanged between updates), the check costs 4-16% of a toy update and 47-60% of a 0.6B-shaped update of 4
 short samples, where it is the candidate's forward over about as many tokens as the update trains on.
 """
 
