@@ -13,7 +13,10 @@ random model anywhere), so it never holds a version back and both trainers train
 process, each in a thread, and take one optimizer step in turn (``trainer_bench.Baton``): the figure is the
 median over steps of the paired ratio guard on / off of the process CPU time (wall time on a GPU), minus 1:
 the guard's share of an update (target <= 0.10). The first step of each run is dropped (it also samples the
-neutral prompts' base replies, once per run).
+neutral prompts' base replies, once per run, and computes the base's side of every row). The served turns are
+all stored before training, so the rows stay the same from one update to the next and the figure is the
+candidate's side of the check; in a run a turn that arrives between two updates adds one base forward over its
+row to the next check.
 
 Results go to ``benchmarks/results/guard_bench_<time>.json`` (git-ignored) unless ``--out`` is given.
 """

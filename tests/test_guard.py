@@ -220,10 +220,10 @@ def test_full_fine_tuning_refuses_the_guard_with_what_to_do(tiny_model_dir, tmp_
 
 
 def test_the_one_forward_comparison_equals_plain_forwards(tiny_model_dir, tmp_path):
-    """The guard's mixed-adapter forward (every row on the adapter, the recent rows off it, the neutral rows'
-    base side kept from the first check) gives what separate plain forwards give: per row the KL to the plain
-    base, or (a hinted row past the bound) the smaller of that and the KL to the even mixture of the plain and
-    the hinted base."""
+    """The guard's comparison (the candidate over every row in forwards grouped by length, the base's side
+    kept from the first check) gives what separate plain forwards give: per row the KL to the plain base, or (a
+    hinted row past the bound) the smaller of that and the KL to the even mixture of the plain and the hinted
+    base."""
     store = Store(tmp_path / "store.sqlite")
     for s in sampled(tiny_model_dir, 4, hint=True):
         store.queue.add_sample(s)
@@ -241,7 +241,7 @@ def test_the_one_forward_comparison_equals_plain_forwards(tiny_model_dir, tmp_pa
         loose = trainer._compare(rows)
         trainer.guard.config = dataclasses.replace(trainer.guard.config, max_kl=1e-12)
         tight = trainer._compare(rows)  # every hinted row is also compared with the mixture
-        again = trainer._compare(rows)  # the neutral rows' base side from the cache
+        again = trainer._compare(rows)  # the base's side (plain and mixed) from the cache
         candidate, mask = trainer._reply_distributions(model, rows)
         with model.disable_adapter():
             plain, _ = trainer._reply_distributions(model, rows)
@@ -269,6 +269,79 @@ def test_the_one_forward_comparison_equals_plain_forwards(tiny_model_dir, tmp_pa
         assert found.kl == pytest.approx(float(best.max()), abs=1e-5)
         assert found.implausible == pytest.approx(float(moved.max()), abs=1e-5)
         assert found.entropy_candidate == pytest.approx(float(entropy), abs=1e-5)
+
+
+def _perturbed(trainer, seed: int) -> None:
+    """A new candidate version: the adapter's weights moved at random."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in _trainable(trainer):
+            p.add_(0.05 * torch.randn(p.shape, generator=generator))
+
+
+def _same(found: Comparison, expected: Comparison) -> bool:
+    return dataclasses.astuple(found) == pytest.approx(dataclasses.astuple(expected), abs=1e-5)
+
+
+def _trainable(trainer) -> list[torch.Tensor]:
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def test_the_kept_reference_gives_the_signals_of_a_fresh_one_and_follows_the_rows_and_hints(
+    tiny_model_dir, tmp_path
+):
+    """The base's side of a row is computed once and reused for the next versions: their signals equal those
+    of a fresh computation. A changed row (a new reply), a changed hint or another temperature computes a new
+    reference; references of rows no longer checked are dropped."""
+    from openclaw_trl.trainer.guard_reference import ReferenceCache
+    from openclaw_trl.trainer.safety import _inference
+
+    trainer = make_trainer(tiny_model_dir, tmp_path, Store(tmp_path / "store.sqlite"))
+    rows = [
+        ProbeRow(tuple(range(5, 12)), tuple(range(5, 15)), (20, 21, 22, 23, 24), "recent"),
+        ProbeRow((7, 8), (7, 8), (30, 31), "recent"),
+        ProbeRow((9, 10, 11), (9, 10, 11, 12), (40, 41, 42), "neutral"),
+    ]
+    model = trainer.accelerator.unwrap_model(trainer.model)
+
+    def fresh(rows):
+        kept, trainer._references = trainer._references, ReferenceCache()
+        try:
+            return trainer._compare(rows)
+        finally:
+            trainer._references = kept
+
+    with torch.no_grad(), _inference(model):
+        _perturbed(trainer, 0)
+        trainer._compare(rows)
+        cache = trainer._references
+        assert cache.computed == len(cache) == 3  # the plain base of each row; every row within the bounds
+        for seed in (1, 2):  # two more versions: nothing recomputed, the same signals as from scratch
+            _perturbed(trainer, seed)
+            assert _same(trainer._compare(rows), fresh(rows))
+            assert cache.computed == 3
+
+        trainer.guard.config = dataclasses.replace(trainer.guard.config, max_kl=1e-12)
+        tight = trainer._compare(rows)  # the two hinted rows are now also compared with the mixture
+        assert cache.computed == len(cache) == 5
+        assert trainer._compare(rows) == tight and _same(tight, fresh(rows))
+        assert cache.computed == 5
+
+        hinted = dataclasses.replace(rows[0], reference_ids=tuple(range(5, 17)))  # a new hint: a new mixture
+        assert _same(trainer._compare([hinted, *rows[1:]]), fresh([hinted, *rows[1:]]))
+        assert cache.computed == 6 and len(cache) == 5
+
+        replied = dataclasses.replace(rows[1], reply_ids=(30, 31, 32))  # a new turn: a new plain reference
+        changed = [hinted, replied, rows[2]]
+        assert _same(trainer._compare(changed), fresh(changed))
+        assert cache.computed == 7 and len(cache) == 5  # the old row's reference dropped
+
+        trainer._compare(rows[2:])  # fewer rows: only theirs are kept
+        assert cache.computed == 7 and len(cache) == 2
+        trainer.temperature = trainer.temperature * 2
+        assert _same(trainer._compare(rows[2:]), fresh(rows[2:]))
+        assert cache.computed == 9 and len(cache) == 2
 
 
 def test_the_reference_is_told_the_persons_recent_hints():

@@ -5,7 +5,9 @@ After every optimizer step, before the new adapter is published (``callbacks.Pub
 
 1. ``check_candidate`` compares the trained weights' next-token distributions with the reference's (the base,
    adapter switched off; for a row it does not explain, also the base told the person's hints) on the guard's
-   rows (and, once per run, samples the neutral rows' replies from the base); the main process decides, every
+   rows (and, once per run, samples the neutral rows' replies from the base). The reference's side of a row is
+   computed the first time the row is checked and kept while it stays one of the rows
+   (``trainer.guard_reference``), so a check mostly runs the candidate alone; the main process decides, every
    process gets the same verdict;
 2. a version that passes is published as usual and becomes the *last good* state (``GoodState``: the adapter's
    tensors, the optimizer and scheduler states, kept in memory);
@@ -28,58 +30,37 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
-from openclaw_trl.records import TrainingSample
-from openclaw_trl.trainer.guard import IMPLAUSIBLE_LOGP, Comparison, GuardVerdict, ProbeRow, VersionGuard
+from openclaw_trl.trainer.guard import Comparison, GuardVerdict, ProbeRow, VersionGuard
+from openclaw_trl.trainer.guard_reference import ReferenceCache, comparison, row_signals
 
 logger = logging.getLogger(__name__)
 
 
-def _mixture(plain: torch.Tensor, hinted: torch.Tensor) -> torch.Tensor:
-    """Log-probs of the even mixture of the base on the plain prompt and on the hinted one: a continuation is
-    plausible when either finds it so (the model as it was, or the model told what the person asked for)."""
-    return torch.logsumexp(torch.stack([plain, hinted]), dim=0) - math.log(2.0)
+PADDING_BUDGET = 1e9
+"""Padded tokens times model parameters that cost about as much as one more forward's fixed cost on a CPU
+(a 1M-parameter model: 1,000 tokens; a 0.6B one: 2)."""
 
 
-def _row_kl(
-    probs: torch.Tensor, candidate: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor
-) -> torch.Tensor:
-    """``[rows]``: the mean over each row's reply positions of KL(candidate || reference), exact (``probs`` is
-    ``candidate.exp()``, computed once by the caller)."""
-    kl = (probs * (candidate - reference)).sum(-1)
-    return (kl * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-
-
-def _row_implausible(probs: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``[rows]``: the largest, over each row's reply positions, probability mass the candidate (``probs``) moved
-    onto tokens the reference finds implausible, ``sum_v (p_cand(v) - p_ref(v)) * 1[log p_ref(v) <
-    IMPLAUSIBLE_LOGP]``."""
-    tail = reference < IMPLAUSIBLE_LOGP
-    moved = ((probs - reference.exp()) * tail).sum(-1)
-    return (moved * mask).amax(-1)
-
-
-def _widen(logps: torch.Tensor, width: int) -> torch.Tensor:
-    """``[rows, C, V]`` log-probs padded with zeros to ``C = width`` (positions past a reply are masked)."""
-    if logps.size(1) >= width:
-        return logps[:, :width]
-    pad = logps.new_zeros(logps.size(0), width - logps.size(1), logps.size(2))
-    return torch.cat([logps, pad], dim=1)
+def _dropouts(model) -> list[torch.nn.Module]:
+    """The model's dropout layers that drop anything."""
+    return [m for m in model.modules() if isinstance(m, torch.nn.Dropout) and m.p > 0]
 
 
 @contextmanager
-def _inference(model):
+def _inference(model, dropouts: list | None = None):
     """The PEFT model in inference mode for the block, cheaply: dropout off (the checks compare distributions,
-    not noisy samples of them) and the PEFT wrappers' own ``training`` flag off (PEFT takes per-row
-    ``adapter_names`` only then), instead of ``model.eval()`` / ``train()``, which walk every module of the
-    model twice per check. The layers compute the same either way."""
+    not noisy samples of them) and the PEFT wrappers' own ``training`` flag off, instead of ``model.eval()`` /
+    ``train()``, which walk every module of the model twice per check. The layers compute the same either
+    way."""
     flagged = [m for m in (model, getattr(model, "base_model", None)) if m is not None and m.training]
-    dropouts = [m for m in model.modules() if isinstance(m, torch.nn.Dropout) and m.p > 0 and m.training]
+    if dropouts is None:
+        dropouts = _dropouts(model)
+    dropouts = [m for m in dropouts if m.training]
     for m in flagged:
         m.training = False
     for m in dropouts:
@@ -91,6 +72,19 @@ def _inference(model):
             m.training = True
         for m in dropouts:
             m.train(True)
+
+
+def _snapshot(state):
+    """A copy of an optimizer's or scheduler's state dict that shares nothing with it: tensors cloned, dicts,
+    lists and tuples rebuilt, anything else deep-copied (``copy.deepcopy`` of the whole, without its per-object
+    bookkeeping over every tensor)."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().clone()
+    if isinstance(state, dict):
+        return {key: _snapshot(value) for key, value in state.items()}
+    if type(state) in (list, tuple):
+        return type(state)(_snapshot(value) for value in state)
+    return copy.deepcopy(state)
 
 
 @dataclass
@@ -130,7 +124,10 @@ class TrainerSafety:
     guard: VersionGuard | None = None
     _good: GoodState | None = None
     _held_from: int | None = None  # the version whose weights the step's checkpoint holds (a held-back step)
-    _neutral_reference: tuple[list, torch.Tensor] | None = None  # the base's side of the neutral rows
+    _references: ReferenceCache | None = None  # the base's side of the rows checked
+    _parts: tuple | None = (
+        None  # (model, trainable parameters, dropout layers, parameter count): _model_parts
+    )
 
     # ------------------------------------------------------------------ checking
     def check_candidate(self) -> GuardVerdict:
@@ -139,7 +136,8 @@ class TrainerSafety:
 
         if self.guard is None:
             return GuardVerdict(True)
-        finite = all(bool(torch.isfinite(p).all()) for p in self._trainable_params().values())
+        params = list(self._trainable_params().values())
+        finite = bool(torch.stack([torch.isfinite(p).all() for p in params]).all()) if params else True
         return main_value(self.accelerator, lambda: self._run_check(finite))
 
     def _run_check(self, finite: bool) -> GuardVerdict:
@@ -153,7 +151,8 @@ class TrainerSafety:
 
         for attempt in (1, 2):
             try:
-                with torch.no_grad(), _inference(self.accelerator.unwrap_model(self.model)):
+                model = self.accelerator.unwrap_model(self.model)
+                with torch.no_grad(), _inference(model, self._model_parts(model)[1]):
                     return self.guard.check(self.guard.rows(self._generate_base), self._compare, finite)
             except Exception as err:
                 if not is_out_of_memory(err):
@@ -168,101 +167,93 @@ class TrainerSafety:
                 )
         return GuardVerdict(False, reason=f"out of memory during the check ({error})")
 
+    def _model_parts(self, model) -> tuple[dict[str, torch.nn.Parameter], list[torch.nn.Module], int]:
+        """The model's trainable parameters, dropout layers and parameter count, found once per model (a walk
+        over every module costs more than a toy model's check)."""
+        if self._parts is None or self._parts[0] is not model:
+            trainable = {name: p for name, p in model.named_parameters() if p.requires_grad}
+            size = sum(p.numel() for p in model.parameters())
+            self._parts = (model, trainable, _dropouts(model), size)
+        return self._parts[1:]
+
     def _compare(self, rows: list[ProbeRow]) -> Comparison:
         """The largest per-row mean KL(candidate || reference), the largest mass moved onto implausible tokens
         and both entropies over every reply position of ``rows`` (module docstring of ``trainer.guard``), from
-        the full next-token distributions at the trainer's temperature. One forward runs every row with the
-        adapter on and the recent rows with it off (PEFT's per-row adapter names); the base's side of the
-        neutral rows never changes, so it is computed once. The base told the hints is only run for rows the
-        plain base does not explain (a signal past its bound); a row's signals are then the smaller of the two
-        references'."""
+        the full next-token distributions at the trainer's temperature. The candidate runs once over every
+        row; the base's side of a row comes from ``ReferenceCache`` (computed the first time the row is
+        checked). The base told the hints is only asked for on rows the plain base does not explain (a signal
+        past its bound); a row's distances are then the smaller of the two references'."""
         model = self.accelerator.unwrap_model(self.model)
-        recent = [r for r in rows if r.kind != "neutral"]
-        neutral = [r for r in rows if r.kind == "neutral"]
-        if neutral and (self._neutral_reference is None or self._neutral_reference[0] != neutral):
-            plain_neutral = self._reply_distributions(model, neutral, ["__base__"] * len(neutral))[0]
-            self._neutral_reference = (neutral, plain_neutral)
-        n, k = len(rows), len(recent)
-        found, mask = self._reply_distributions(
-            model, rows + recent, [model.active_adapter] * n + ["__base__"] * k
-        )
-        candidate, mask = found[:n], mask[:n]
-        parts = [found[n:]] + ([_widen(self._neutral_reference[1], found.size(1))] if neutral else [])
-        plain = torch.cat(parts)  # rows are recent first, then neutral (VersionGuard.rows)
+        if self._references is None:
+            self._references = ReferenceCache()
+
+        def base(prompts, replies):
+            with model.disable_adapter():
+                return self._row_logps(model, prompts, replies)
+
+        plain = self._references.plain(rows, self.temperature, base)
+        candidate = self._row_logps(model, [r.prompt_ids for r in rows], [r.reply_ids for r in rows])
+        signals = [row_signals(c, ref) for c, ref in zip(candidate, plain)]
         bounds = self.guard.config
-        probs = candidate.exp()
-        per_row = _row_kl(probs, candidate, plain, mask)
-        implausible = _row_implausible(probs, plain, mask)
-        hinted_rows = [
+        told = [
             i
-            for i, r in enumerate(rows)
+            for i, (r, s) in enumerate(zip(rows, signals))
             if r.reference_ids != r.prompt_ids
-            and (per_row[i] > bounds.max_kl or implausible[i] > bounds.max_implausible)
+            and (s.kl > bounds.max_kl or s.implausible > bounds.max_implausible)
         ]
-        if hinted_rows:
-            told = [rows[i] for i in hinted_rows]
-            hinted = self._reply_distributions(model, told, ["__base__"] * len(told), reference_from=0)[0]
-            mixed = _mixture(plain[hinted_rows], _widen(hinted, plain.size(1)))
-            told_probs, told_mask = probs[hinted_rows], mask[hinted_rows]
-            per_row[hinted_rows] = torch.minimum(
-                per_row[hinted_rows], _row_kl(told_probs, candidate[hinted_rows], mixed, told_mask)
-            )
-            implausible[hinted_rows] = torch.minimum(
-                implausible[hinted_rows], _row_implausible(told_probs, mixed, told_mask)
-            )
-        entropy_candidate = -(probs * candidate).sum(-1)
-        entropy_reference = -(plain.exp() * plain).sum(-1)
-        count = mask.sum().clamp(min=1)
+        if told:
+            mixed = self._references.mixed([rows[i] for i in told], self.temperature, base)
+            for i, reference in zip(told, mixed):
+                signals[i] = signals[i].closer(row_signals(candidate[i], reference, plain[i]))
+        return comparison(signals)
 
-        def mean(values: torch.Tensor) -> float:
-            return float((values * mask).sum() / count)
-
-        return Comparison(
-            float(per_row.max()),
-            mean(entropy_candidate),
-            mean(entropy_reference),
-            int(mask.sum()),
-            float(implausible.max()),
+    def _row_logps(self, model, prompts: list, replies: list) -> list[torch.Tensor]:
+        """Per row, ``log_softmax(logits / T)`` at the positions that predict its reply ``[reply tokens,
+        vocabulary]``, float32. One forward for all rows; on a CPU, where a padded token costs as much as a real
+        one, a row whose padding to the longest one's length would cost more than a forward's fixed cost
+        (``PADDING_BUDGET``) starts a forward of its own, with the rows shorter still."""
+        lengths = [len(p) + len(r) for p, r in zip(prompts, replies)]
+        order = sorted(range(len(prompts)), key=lambda i: -lengths[i])
+        budget = (
+            PADDING_BUDGET / self._model_parts(model)[2] if self.accelerator.device.type == "cpu" else None
         )
+        groups = [[order[0]]] if order else []
+        for i in order[1:]:
+            if budget is not None and lengths[groups[-1][0]] - lengths[i] > budget:
+                groups.append([i])
+            else:
+                groups[-1].append(i)
+        out: list[torch.Tensor | None] = [None] * len(prompts)
+        for group in groups:
+            logps, _ = self._reply_distributions(
+                model, [ProbeRow(tuple(prompts[i]), (), tuple(replies[i]), "") for i in group]
+            )
+            for row, i in enumerate(group):
+                out[i] = logps[row, : len(replies[i])]
+        return out
 
     def _reply_distributions(
-        self,
-        model,
-        rows: list[ProbeRow],
-        adapter_names: list[str] | None = None,
-        reference_from: int | None = None,
+        self, model, rows: list[ProbeRow], reference_from: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(log_softmax(logits / T) [rows, C, vocab], mask [rows, C])`` at the positions that predict each
-        row's reply tokens (prompts left-padded, replies right-padded, as TRL lays a batch out). Rows from
-        ``reference_from`` on are given their ``reference_ids`` as prompt, the others their ``prompt_ids``;
-        ``adapter_names``: per row, PEFT's adapter name or ``"__base__"`` (the adapter off)."""
-        from openclaw_trl.trainer.batches import collate_samples, prompt_and_completion
-
+        row's reply tokens, from one forward (prompts left-padded, replies right-padded, as TRL lays a batch
+        out). Rows from ``reference_from`` on are given their ``reference_ids`` as prompt, the others their
+        ``prompt_ids``."""
         first = len(rows) if reference_from is None else reference_from
-        samples = [
-            TrainingSample(
-                turn_id=0,
-                prompt_ids=list(r.reference_ids if i >= first else r.prompt_ids),
-                completion_ids=list(r.reply_ids),
-                sampling_logprobs=[0.0] * len(r.reply_ids),
-                temperature=self.temperature,
-                policy_version=0,
-                reward=0.0,
-            )
-            for i, r in enumerate(rows)
-        ]
-        batch = collate_samples(samples, self.processing_class.pad_token_id, device=self.accelerator.device)
-        mask = batch["completion_mask"]
-        input_ids, attention = prompt_and_completion(
-            batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"], mask
-        )
-        width = batch["completion_ids"].size(1)
-        extra = {"adapter_names": adapter_names} if adapter_names is not None else {}
+        prompts = [r.reference_ids if i >= first else r.prompt_ids for i, r in enumerate(rows)]
+        pad, device = self.processing_class.pad_token_id, self.accelerator.device
+        left, width = max(len(p) for p in prompts), max(len(r.reply_ids) for r in rows)
+        ids, attention = [], []
+        for prompt, row in zip(prompts, rows):
+            before, after = left - len(prompt), width - len(row.reply_ids)
+            ids.append([pad] * before + list(prompt) + list(row.reply_ids) + [pad] * after)
+            attention.append([0] * before + [1] * (len(prompt) + len(row.reply_ids)) + [0] * after)
+        attention = torch.tensor(attention, device=device)
         logits = model(
-            input_ids=input_ids, attention_mask=attention, logits_to_keep=width + 1, **extra
+            input_ids=torch.tensor(ids, device=device), attention_mask=attention, logits_to_keep=width + 1
         ).logits
         logits = logits[:, :-1].float() / self.temperature
-        return torch.log_softmax(logits, dim=-1), mask.to(logits.dtype)
+        return torch.log_softmax(logits, dim=-1), attention[:, left:].to(logits.dtype)
 
     def _generate_base(self, prompts, max_new_tokens: int, seed: int) -> list[list[int]]:
         """One reply per prompt sampled from the base (adapter off) at the trainer's temperature, seeded."""
@@ -289,8 +280,7 @@ class TrainerSafety:
 
     # ------------------------------------------------------------------ the last good state
     def _trainable_params(self) -> dict[str, torch.nn.Parameter]:
-        model = self.accelerator.unwrap_model(self.model)
-        return {name: p for name, p in model.named_parameters() if p.requires_grad}
+        return self._model_parts(self.accelerator.unwrap_model(self.model))[0]
 
     def remember_good(self) -> None:
         """The current weights, optimizer and scheduler become the last good state (every process)."""
@@ -301,8 +291,8 @@ class TrainerSafety:
         self._good = GoodState(
             self.state.global_step,
             {name: p.detach().clone() for name, p in self._trainable_params().items()},
-            copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None,
-            copy.deepcopy(scheduler.state_dict()) if scheduler is not None else None,
+            _snapshot(optimizer.state_dict()) if optimizer is not None else None,
+            _snapshot(scheduler.state_dict()) if scheduler is not None else None,
         )
 
     def hold_back(self, verdict: GuardVerdict) -> int:
@@ -315,9 +305,9 @@ class TrainerSafety:
             for name, param in self._trainable_params().items():
                 param.copy_(good.params[name])
         if good.optimizer is not None:
-            self.optimizer.load_state_dict(copy.deepcopy(good.optimizer))
+            self.optimizer.load_state_dict(_snapshot(good.optimizer))
         if good.scheduler is not None and getattr(self, "lr_scheduler", None) is not None:
-            self.lr_scheduler.load_state_dict(copy.deepcopy(good.scheduler))
+            self.lr_scheduler.load_state_dict(_snapshot(good.scheduler))
             follow_global_step(self.lr_scheduler, step)
         self._held_from = good.version
         self.publish(parent=good.version, updates=0, note=f"held: {verdict.reason}")
