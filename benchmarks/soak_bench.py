@@ -105,7 +105,19 @@ def _proc_status(pid: int) -> dict:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         key, _, value = line.partition(":")
         fields[key] = value.strip()
-    return {"rss_mb": int(fields["VmRSS"].split()[0]) / 1024, "threads": int(fields["Threads"])}
+
+    def mb(key: str) -> float:
+        return int(fields.get(key, "0 kB").split()[0]) / 1024
+
+    # RssAnon is the process's own heap; RssFile and RssShmem are file pages it maps (libraries, SQLite's
+    # WAL index), which the kernel can drop and which do not grow with a leak.
+    return {
+        "rss_mb": mb("VmRSS"),
+        "anon_mb": mb("RssAnon"),
+        "file_mb": mb("RssFile"),
+        "shmem_mb": mb("RssShmem"),
+        "threads": int(fields["Threads"]),
+    }
 
 
 def _size(path: Path) -> int:
@@ -128,7 +140,15 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 
 def sample(
-    pid: int, url: str, run_dir: Path, log: RequestLog, start: float, end: float, t0: float, rss: list[float]
+    pid: int,
+    url: str,
+    run_dir: Path,
+    log: RequestLog,
+    start: float,
+    end: float,
+    t0: float,
+    rss: list[float],
+    anon: list[float] | None = None,
 ) -> dict:
     """One window's figures (the process, the store, the requests that ended in [start, end)); ``rss``: the
     resident memory read every few seconds through the window (MB), whose median stands for the window (one
@@ -147,6 +167,7 @@ def sample(
         "rss_mb": statistics.median(rss) if rss else _proc_status(pid)["rss_mb"],
         "rss_max_mb": max(rss, default=None),
         "rss_readings": len(rss),
+        "anon_mb": statistics.median(anon) if anon else _proc_status(pid)["anon_mb"],
         "open_files": len(os.listdir(f"/proc/{pid}/fd")),
         "store_bytes": _size(store),
         "wal_bytes": _size(store.with_name(store.name + "-wal")),
@@ -215,6 +236,17 @@ def targets(windows: list[dict], disk: dict, hours_per_window: float) -> list[di
             "note": f"{net[0]:.0f} -> {net[1]:.0f} MB: what grows besides the bounded cache",
         }
     )
+    if first.get("anon_mb") and last.get("anon_mb"):
+        anon_growth = (last["anon_mb"] - first["anon_mb"]) / first["anon_mb"] / span_h if span_h > 0 else None
+        rows.append(
+            {
+                "target": "anonymous RSS (the heap) growth per hour (info)",
+                "value": anon_growth,
+                "bound": "-",
+                "result": "info",
+                "note": f"{first['anon_mb']:.0f} -> {last['anon_mb']:.0f} MB; the rest of RSS is mapped files",
+            }
+        )
     second = windows[1] if len(windows) > 1 else first
     ratio = last["p95_s"] / second["p95_s"] if last["p95_s"] and second["p95_s"] else None
     row(
@@ -280,27 +312,27 @@ def main(argv: list[str] | None = None) -> int:
         for t in threads:
             t.start()
         windows, n_windows = [], max(2, round(args.minutes * 60 / args.window_s))
-        header = (
-            f"{'t_s':>6} {'rss_mb':>7} {'max_mb':>7} {'fds':>4} {'thr':>4} {'store_kb':>8} {'wal_kb':>7} "
-        )
+        header = f"{'t_s':>6} {'rss_mb':>7} {'max_mb':>7} {'anon_mb':>7} {'fds':>4} {'thr':>4} {'store_kb':>8} {'wal_kb':>7} "
         print(
             header + f"{'kv_mb':>6} {'reqs':>5} {'p50_s':>6} {'p95_s':>6} {'upd':>4} {'err':>4}", flush=True
         )
         for i in range(n_windows):
             start = t0 + i * args.window_s
-            rss = []
+            rss, anon = [], []
             while (left := start + args.window_s - time.monotonic()) > 0:
                 time.sleep(min(args.rss_every_s, left))
                 if proc.poll() is not None:
                     raise SystemExit(f"the server ended with exit code {proc.returncode} during the soak")
-                rss.append(_proc_status(proc.pid)["rss_mb"])
-            w = sample(proc.pid, url, run_dir, log, start, start + args.window_s, t0, rss)
+                reading = _proc_status(proc.pid)
+                rss.append(reading["rss_mb"])
+                anon.append(reading["anon_mb"])
+            w = sample(proc.pid, url, run_dir, log, start, start + args.window_s, t0, rss, anon)
             windows.append(w)
             p50 = f"{w['p50_s']:.2f}" if w["p50_s"] is not None else "-"
             p95 = f"{w['p95_s']:.2f}" if w["p95_s"] is not None else "-"
             kv = f"{w['prefix_cache_bytes'] / 2**20:.0f}" if w["prefix_cache_bytes"] is not None else "-"
             print(
-                f"{w['t_s']:>6.0f} {w['rss_mb']:>7.1f} {w['rss_max_mb'] or w['rss_mb']:>7.1f} {w['open_files']:>4} {w['threads']:>4} "
+                f"{w['t_s']:>6.0f} {w['rss_mb']:>7.1f} {w['rss_max_mb'] or w['rss_mb']:>7.1f} {w['anon_mb']:>7.1f} {w['open_files']:>4} {w['threads']:>4} "
                 f"{w['store_bytes'] // 1024:>8} {w['wal_bytes'] // 1024:>7} {kv:>6} {w['requests']:>5} {p50:>6} {p95:>6} "
                 f"{w['updates']!s:>4} {w['errors']:>4}",
                 flush=True,
