@@ -102,6 +102,13 @@ class OpenClawConfig(GRPOConfig):
         kept in the store with their `dropped_reason` (exported, counted as `samples/dropped_stale` and in
         `/v1/status`), and the batch is filled with the next samples. `None` trains on every sample, the
         stale ones with the truncated importance-sampling correction.
+    max_samples_waiting (`int`, defaults to `4096`):
+        The most judged samples that wait for an update. When turns arrive faster than updates take them
+        (many sessions, an agent that calls day and night, Best-of-N groups), the oldest beyond this many are
+        dropped as the trainer takes a batch: kept in the store with their `dropped_reason` (`backlog: ...`),
+        counted as `samples/dropped_backlog` and in `/v1/status`, logged as a warning. The queue, and the
+        work each update spends looking at it, stay bounded however long the server runs, and training
+        follows the recent turns. At least `batch_size`.
     prm_monitor (`bool`, defaults to `False`):
         With `method: opd`, also run the PRM (reward) votes and store the reduced reward on each turn and
         sample, for monitoring only: the loss stays OPD's (`w_rl = 0`, a sample only with an accepted hint),
@@ -540,6 +547,10 @@ class OpenClawConfig(GRPOConfig):
     # Which samples are trained on
     max_staleness: int | None = field(
         default=None, metadata={"help": "Drop samples sampled more than this many policy versions ago."}
+    )
+    max_samples_waiting: int = field(
+        default=4096,
+        metadata={"help": "The most samples waiting for an update; the oldest beyond are dropped."},
     )
     prm_monitor: bool = field(
         default=False, metadata={"help": "opd: also run the PRM votes and log their mean (not trained on)."}

@@ -52,6 +52,13 @@ def check_openclaw_fields(config) -> None:
             f"max_staleness must be an integer >= 0 (or null to keep every sample), got {config.max_staleness!r}",
         ),
         (
+            isinstance(config.max_samples_waiting, int)
+            and not isinstance(config.max_samples_waiting, bool)
+            and config.max_samples_waiting >= config.batch_size,
+            f"max_samples_waiting must be an integer >= batch_size ({config.batch_size}): an update takes "
+            f"batch_size samples from the queue; got {config.max_samples_waiting!r}",
+        ),
+        (
             not config.prm_monitor or config.method == "opd",
             f"prm_monitor monitors the PRM reward under method opd; method {config.method} already trains on "
             "it (its metrics are rl/reward_mean): set prm_monitor: false or method: opd",

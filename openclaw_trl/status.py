@@ -51,6 +51,7 @@ class LearningStatus:
             "teacher_failed": store.judging.count_teacher_failed(),
             "samples_dropped_stale": store.queue.count_dropped_stale(),
             "samples_dropped_temperature": store.queue.count_dropped_temperature(),
+            "samples_dropped_backlog": store.queue.count_dropped_backlog(),
             "guard": guard_status(config, store),
             "best_of_n": config.best_of_n,
             "best_of_n_groups": store.groups.count_groups(),

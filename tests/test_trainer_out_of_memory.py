@@ -15,7 +15,7 @@ import torch
 from transformers import TrainerCallback
 
 from openclaw_trl.store import Store
-from openclaw_trl.store.queue import OUT_OF_MEMORY_REASON
+from openclaw_trl.store.drops import OUT_OF_MEMORY_REASON
 from tests.trainer_helpers import lora_params, make_trainer, sampled
 
 

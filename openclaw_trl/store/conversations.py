@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 from openclaw_trl.records import SERVED_TURN_COLUMNS, Column, ServedTurn, Session, Turn, dumps, insert_sql
 from openclaw_trl.store.db import Database
-from openclaw_trl.store.queue import SUPERSEDED, live_scorer_sample
+from openclaw_trl.store.drops import SUPERSEDED
+from openclaw_trl.store.queue import live_scorer_sample
 
 # Closed turns a late next state may re-open: the conversation went on after all.
 _REOPENABLE = ("session_ended", "history_diverged")

@@ -178,6 +178,7 @@ DROP INDEX IF EXISTS samples_one_per_turn;
 CREATE UNIQUE INDEX IF NOT EXISTS samples_one_live_per_turn ON samples(turn_id)
     WHERE origin = 'scorer' AND COALESCE(dropped_reason, '') != 'superseded';
 CREATE INDEX IF NOT EXISTS samples_lease ON samples(lease) WHERE lease IS NOT NULL;
+CREATE INDEX IF NOT EXISTS samples_dropped ON samples(dropped_reason) WHERE dropped_reason IS NOT NULL;
 """
 
 

@@ -14,6 +14,10 @@ Queue rules:
   ``dropped_reason`` says which temperatures, :meth:`SampleQueue.drop_other_temperature`): its log-probs and
   its teacher's are those of another distribution, so its OPD and top-K terms would compare two temperatures
   (non-zero even where teacher and student agree); a run at that temperature can still train on it;
+* when more than ``max_samples_waiting`` samples wait (the trainer cannot keep up with the turns), the oldest
+  are dropped as a batch is taken (``backlog``, :meth:`SampleQueue.drop_backlog`): the queue, and the work of
+  every update that looks at it, stay bounded however long the server runs, and training follows the recent
+  turns;
 * a waiting sample whose turn's correction window is open (:mod:`~openclaw_trl.store.holds`: a bare 👎 waiting
   for its correction) is not handed out before the window closes;
 * the samples of a batch that no update could train on because the device ran out of memory are marked with
@@ -36,7 +40,6 @@ Token ids and log-probs are stored as JSON (exact); top-K teacher rows as packed
 
 from __future__ import annotations
 
-import logging
 import os
 import sqlite3
 import time
@@ -46,29 +49,21 @@ from dataclasses import dataclass
 
 from openclaw_trl.records import SAMPLE_COLUMNS, TrainingSample, insert_sql
 from openclaw_trl.store.db import Database
+from openclaw_trl.store.drops import (
+    BACKLOG_REASON,
+    FREE_SQL,
+    OUT_OF_MEMORY_REASON,
+    STALE_REASON,
+    SUPERSEDED,
+    TEMPERATURE_REASON,
+    UNHELD_SQL,
+    WAITING_SQL,
+    Drops,
+    count_reason,
+)
 from openclaw_trl.store.lineage import PolicyLineage
 
-# Samples of sessions flagged private after they were judged are withheld (kept, never handed out).
-_WAITING_SQL = (
-    " FROM samples s LEFT JOIN turns t ON s.origin IN ('scorer', 'group') AND t.id = s.turn_id"
-    " LEFT JOIN sessions ss ON ss.id = t.session_id"
-    " WHERE s.consumed_step IS NULL AND s.dropped_reason IS NULL AND COALESCE(ss.private, 0) = 0"
-)
-_FREE_SQL = " AND s.lease IS NULL"  # ... and not leased to a batch
-
-# ... and not held by an open correction window of its turn (the parameter: now, a Unix time).
-_UNHELD_SQL = " AND COALESCE(t.correction_until, 0) <= ?"
-
 _INSERT_SQL = insert_sql("samples", SAMPLE_COLUMNS)
-logger = logging.getLogger(__name__)
-
-
-TEMPERATURE_REASON = "temperature:"
-"""How the ``dropped_reason`` of a sample sampled at another temperature than the trainer's begins."""
-
-
-OUT_OF_MEMORY_REASON = "out of memory:"
-"""How the ``dropped_reason`` of a sample whose batch no update could train on (out of memory) begins."""
 
 
 class SampleSourceError(RuntimeError):
@@ -82,10 +77,6 @@ class ResumePosition:
     last_consumed_step: int | None  # the highest training step that consumed samples; None if none did
     consumed: int  # samples consumed so far
     waiting: int  # judged samples not yet consumed
-
-
-# ``dropped_reason`` of a scorer sample replaced by later explicit feedback on its turn (kept, never trained).
-SUPERSEDED = "superseded"
 
 
 def has_scorer_sample(tx: sqlite3.Connection, turn_id: int) -> bool:
@@ -124,6 +115,7 @@ class SampleQueue:
         self.owner = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self._leased_any = False  # whether this queue ever leased samples (``release_all`` on close)
         self._source_error: SampleSourceError | None = None
+        self.drops = Drops(db, lineage)  # the samples it keeps out of training, and how many it did
 
     def add_sample(self, sample: TrainingSample) -> int:
         """Queue a sample directly (tests, replay); returns its id and sets ``sample.sample_id``."""
@@ -134,7 +126,7 @@ class SampleQueue:
         return sample_id
 
     def _available_ids(self, limit: int | None = None, conn: sqlite3.Connection | None = None) -> list[int]:
-        sql = "SELECT s.id" + _WAITING_SQL + _FREE_SQL + _UNHELD_SQL + " ORDER BY s.id"
+        sql = "SELECT s.id" + WAITING_SQL + FREE_SQL + UNHELD_SQL + " ORDER BY s.id"
         params: tuple = (time.time(),)
         if limit is not None:
             sql += " LIMIT ?"
@@ -153,13 +145,13 @@ class SampleQueue:
     def count_waiting(self) -> int:
         """Judged samples not consumed yet, not held by a correction window and not leased to a batch (what
         the next batch sees)."""
-        sql = "SELECT COUNT(*)" + _WAITING_SQL + _FREE_SQL + _UNHELD_SQL
+        sql = "SELECT COUNT(*)" + WAITING_SQL + FREE_SQL + UNHELD_SQL
         return self._db.conn().execute(sql, (time.time(),)).fetchone()[0]
 
     def next_window_close(self) -> float | None:
         """Seconds until the first correction window holding a waiting sample closes (None: none holds one)."""
         now = time.time()
-        sql = "SELECT MIN(t.correction_until)" + _WAITING_SQL + " AND t.correction_until > ?"
+        sql = "SELECT MIN(t.correction_until)" + WAITING_SQL + " AND t.correction_until > ?"
         until = self._db.conn().execute(sql, (now,)).fetchone()[0]
         return None if until is None else max(0.0, float(until) - now)
 
@@ -180,6 +172,7 @@ class SampleQueue:
         policy_version: int = 0,
         max_staleness: int | None = None,
         temperature: float | None = None,
+        max_waiting: int | None = None,
     ) -> list[TrainingSample]:
         """Block until ``n`` samples are waiting, then lease exactly ``n`` (the surplus stays queued).
 
@@ -189,11 +182,14 @@ class SampleQueue:
         With ``max_staleness``, waiting samples more than ``max_staleness`` updates away from
         ``policy_version`` along the lineage are dropped first, each time the queue is looked at
         (:meth:`drop_stale`), so the batch is made of fresh samples only; with ``temperature``, those sampled at
-        another temperature too (:meth:`drop_other_temperature`). Raises ``TimeoutError`` after
+        another temperature too (:meth:`drop_other_temperature`); with ``max_waiting``, first the oldest beyond
+        the newest ``max_waiting`` (:meth:`drop_backlog`). Raises ``TimeoutError`` after
         ``timeout`` seconds, and :class:`SampleSourceError` as soon as :meth:`fail_waiters` is called while
         too few are waiting (nothing is leased then).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        if max_waiting is not None:
+            self.drop_backlog(max_waiting)
         while True:
             seen = self._db.wakeup.seen()
             if max_staleness is not None:
@@ -218,71 +214,28 @@ class SampleQueue:
             self._db.wakeup.wait(seen, wait)  # woken early by samples written in this process
 
     def drop_stale(self, policy_version: int, max_staleness: int) -> int:
-        """Mark the waiting samples more than ``max_staleness`` updates away from ``policy_version`` along the
-        lineage (:meth:`~openclaw_trl.store.lineage.Lineage.staleness`) as dropped (kept, with the reason,
-        never handed out); returns how many were dropped now. Leased samples are never dropped."""
-        sql = "SELECT s.id, s.policy_version" + _WAITING_SQL + _FREE_SQL + " AND s.policy_version != ?"
-        rows = [(r[0], r[1]) for r in self._db.conn().execute(sql, (int(policy_version),)).fetchall()]
-        if not rows:
-            return 0
-        lineage = self._lineage.lineage()
-        # a version above the current one that was never published names no weights yet: not stale
-        versions = {v for _, v in rows if lineage.knows(v) or v < policy_version}
-        distance = {v: lineage.staleness(v, policy_version) for v in versions}
-        stale = [(i, v) for i, v in rows if v in distance and distance[v] > max_staleness]
-        if not stale:
-            return 0
-        self._drop(
-            (
-                i,
-                f"stale: sampled by v{v}, {distance[v]} updates from policy v{policy_version}, "
-                f"max_staleness {max_staleness}",
-            )
-            for i, v in stale
-        )
-        return len(stale)
-
-    def _drop(self, reasons) -> None:
-        """Mark ``(sample id, reason)`` pairs dropped, each with its reason; a consumed or leased sample is
-        never dropped (it is in a batch being trained, or was trained on)."""
-        with self._db.tx() as tx:
-            tx.executemany(
-                "UPDATE samples SET dropped_reason = ? WHERE id = ? AND consumed_step IS NULL AND lease IS NULL",
-                [(reason, i) for i, reason in reasons],
-            )
+        """:meth:`~openclaw_trl.store.drops.Drops.stale`: the too-stale waiting samples dropped now."""
+        return self.drops.stale(policy_version, max_staleness)
 
     def drop_other_temperature(self, temperature: float) -> int:
-        """Mark the waiting samples sampled at another temperature than ``temperature`` as dropped (kept, with
-        the reason, never handed out); returns how many were dropped now. Leased samples are never dropped."""
-        sql = "SELECT s.id, s.temperature" + _WAITING_SQL + _FREE_SQL + " AND ABS(s.temperature - ?) > 1e-6"
-        rows = self._db.conn().execute(sql, (float(temperature),)).fetchall()
-        if not rows:
-            return 0
-        self._drop(
-            (
-                i,
-                f"{TEMPERATURE_REASON} sampled at T={t:g}, the trainer trains at T={temperature:g} "
-                f"(a run with temperature {t:g} can train on it)",
-            )
-            for i, t in rows
-        )
-        logger.warning(
-            "%d judged samples were sampled at another temperature than the trainer's (T=%g): they are kept "
-            "in the store, not trained on (set temperature to theirs to train on them)",
-            len(rows),
-            temperature,
-        )
-        return len(rows)
+        """:meth:`~openclaw_trl.store.drops.Drops.other_temperature`: the samples dropped now."""
+        return self.drops.other_temperature(temperature)
+
+    def drop_backlog(self, max_waiting: int) -> int:
+        """:meth:`~openclaw_trl.store.drops.Drops.backlog`: the oldest samples dropped now."""
+        return self.drops.backlog(max_waiting)
 
     def count_dropped_temperature(self) -> int:
         """Samples dropped because they were sampled at another temperature (over every run on this store)."""
-        sql = "SELECT COUNT(*) FROM samples WHERE dropped_reason LIKE ?"
-        return self._db.conn().execute(sql, (TEMPERATURE_REASON + "%",)).fetchone()[0]
+        return count_reason(self._db.conn(), TEMPERATURE_REASON)
 
     def count_dropped_stale(self) -> int:
         """Samples dropped because they were too stale (over every run on this store)."""
-        sql = "SELECT COUNT(*) FROM samples WHERE dropped_reason LIKE 'stale:%'"
-        return self._db.conn().execute(sql).fetchone()[0]
+        return count_reason(self._db.conn(), STALE_REASON)
+
+    def count_dropped_backlog(self) -> int:
+        """Samples dropped from a queue longer than ``max_samples_waiting`` (over every run on this store)."""
+        return count_reason(self._db.conn(), BACKLOG_REASON)
 
     def fail_waiters(self, error: str) -> None:
         """The source of turns crashed: wake :meth:`wait_for_samples` (now and later), which raises
@@ -340,8 +293,7 @@ class SampleQueue:
 
     def count_skipped_out_of_memory(self) -> int:
         """Samples kept out of training because their batch ran out of memory (over every run on this store)."""
-        sql = "SELECT COUNT(*) FROM samples WHERE dropped_reason LIKE ?"
-        return self._db.conn().execute(sql, (OUT_OF_MEMORY_REASON + "%",)).fetchone()[0]
+        return count_reason(self._db.conn(), OUT_OF_MEMORY_REASON)
 
     def release(self, sample_ids: Sequence[int]) -> None:
         """Put samples this queue leased and that were not consumed back at the head of the queue (e.g. after
@@ -376,6 +328,7 @@ class SampleQueue:
             )
             n = cur.rowcount
             tx.execute("UPDATE samples SET lease = NULL WHERE lease IS NOT NULL")
+        self.drops.forget_checked()  # samples waiting again may come from a run at another temperature
         self._db.wakeup.notify()
         return n
 
@@ -384,7 +337,7 @@ class SampleQueue:
         last, consumed = conn.execute(
             "SELECT MAX(consumed_step), COUNT(consumed_step) FROM samples WHERE consumed_step IS NOT NULL"
         ).fetchone()
-        waiting = conn.execute("SELECT COUNT(*)" + _WAITING_SQL).fetchone()[0]
+        waiting = conn.execute("SELECT COUNT(*)" + WAITING_SQL).fetchone()[0]
         return ResumePosition(last_consumed_step=last, consumed=consumed, waiting=waiting)
 
     def training_totals(self) -> dict[str, int]:

@@ -3,8 +3,9 @@
 ``next_event`` returns a batch once ``wanted`` samples wait in the store and learning is not paused, or the
 version of a rollback request as soon as one arrives (``LearningControl``). While it waits it tells the
 control its ``trainer_state`` (``waiting for samples``, ``updating`` once a batch is taken). With
-``max_staleness`` the store drops the too-stale samples as it hands a batch out (kept, with the reason), and
-always those sampled at another temperature than the trainer's (``temperature``: one temperature per sample).
+``max_staleness`` the store drops the too-stale samples as it hands a batch out (kept, with the reason),
+always those sampled at another temperature than the trainer's (``temperature``: one temperature per sample),
+and with ``max_waiting`` the oldest of a queue longer than that (the trainer cannot keep up).
 Each sample's ``staleness`` is set along the lineage (updates between its policy version and the trainer's).
 """
 
@@ -23,6 +24,7 @@ class NextEvent:
     samples: list[TrainingSample] | None = None
     dropped_stale: int = 0
     dropped_temperature: int = 0
+    dropped_backlog: int = 0
     rollback: int | None = None
 
 
@@ -34,14 +36,15 @@ def next_event(
     max_staleness: int | None,
     sample_timeout: float | None,
     temperature: float | None = None,
+    max_waiting: int | None = None,
 ) -> NextEvent:
     """The next thing the trainer does (module docstring). ``learning`` is the ``LearningControl`` or None
     (never paused, no rollback). ``TimeoutError`` after ``sample_timeout`` seconds of waiting for samples
     (paused time not counted); the samples that did arrive stay queued."""
     waited = 0.0
     poll = learning.poll_s if learning is not None else None
-    dropped = store.queue.count_dropped_stale()
-    other_temperature = store.queue.count_dropped_temperature()
+    counts = store.queue.drops.counts
+    before = dict(counts)
     while True:
         if learning is not None and (version := learning.wait_while_paused()) is not None:
             return NextEvent(rollback=version)
@@ -56,6 +59,7 @@ def next_event(
                 policy_version=policy_version,
                 max_staleness=max_staleness,
                 temperature=temperature,
+                max_waiting=max_waiting,
             )
         except TimeoutError:
             waited += wait
@@ -69,14 +73,18 @@ def next_event(
             # paused while this wait was under way: the batch goes back to the queue, untouched
             store.queue.release([s.sample_id for s in samples])
             continue
-        dropped = store.queue.count_dropped_stale() - dropped
-        other_temperature = store.queue.count_dropped_temperature() - other_temperature
+        dropped = {kind: counts[kind] - before.get(kind, 0) for kind in ("stale", "temperature", "backlog")}
         lineage = store.lineage.lineage()
         for s in samples:
             s.staleness = lineage.staleness(s.policy_version, policy_version)
         if learning is not None:
             learning.note_state("updating")
-        return NextEvent(samples=samples, dropped_stale=dropped, dropped_temperature=other_temperature)
+        return NextEvent(
+            samples=samples,
+            dropped_stale=dropped["stale"],
+            dropped_temperature=dropped["temperature"],
+            dropped_backlog=dropped["backlog"],
+        )
 
 
 class StopTraining(Exception):

@@ -226,10 +226,12 @@ class OpenClawTrainer(OutOfMemorySteps, TrainerSafety, TrainerVersions, GRPOTrai
             self.args.max_staleness,
             self.sample_timeout,
             self.temperature,
+            self.args.max_samples_waiting,
         )
         if event.samples is not None:
             self.log_metric("samples/dropped_stale", event.dropped_stale)
             self.log_metric("samples/dropped_temperature", event.dropped_temperature)
+            self.log_metric("samples/dropped_backlog", event.dropped_backlog)
         return event
 
     def _carry_out_rollback(self, version: int) -> None:
