@@ -13,10 +13,11 @@ prompts, and RSS with it: a small budget lets the first window reach that platea
 turns, a compaction: ``_soak_traffic.py``).
 
 Every window (``--window-s``) records the server process's resident memory (RSS: the median of readings every
-``--rss-every-s``, and the largest), its open files
+``--rss-every-s``, and the largest; ``anon_mb``: the anonymous part, the heap, without mapped files), its open files
 (``/proc/<pid>/fd``) and threads, the prompt KV cache's bytes (``/v1/status``), the store file and its
 write-ahead log (WAL), the latency p50/p95 of the requests that ended in the window, the updates done (policy
-version) and the errors (any answer but 200, or none). At the end: the disk used per stored turn (the store)
+version), the samples waiting for an update (``queue``: at most ``max_samples_waiting``) and the errors (any
+answer but 200, or none). At the end: the disk used per stored turn (the store)
 and per update (checkpoints), the checkpoints kept against their limit, and how the server ended on SIGTERM.
 
 Targets (PASS/FAIL with their ratio): after the first window RSS grows at most 5% per hour; the last window's
@@ -175,6 +176,8 @@ def sample(
         "p50_s": _percentile(latencies, 50),
         "p95_s": _percentile(latencies, 95),
         "updates": status.get("policy_version"),
+        "samples_waiting": status.get("samples_waiting"),
+        "samples_dropped_backlog": status.get("samples_dropped_backlog"),
         "prefix_cache_bytes": ((status.get("memory") or {}).get("prefix_cache") or {}).get("bytes"),
         "errors": len(errors),
         "error_examples": sorted({f"{r.source} {r.status}: {r.error}" for r in errors})[:3],
@@ -314,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         windows, n_windows = [], max(2, round(args.minutes * 60 / args.window_s))
         header = f"{'t_s':>6} {'rss_mb':>7} {'max_mb':>7} {'anon_mb':>7} {'fds':>4} {'thr':>4} {'store_kb':>8} {'wal_kb':>7} "
         print(
-            header + f"{'kv_mb':>6} {'reqs':>5} {'p50_s':>6} {'p95_s':>6} {'upd':>4} {'err':>4}", flush=True
+            header + f"{'kv_mb':>6} {'reqs':>5} {'p50_s':>6} {'p95_s':>6} {'upd':>4} {'queue':>5} {'err':>4}",
+            flush=True,
         )
         for i in range(n_windows):
             start = t0 + i * args.window_s
@@ -334,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{w['t_s']:>6.0f} {w['rss_mb']:>7.1f} {w['rss_max_mb'] or w['rss_mb']:>7.1f} {w['anon_mb']:>7.1f} {w['open_files']:>4} {w['threads']:>4} "
                 f"{w['store_bytes'] // 1024:>8} {w['wal_bytes'] // 1024:>7} {kv:>6} {w['requests']:>5} {p50:>6} {p95:>6} "
-                f"{w['updates']!s:>4} {w['errors']:>4}",
+                f"{w['updates']!s:>4} {w['samples_waiting']!s:>5} {w['errors']:>4}",
                 flush=True,
             )
             for example in w["error_examples"]:
