@@ -14,8 +14,9 @@ condition), ``trainer_bench.py`` (update time vs TRL's ``GRPOTrainer``, peak mem
 merge-and-push), ``serving_bench.py`` (p50/p95 latency idle vs during LoRA updates), ``judge_bench.py`` (judge
 cost per turn, scorer turns/s with m = 1 and 3), ``priority_bench.py`` (chat latency behind queued learning
 work), ``best_of_n_bench.py`` (a Best-of-4 turn in one request vs 4), ``help_bench.py`` (the slowest
-``--help`` against its 2 s target), ``soak_bench.py`` (a learning server under non-stop traffic: RSS,
-latency, store and disk per window) and ``multi_user_bench.py`` (4 users of one base: one user's update time
+``--help`` against its 2 s target), ``queue_bench.py`` (the sample queue's work per update in a young and an
+old store), ``soak_bench.py`` (a learning server under non-stop traffic: RSS, latency, store and disk per
+window) and ``multi_user_bench.py`` (4 users of one base: one user's update time
 with 4 training vs alone, serving p95 with 4 adapters on 4 and 2 slots vs 1, memory per extra user). ``--gpu`` adds
 ``combine_4b_bench.py`` (one Combine update of a Qwen3-4B-shaped model beside the colocated engine: seconds and
 peak memory; its QLoRA variant where bitsandbytes imports) and ``learning/run.py --quick``; a stage whose
@@ -168,6 +169,8 @@ def plan(args, tmp: Path) -> list[tuple[str, list[str] | None, Path | str, int]]
     stage("multi_user", "multi_user_bench.py", [], ["--models", "tiny"] if quick else [], 1800)
     # the version guard's cost per update (guard on / off, paired steps)
     stage("guard", "guard_bench.py", [], ["--quick"] if quick else [], 1200)
+    # the sample queue's work per update in a young and an old store (200,000 samples): it must not grow
+    stage("queue", "queue_bench.py", [], ["--stored", "50000"] if quick else [], 600)
     # a learning server under non-stop traffic (8 people + an OpenClaw replay): memory, latency, disk per window
     stage("soak", "soak_bench.py", [], ["--minutes", "5", "--window-s", "60"] if quick else [], 2400)
     # the offline demo's recipe with a simulated person (2 seeds x 10 updates quick; the promise needs 30)

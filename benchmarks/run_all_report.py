@@ -26,6 +26,7 @@ TARGETS = {
     ),  # one user's update with 4 users training / alone (turn wait apart)
     "multi_user_serving_p95_ratio": ("<=", 1.3),  # serving p95, 4 users' adapters / 1 (4 and 2 slots)
     "guard_share": ("<=", 0.10),  # the version guard's check / an update without it
+    "queue_old_over_young": ("<=", 1.5),  # the queue's work per update, 200,000 samples stored / 2,000
     "soak_rss_growth_per_hour": ("<=", 0.05),  # server RSS growth per hour after the first window
     "soak_p95_last_over_second": ("<=", 1.2),  # the last window's p95 latency / the second's
 }
@@ -278,6 +279,19 @@ def summarize(reports: dict, check_targets: bool = True) -> list[dict]:
             "guard_share",
             f"the guard's share of an update on {g['basis']}; batch {g['geometry']['batch']} x "
             f"~{g['geometry']['prompt_len']}+{g['geometry']['completion_len']} tokens",
+        )
+    queue = reports.get("queue")
+    if queue:
+        old, young = queue["stores"]["old"], queue["stores"]["young"]
+        row(
+            "the sample queue's work per update: an old store over a young one",
+            "store",
+            f"{old['update_ms']:.2f} ms",
+            f"{young['update_ms']:.2f} ms",
+            queue["ratio"],
+            "queue_old_over_young",
+            note=f"{old['history']:,} vs {young['history']:,} samples stored, {queue['settings']['waiting']} waiting; "
+            f"a count that scans the table: {queue['scan_count_ratio']:.1f}x",
         )
     soak_rows(reports.get("soak"), row)
     demo = reports.get("demo")
