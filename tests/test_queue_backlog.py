@@ -136,3 +136,23 @@ def test_the_latest_hints_are_read_from_their_index(tmp_path):
         (plan,) = _plans(store, lambda: store.queries.recent_hints(5))
         assert "USING INDEX turns_hinted" in plan and "TEMP B-TREE" not in plan, plan
         assert store.queries.recent_hints(5) == []
+
+
+def test_the_queue_walks_the_waiting_samples_only(tmp_path):
+    """Dropped samples pile up for as long as a server runs (a queue over its bound drops some at every
+    update): taking a batch, counting the queue and the drop rules walk ``samples_waiting``, which holds only
+    the samples neither consumed nor dropped."""
+    with Store(tmp_path / "store.db") as store:
+        store.queue.add_sample(_sample(0))
+        for call in (
+            store.queue.count_waiting,
+            lambda: store.queue.take_samples(1),
+            lambda: store.queue.drop_backlog(4),
+            lambda: store.queue.drop_other_temperature(1.0),
+            lambda: store.queue.drop_stale(policy_version=0, max_staleness=0),
+        ):
+            plans = " | ".join(_plans(store, call))
+            assert "INDEX samples_waiting" in plans and "samples_queue" not in plans, plans
+            assert "SCAN samples" not in plans and "SCAN s " not in plans.replace("SCAN s USING INDEX", ""), (
+                plans
+            )

@@ -171,8 +171,8 @@ _ADDED_COLUMNS = (
 
 # Indexes over added columns, created once the columns exist. A turn has at most one live scorer sample:
 # one superseded by later explicit feedback (kept, never trained) makes room for the new judgement. The partial
-# indexes keep what every update or every turn looks up (dropped samples by reason, the latest hints) as cheap
-# in a store of a million turns as in a new one.
+# indexes keep what every update or every turn looks up (the waiting samples, dropped samples by reason, the
+# latest hints) as cheap in a store of a million turns as in a new one.
 _INDEXES = """
 CREATE INDEX IF NOT EXISTS turns_exchange ON turns(exchange_key);
 CREATE INDEX IF NOT EXISTS turns_reply ON turns(reply_key);
@@ -181,6 +181,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS samples_one_live_per_turn ON samples(turn_id)
     WHERE origin = 'scorer' AND COALESCE(dropped_reason, '') != 'superseded';
 CREATE INDEX IF NOT EXISTS samples_lease ON samples(lease) WHERE lease IS NOT NULL;
 CREATE INDEX IF NOT EXISTS samples_dropped ON samples(dropped_reason) WHERE dropped_reason IS NOT NULL;
+CREATE INDEX IF NOT EXISTS samples_waiting ON samples(id) WHERE consumed_step IS NULL AND dropped_reason IS NULL;
 CREATE INDEX IF NOT EXISTS turns_hinted ON turns(judged_at, id) WHERE hint IS NOT NULL;
 """
 

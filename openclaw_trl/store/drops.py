@@ -35,9 +35,11 @@ SUPERSEDED = "superseded"
 """The ``dropped_reason`` of a scorer sample replaced by later explicit feedback on its turn."""
 
 # What "waiting" means, for the queue and the rules here: not consumed, not dropped, and not of a session
-# flagged private after it was judged (such samples are withheld: kept, never handed out) ...
+# flagged private after it was judged (such samples are withheld: kept, never handed out) ... The rows come
+# from the partial index of the samples neither consumed nor dropped (``samples_waiting``), named so that the
+# planner never walks the dropped ones, which pile up for as long as the server runs.
 WAITING_SQL = (
-    " FROM samples s LEFT JOIN turns t ON s.origin IN ('scorer', 'group') AND t.id = s.turn_id"
+    " FROM samples s INDEXED BY samples_waiting LEFT JOIN turns t ON s.origin IN ('scorer', 'group') AND t.id = s.turn_id"
     " LEFT JOIN sessions ss ON ss.id = t.session_id"
     " WHERE s.consumed_step IS NULL AND s.dropped_reason IS NULL AND COALESCE(ss.private, 0) = 0"
 )
@@ -132,7 +134,7 @@ class Drops:
         if checked_at != temperature:
             after = 0
         sql = (
-            "SELECT id, temperature, lease FROM samples"
+            "SELECT id, temperature, lease FROM samples INDEXED BY samples_waiting"
             " WHERE consumed_step IS NULL AND dropped_reason IS NULL AND id > ? ORDER BY id"
         )
         rows = self._db.conn().execute(sql, (after,)).fetchall()
