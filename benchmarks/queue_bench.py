@@ -11,7 +11,8 @@ reason. None of that may grow with the store's age, or a server slows down the l
 Two stores are built with the same queue (``--waiting`` samples waiting, the bound ``max_samples_waiting``
 reached) and a history of ``--small`` and ``--stored`` samples (trained on, 2% of them dropped as stale).
 Every timed update first queues ``--arrivals`` new samples (so the backlog rule drops as many), then does the
-trainer's and the status route's queue calls. Printed: the median milliseconds per update for each store and
+trainer's and the status route's queue calls; the two stores take their updates in turn, so that the machine's
+load weighs on both alike. Printed: the median milliseconds per update for each store and
 their ratio (target: at most 1.5, the cost does not follow the store's size); for comparison, the same for a
 count by reason that scans the table (``LIKE 'stale:%'``), which does.
 Result: ``benchmarks/results/queue_bench_<time>.json`` (``--out``).
@@ -80,24 +81,28 @@ def one_update(
     store.queue.count_skipped_out_of_memory()
 
 
-def measure(store: Store, args, first_step: int) -> dict:
-    conn = store.db.conn()
+def measure(stores: dict[str, Store], args) -> dict[str, dict]:
+    """Updates on the stores in turn (one each, round after round), so that a change in the machine's load
+    falls on both alike; per store the median milliseconds of an update and of a scanning count."""
     scan = "SELECT COUNT(*) FROM samples NOT INDEXED WHERE dropped_reason LIKE 'stale:%'"  # a table scan
-    update_ms, scan_ms = [], []
+    times = {name: {"update_ms": [], "scan_count_ms": []} for name in stores}
     next_id = 50_000_000
     for u in range(args.updates):
-        t0 = time.perf_counter()
-        one_update(store, first_step + u, args.arrivals, args.waiting, args.prompt_tokens, next_id)
-        update_ms.append((time.perf_counter() - t0) * 1000)
+        for name, (store, history) in stores.items():
+            t0 = time.perf_counter()
+            one_update(store, history + u, args.arrivals, args.waiting, args.prompt_tokens, next_id)
+            times[name]["update_ms"].append((time.perf_counter() - t0) * 1000)
+            t0 = time.perf_counter()
+            store.db.conn().execute(scan).fetchone()
+            times[name]["scan_count_ms"].append((time.perf_counter() - t0) * 1000)
         next_id += args.arrivals
-        t0 = time.perf_counter()
-        conn.execute(scan).fetchone()
-        scan_ms.append((time.perf_counter() - t0) * 1000)
     return {
-        "update_ms": statistics.median(update_ms),
-        "scan_count_ms": statistics.median(scan_ms),
-        "waiting_after": store.queue.count_waiting(),
-        "dropped_backlog": store.queue.count_dropped_backlog(),
+        name: {
+            **{k: statistics.median(v) for k, v in times[name].items()},
+            "waiting_after": store.queue.count_waiting(),
+            "dropped_backlog": store.queue.count_dropped_backlog(),
+        }
+        for name, (store, _) in stores.items()
     }
 
 
@@ -112,23 +117,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="JSON report path")
     args = parse_args(ap, argv, {"small": 200, "stored": 2_000, "waiting": 256, "updates": 5})
     logging.getLogger("openclaw_trl").setLevel(logging.ERROR)  # the backlog rule's warning, every update here
-    rows = {}
+    rows, stores = {}, {}
     with tempfile.TemporaryDirectory(prefix="queue-bench-") as tmp:
         for name, history in (("young", args.small), ("old", args.stored)):
             t0 = time.perf_counter()
-            store = build(Path(tmp) / f"{name}.sqlite", history, args.waiting, args.prompt_tokens)
-            built_s = time.perf_counter() - t0
+            stores[name] = (
+                build(Path(tmp) / f"{name}.sqlite", history, args.waiting, args.prompt_tokens),
+                history,
+            )
             size_mb = sum(f.stat().st_size for f in Path(tmp).glob(f"{name}.sqlite*")) / 2**20  # with its WAL
-            rows[name] = {
-                "history": history,
-                "store_mb": size_mb,
-                "built_s": built_s,
-                **measure(store, args, history),
-            }
-            store.close()
+            rows[name] = {"history": history, "store_mb": size_mb, "built_s": time.perf_counter() - t0}
+        for name, figures in measure(stores, args).items():
+            rows[name].update(figures)
+            stores[name][0].close()
             r = rows[name]
             print(
-                f"{name:>5}: {history:>8,} samples stored ({size_mb:6.1f} MB), {args.waiting} waiting: "
+                f"{name:>5}: {r['history']:>8,} samples stored ({r['store_mb']:6.1f} MB), {args.waiting} waiting: "
                 f"{r['update_ms']:7.2f} ms of queue work per update; a scanning count {r['scan_count_ms']:7.2f} ms",
                 flush=True,
             )
