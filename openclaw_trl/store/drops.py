@@ -165,14 +165,10 @@ class Drops:
 
     def backlog(self, max_waiting: int) -> int:
         """Keep at most ``max_waiting`` samples waiting: mark the older ones dropped (kept, with the reason,
-        never handed out; leased samples are never dropped); returns how many were dropped now. Costs a walk
-        over the newest ``max_waiting`` waiting samples."""
-        newest = "SELECT s.id" + WAITING_SQL + FREE_SQL + " ORDER BY s.id DESC LIMIT 1 OFFSET ?"
-        row = self._db.conn().execute(newest, (int(max_waiting),)).fetchone()
-        if row is None:
-            return 0
-        older = "SELECT s.id" + WAITING_SQL + FREE_SQL + " AND s.id <= ?"
-        ids = [r[0] for r in self._db.conn().execute(older, (row[0],)).fetchall()]
+        never handed out; leased samples are never dropped); returns how many were dropped now. Costs one walk
+        over the waiting samples, newest first (at most ``max_waiting`` of them plus those it drops)."""
+        older = "SELECT s.id" + WAITING_SQL + FREE_SQL + " ORDER BY s.id DESC LIMIT -1 OFFSET ?"
+        ids = [r[0] for r in self._db.conn().execute(older, (int(max_waiting),)).fetchall()]
         reason = (
             f"{BACKLOG_REASON} more than {max_waiting} samples were waiting for an update (max_samples_waiting):"
             " the oldest were dropped, so that training follows the recent turns"
